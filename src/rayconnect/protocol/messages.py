@@ -1,0 +1,110 @@
+"""The messages of the commit protocol (Hudi RFC-32) and of metadata discovery (FLIP-246).
+
+Every message is a frozen msgspec Struct in one tagged union, so a message can be encoded to
+msgpack, sent anywhere (a Ray call, a Kafka control topic) and decoded back to the exact type;
+``decode`` rejects anything that is not a known message with a clear error.
+
+Epochs and transaction ids order everything: ``epoch`` grows each time a coordinator starts
+(it is fenced by the table, see coordinator.py), ``txn_id`` grows with each round of one epoch.
+A receiver ignores any message whose ``(epoch, txn_id)`` is older than the newest it has seen.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+from rayconnect.protocol.types import DataFile, KafkaPartitionSplit, KafkaStream
+
+
+class _Message(msgspec.Struct, frozen=True, tag=True, tag_field="type"):
+    pass
+
+
+class StartCommit(_Message, tag="START-COMMIT"):
+    """Coordinator -> participants: a round begins. ``offsets`` (partition key -> next offset
+    to read) are the table's committed offsets this round starts from."""
+
+    epoch: int
+    txn_id: int
+    offsets: dict[str, int]
+
+
+class EndCommit(_Message, tag="END-COMMIT"):
+    """Coordinator -> participants: stop reading, flush, report WRITE-STATUS."""
+
+    epoch: int
+    txn_id: int
+
+
+class WriteStatus(_Message, tag="WRITE-STATUS"):
+    """Participant -> coordinator: everything it wrote in this round.
+
+    ``first_offset`` is where the round started for this partition and ``next_offset`` the
+    offset after the last record written; an idle partition reports
+    ``first_offset == next_offset`` and no files.
+    """
+
+    epoch: int
+    txn_id: int
+    partition: str
+    files: tuple[DataFile, ...]
+    first_offset: int
+    next_offset: int
+    records: int
+
+
+class AckCommit(_Message, tag="ACK-COMMIT"):
+    """Coordinator -> participants: the round is in table ``version``; ``offsets`` are now
+    the committed offsets (consumer-group commits for lag monitoring may follow)."""
+
+    epoch: int
+    txn_id: int
+    version: int
+    offsets: dict[str, int]
+
+
+class RequestCommit(_Message, tag="REQUEST-COMMIT"):
+    """Participant -> coordinator: my buffer keeps filling, please end the round early (KIP-89)."""
+
+    epoch: int
+    txn_id: int
+    partition: str
+
+
+class MetadataUpdateEvent(_Message, tag="METADATA-UPDATE"):
+    """Enumerator -> readers: the current streams, and the splits of the receiving reader."""
+
+    streams: tuple[KafkaStream, ...]
+    splits: tuple[KafkaPartitionSplit, ...] = ()
+
+
+class GetMetadataUpdateEvent(_Message, tag="GET-METADATA-UPDATE"):
+    """Reader -> enumerator at start-up: send me fresh metadata before I read anything."""
+
+    reader_id: str
+
+
+Message = Union[
+    StartCommit,
+    EndCommit,
+    WriteStatus,
+    AckCommit,
+    RequestCommit,
+    MetadataUpdateEvent,
+    GetMetadataUpdateEvent,
+]
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+
+
+def encode(message: Message) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode(data: bytes) -> Message:
+    """Decode msgpack bytes into a message; raises ``msgspec.ValidationError`` naming the
+    bad field, or ``msgspec.DecodeError`` for bytes that are not msgpack."""
+    return _decoder.decode(data)
