@@ -11,8 +11,6 @@ A receiver ignores any message whose ``(epoch, txn_id)`` is older than the newes
 
 from __future__ import annotations
 
-from typing import Union
-
 import msgspec
 
 from rayconnect.protocol.types import DataFile, KafkaPartitionSplit, KafkaStream
@@ -86,15 +84,15 @@ class GetMetadataUpdateEvent(_Message, tag="GET-METADATA-UPDATE"):
     reader_id: str
 
 
-Message = Union[
-    StartCommit,
-    EndCommit,
-    WriteStatus,
-    AckCommit,
-    RequestCommit,
-    MetadataUpdateEvent,
-    GetMetadataUpdateEvent,
-]
+Message = (
+    StartCommit
+    | EndCommit
+    | WriteStatus
+    | AckCommit
+    | RequestCommit
+    | MetadataUpdateEvent
+    | GetMetadataUpdateEvent
+)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)
