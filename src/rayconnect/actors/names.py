@@ -1,0 +1,32 @@
+"""Names of a pipeline's actors, in Ray namespace ``rayconnect``.
+
+Readable names make the Ray dashboard's actor list show the pipeline's shape, and let any
+process (a new driver, ``rc.attach``, the CLI) find a running pipeline's actors by name.
+"""
+
+from __future__ import annotations
+
+NAMESPACE = "rayconnect"
+
+
+def coordinator(pipeline: str) -> str:
+    return f"{pipeline}/coordinator"
+
+
+def writer(pipeline: str) -> str:
+    return f"{pipeline}/writer"
+
+
+def participant(pipeline: str, key: str) -> str:
+    """``key`` is a partition key, ``cluster/topic/partition``."""
+    return f"{pipeline}/participant/{key}"
+
+
+def reader(pipeline: str, cluster: str, index: int) -> str:
+    return f"{pipeline}/reader/{cluster}/{index}"
+
+
+def pipeline_of(actor_name: str) -> str | None:
+    """The pipeline an actor name belongs to, or None for an actor that is not ours."""
+    head, sep, _ = actor_name.partition("/")
+    return head if sep else None

@@ -1,0 +1,236 @@
+"""The Python API: build a pipeline, ``start()`` it, watch it, ``stop()`` it, ``attach`` to it.
+
+``start()`` validates everything it can before any actor exists (configuration, Java, every
+cluster reachable, every topic present), then creates the pipeline's named, detached actors in
+Ray namespace ``rayconnect``. The actors, not the driver, hold the pipeline: the driver may
+exit, and ``rc.attach(name)`` from any process finds the pipeline again by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import ray
+
+from rayconnect.actors import names
+from rayconnect.aio import run_sync
+from rayconnect.config import (
+    CommitSettings,
+    ConfigError,
+    DeltaSink,
+    KafkaSource,
+    SinkPipelineConfig,
+    SparkSettings,
+)
+from rayconnect.protocol.types import TopicPartition
+
+
+class PipelineError(RuntimeError):
+    """A pipeline cannot be started, found or stopped; the message says why."""
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Use the Ray this process is connected to, or connect/start one (namespace rayconnect)."""
+    if ray.is_initialized():
+        return
+    ray.init(address=address, namespace=names.NAMESPACE, log_to_driver=False)
+
+
+def _get_actor(name: str) -> Any | None:
+    try:
+        return ray.get_actor(name, namespace=names.NAMESPACE)
+    except ValueError:
+        return None
+
+
+def pipeline_actor_names(pipeline: str) -> list[str]:
+    """Every live named actor of a pipeline, coordinator first, writer last."""
+    found = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == names.NAMESPACE and names.pipeline_of(a["name"]) == pipeline
+    ]
+    order = {"coordinator": 0, "reader": 1, "participant": 2, "writer": 3}
+    return sorted(found, key=lambda n: (order.get(n.split("/")[1], 9), n))
+
+
+class SinkPipeline:
+    """Kafka -> Delta, exactly once (Hudi RFC-32 rounds, KIP-89 flushes).
+
+    >>> rc.SinkPipeline("orders", source=rc.KafkaSource(meta), sink=rc.DeltaSink("/data/t"),
+    ...                 commit_interval_s=5).start()
+    """
+
+    def __init__(
+        self,
+        name: str,
+        source: KafkaSource,
+        sink: DeltaSink,
+        *,
+        commit_interval_s: float = 10.0,
+        write_timeout_s: float = 60.0,
+        flush_max_records: int = 200_000,
+        flush_max_bytes: int = 64 * 1024 * 1024,
+        flush_max_age_s: float = 30.0,
+        request_commit_after_flushes: int = 4,
+        spark: SparkSettings | None = None,
+    ) -> None:
+        self.config = SinkPipelineConfig(
+            name=name,
+            source=source,
+            sink=sink,
+            commit=CommitSettings(
+                commit_interval_s=commit_interval_s,
+                write_timeout_s=write_timeout_s,
+                flush_max_records=flush_max_records,
+                flush_max_bytes=flush_max_bytes,
+                flush_max_age_s=flush_max_age_s,
+                request_commit_after_flushes=request_commit_after_flushes,
+            ),
+            spark=spark or SparkSettings(),
+        )
+
+    @classmethod
+    def from_config(cls, config: SinkPipelineConfig) -> SinkPipeline:
+        self = cls.__new__(cls)
+        self.config = config
+        return self
+
+    def discover(self) -> dict[str, list[TopicPartition]]:
+        """Cluster id -> partitions of the subscribed topics; raises DiscoveryError."""
+        from rayconnect.kafka.discovery import discover_partitions
+
+        async def all_clusters() -> dict[str, list[TopicPartition]]:
+            return {
+                cid: await discover_partitions(cid, meta)
+                for cid, meta in self.config.source.clusters().items()
+            }
+
+        return run_sync(all_clusters())
+
+    def start(self, *, address: str | None = None, timeout_s: float = 300.0) -> PipelineHandle:
+        from rayconnect.actors.coordinator import CoordinatorActor
+        from rayconnect.actors.participant import ParticipantActor
+        from rayconnect.actors.reader import ReaderActor
+        from rayconnect.actors.writer import start_writer
+        from rayconnect.spark_bridge.session import require_java
+
+        cfg = self.config
+        require_java()
+        by_cluster = self.discover()
+        keys = [tp.key for tps in by_cluster.values() for tp in tps]
+        if not keys:
+            raise ConfigError(f"pipeline {cfg.name!r}: the subscribed topics have no partitions")
+        ensure_ray(address)
+        if _get_actor(names.coordinator(cfg.name)) is not None:
+            raise PipelineError(
+                f"pipeline {cfg.name!r} is already running: use rayconnect.attach({cfg.name!r})"
+            )
+
+        detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
+        writer = start_writer(
+            names.writer(cfg.name),
+            executors=cfg.spark.executors,
+            cores=cfg.spark.executor_cores,
+            memory=cfg.spark.executor_memory,
+        )
+        for key in keys:
+            ParticipantActor.options(name=names.participant(cfg.name, key), **detached).remote(
+                cfg.name, key, cfg.sink.path, cfg.commit
+            )
+        ray.get(writer.ready.remote(), timeout=timeout_s)
+        coordinator = CoordinatorActor.options(name=names.coordinator(cfg.name), **detached).remote(
+            cfg, keys
+        )
+        ray.get(coordinator.ready.remote(), timeout=timeout_s)
+        readers = []
+        for cluster_id, tps in by_cluster.items():
+            meta = cfg.source.clusters()[cluster_id]
+            n = min(cfg.source.readers_per_cluster, len(tps))
+            for i in range(n):
+                split = [tp.key for tp in tps[i::n]]
+                readers.append(
+                    ReaderActor.options(
+                        name=names.reader(cfg.name, cluster_id, i), **detached
+                    ).remote(cfg.name, cluster_id, meta, split, cfg.source.max_poll_records)
+                )
+        ray.get([r.ready.remote() for r in readers], timeout=timeout_s)
+        return PipelineHandle(cfg.name)
+
+
+def attach(name: str, *, address: str | None = None) -> PipelineHandle:
+    """A handle on a running pipeline, from any process connected to the same Ray."""
+    ensure_ray(address or "auto")
+    if _get_actor(names.coordinator(name)) is None:
+        raise PipelineError(f"no running pipeline named {name!r}")
+    return PipelineHandle(name)
+
+
+class PipelineHandle:
+    """Watch and stop a running pipeline; holds only its name, so it survives actor restarts."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _coordinator(self) -> Any:
+        actor = _get_actor(names.coordinator(self.name))
+        if actor is None:
+            raise PipelineError(f"pipeline {self.name!r} is not running")
+        return actor
+
+    def status(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """State, table version, committed offsets per partition, rounds, readers' lag."""
+        status = ray.get(self._coordinator().status.remote(), timeout=timeout_s)
+        readers = {}
+        for name in pipeline_actor_names(self.name):
+            if "/reader/" in name and (actor := _get_actor(name)) is not None:
+                try:
+                    readers[name] = ray.get(actor.status.remote(), timeout=timeout_s)
+                except Exception as e:  # a reader restarting is a state, not an error
+                    readers[name] = {"error": f"{type(e).__name__}: {e}"}
+        status["readers"] = readers
+        lag = {}
+        for r in readers.values():
+            for key, p in r.get("partitions", {}).items():
+                hw = p.get("high_watermark")
+                committed = status.get("offsets", {}).get(key)
+                lag[key] = None if hw is None or committed is None else max(hw - committed, 0)
+        status["lag"] = lag
+        return status
+
+    def wait_for(self, predicate, timeout_s: float = 120.0, poll_s: float = 0.5) -> dict[str, Any]:
+        """Poll ``status()`` until ``predicate(status)`` holds; raise TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            try:
+                last = self.status()
+                if predicate(last):
+                    return last
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                pass
+            time.sleep(poll_s)
+        raise TimeoutError(f"pipeline {self.name!r}: condition not met in {timeout_s} s: {last}")
+
+    def stop(self, *, commit: bool = True, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Commit what was read (one last round) unless ``commit=False``, then end every actor.
+
+        Nothing is lost either way: what was not committed is read again on the next start.
+        """
+        final: dict[str, Any] = {}
+        coordinator = _get_actor(names.coordinator(self.name))
+        if coordinator is not None:
+            try:
+                final = ray.get(coordinator.shutdown.remote(commit), timeout=timeout_s)
+            except Exception as e:
+                final = {"error": f"final round not committed: {type(e).__name__}: {e}"}
+        for name in pipeline_actor_names(self.name):
+            actor = _get_actor(name)
+            if actor is None:
+                continue
+            with contextlib.suppress(Exception):
+                ray.get(actor.close.remote(), timeout=30)
+            ray.kill(actor, no_restart=True)
+        return final

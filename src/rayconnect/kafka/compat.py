@@ -1,0 +1,358 @@
+"""aiokafka 0.14 fixes needed to run transactions against brokers like tansu.
+
+Three small monkeypatches, installed by :func:`apply` (idempotent) and removed by
+:func:`remove` / :func:`disabled` (used by the tests to prove each one is needed). Each
+one speaks the Kafka protocol, not tansu: against a broker that already does the job
+(Apache Kafka) it changes nothing observable.
+
+a. **InitProducerId v3** -- aiokafka only knows InitProducerId v0, which has no
+   ``producer_id``/``producer_epoch`` fields. tansu accepts only an explicit -1/-1, i.e. v3+.
+   We teach aiokafka's request builder v3 (flexible encoding, producer_id=-1, epoch=-1) and
+   let the normal ApiVersions negotiation pick it: brokers that do not advertise v3 still
+   get v0. For Kafka, v3 with -1/-1 is exactly the "initialise a fresh producer" call v0 is.
+   Hook: the ``InitProducerIdRequest`` name looked up by ``aiokafka.producer.sender``.
+
+b. **PRODUCER_FENCED (error code 90)** -- KIP-588 brokers answer a fenced producer with
+   code 90; aiokafka has no class for it and raises ``UnknownError``, which the sender
+   does not treat as fatal and callers cannot catch as "fenced". We register
+   :class:`ProducerFencedError` (a subclass of aiokafka's ``ProducerFenced`` *and*
+   ``BrokerResponseError``) for code 90, so the sender's existing ``except ProducerFenced``
+   path and the callers' ``except ProducerFenced`` both work. Hook: ``aiokafka.errors
+   .kafka_errors`` (the table behind ``for_code``); skipped if aiokafka ever maps 90 itself.
+
+c. **read_committed without aborted_transactions** -- a fetch response tells a
+   read_committed consumer which transactions in range were aborted; tansu always sends an
+   empty list, so aborted records leaked to read_committed consumers. tansu does write the
+   COMMIT/ABORT control batches, so when the list is empty we rebuild it from the fetched
+   data: a transaction of producer P starts at P's first transactional batch after its
+   previous marker and ends at P's next marker; those ending in ABORT become the
+   ``(producer_id, first_offset)`` entries Kafka would have sent, and aiokafka's own
+   filtering does the rest. A transaction whose marker is not in the fetched data yet is
+   undecided, so the records handed out stop before its first batch; the next fetch starts
+   there. Against Kafka this is a no-op when it sends a non-empty list (we do not touch
+   it), and when it sends an empty one there is no ABORT marker closing an in-range
+   transaction, so the rebuilt list is empty too; the only difference is that a
+   transaction cut by the fetch size limit is delivered one fetch later.
+   Hook: ``aiokafka.consumer.fetcher.PartitionRecords`` (built per partition per fetch
+   response), replaced by a subclass that pre-scans the batch headers.
+   Limitation: a single transaction bigger (on one partition) than
+   ``max_partition_fetch_bytes`` can never be decided within one fetch and stalls that
+   partition; raise ``max_partition_fetch_bytes`` above the largest transaction. This is
+   logged as a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import aiokafka.consumer.fetcher as _fetcher
+import aiokafka.errors as _errors
+import aiokafka.producer.sender as _sender
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.transaction import InitProducerIdRequest_v0
+from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
+from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
+
+__all__ = [
+    "ProducerFencedError",
+    "FENCED_ERRORS",
+    "apply",
+    "remove",
+    "disabled",
+    "is_applied",
+    "applied_fixes",
+    "FIXES",
+]
+
+log = logging.getLogger(__name__)
+
+PRODUCER_FENCED = 90
+
+
+# --------------------------------------------------------------------------------------
+# a. InitProducerId v3
+# --------------------------------------------------------------------------------------
+
+
+class InitProducerIdResponse_v3(Response):
+    API_KEY = 22
+    API_VERSION = 3
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        ("producer_id", Int64),
+        ("producer_epoch", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+class InitProducerIdRequest_v3(RequestStruct):
+    FLEXIBLE_VERSION = True
+    API_KEY = 22
+    API_VERSION = 3
+    RESPONSE_TYPE = InitProducerIdResponse_v3
+    SCHEMA = Schema(
+        ("transactional_id", CompactString("utf-8")),  # nullable: None encodes as 0
+        ("transaction_timeout_ms", Int32),
+        ("producer_id", Int64),
+        ("producer_epoch", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+_InitPidStruct: TypeAlias = InitProducerIdRequest_v0 | InitProducerIdRequest_v3
+
+
+class InitProducerIdRequestCompat(Request[_InitPidStruct]):
+    """Drop-in for aiokafka's ``InitProducerIdRequest`` that also knows v3.
+
+    ``Request.prepare`` picks the highest version both sides support, so v3 is used only
+    when the broker advertises it in ApiVersions.
+    """
+
+    API_KEY = 22
+
+    def __init__(self, transactional_id: str | None, transaction_timeout_ms: int) -> None:
+        self._transactional_id = transactional_id
+        self._transaction_timeout_ms = transaction_timeout_ms
+
+    def build(self, request_struct_class: type[_InitPidStruct]) -> _InitPidStruct:
+        if request_struct_class.API_VERSION >= 3:
+            # -1/-1: "no existing producer id", i.e. what v0 means implicitly.
+            return InitProducerIdRequest_v3(
+                self._transactional_id, self._transaction_timeout_ms, -1, -1, {}
+            )
+        return InitProducerIdRequest_v0(self._transactional_id, self._transaction_timeout_ms)
+
+
+# --------------------------------------------------------------------------------------
+# b. PRODUCER_FENCED
+# --------------------------------------------------------------------------------------
+
+
+class ProducerFencedError(_errors.ProducerFenced, _errors.BrokerResponseError):
+    """Error code 90 (KIP-588): a newer producer with the same transactional.id exists.
+
+    Subclasses aiokafka's ``ProducerFenced`` so that aiokafka's sender treats it as fatal
+    and callers can ``except ProducerFenced`` for both the old (47) and new (90) codes.
+    """
+
+    errno = PRODUCER_FENCED
+    message = "PRODUCER_FENCED"
+    description = (
+        "There is a newer producer with the same transactionalId which fences the current one."
+    )
+
+
+#: What a caller should catch for "this producer is a zombie": aiokafka raises
+#: ``ProducerFenced`` (also our code-90 class) and sometimes the raw epoch error.
+FENCED_ERRORS: tuple[type[BaseException], ...] = (
+    _errors.ProducerFenced,
+    _errors.InvalidProducerEpoch,
+)
+
+
+# --------------------------------------------------------------------------------------
+# c. read_committed from control markers
+# --------------------------------------------------------------------------------------
+
+
+class _BatchReplay:
+    """The two methods of ``MemoryRecords`` that ``PartitionRecords`` uses, over a list."""
+
+    def __init__(self, batches: list[Any]) -> None:
+        self._batches = batches
+        self._i = 0
+
+    def has_next(self) -> bool:
+        return self._i < len(self._batches)
+
+    def next_batch(self) -> Any:
+        if self._i >= len(self._batches):
+            return None
+        batch = self._batches[self._i]
+        self._i += 1
+        return batch
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """What the marker scan of one fetched partition found."""
+
+    batches: list[Any]  # batches to hand to aiokafka (cut before the first undecided txn)
+    aborted: list[tuple[int, int]]  # (producer_id, first_offset), like Kafka's list
+    abort_marker_at: dict[int, bool]  # control batch base_offset -> is ABORT
+    held_from: int | None  # first offset held back (undecided transaction), if any
+
+
+def _scan_markers(records: Any) -> _Scan:
+    """Rebuild the aborted-transactions list from the COMMIT/ABORT markers in the data."""
+    batches: list[Any] = []
+    while records.has_next():
+        batch = records.next_batch()
+        if batch is None:
+            break
+        batches.append(batch)
+
+    open_txn: dict[int, int] = {}  # producer_id -> first offset of its open transaction
+    aborted: list[tuple[int, int]] = []
+    abort_marker_at: dict[int, bool] = {}
+    for batch in batches:
+        pid = getattr(batch, "producer_id", None)
+        if pid is None or pid < 0:  # legacy (v0/v1) or non-idempotent batch
+            continue
+        if batch.is_control_batch:
+            # Reading the marker consumes the batch's record iterator; remember the answer
+            # for PartitionRecords._contains_abort_marker, which would read it again.
+            try:
+                marker = next(batch)
+            except StopIteration:
+                continue
+            is_abort = ControlRecord.parse(marker.key) == ABORT_MARKER
+            abort_marker_at[batch.base_offset] = is_abort
+            first = open_txn.pop(pid, None)
+            if is_abort and first is not None:
+                aborted.append((pid, first))
+        elif batch.is_transactional:
+            open_txn.setdefault(pid, batch.base_offset)
+
+    held_from = min(open_txn.values()) if open_txn else None
+    if held_from is not None:
+        batches = [b for b in batches if b.base_offset < held_from]
+    return _Scan(batches, aborted, abort_marker_at, held_from)
+
+
+_OriginalPartitionRecords = _fetcher.PartitionRecords
+_stall_warned: set[Any] = set()
+
+
+class MarkerAwarePartitionRecords(_OriginalPartitionRecords):  # type: ignore[misc,valid-type]
+    """``PartitionRecords`` that derives aborted transactions from markers if not given.
+
+    Only read_committed fetches with an empty/absent aborted_transactions list are
+    touched; everything else goes to aiokafka's code unchanged.
+    """
+
+    def __init__(
+        self,
+        tp: Any,
+        records: Any,
+        aborted_transactions: Any,
+        fetch_offset: int,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        isolation_level = kwargs.get("isolation_level", args[-1] if args else None)
+        self._abort_marker_at: dict[int, bool] = {}
+        if isolation_level == _fetcher.READ_COMMITTED and not aborted_transactions:
+            scan = _scan_markers(records)
+            records = _BatchReplay(scan.batches)
+            aborted_transactions = scan.aborted
+            self._abort_marker_at = scan.abort_marker_at
+            if scan.held_from is not None:
+                if scan.held_from == fetch_offset and tp not in _stall_warned:
+                    _stall_warned.add(tp)
+                    log.warning(
+                        "%s: transaction at offset %d has no COMMIT/ABORT marker in the "
+                        "fetched data; holding it back. If this persists, the transaction "
+                        "is larger than max_partition_fetch_bytes or still open.",
+                        tp,
+                        fetch_offset,
+                    )
+                else:
+                    log.debug("%s: holding back undecided transaction at %d", tp, scan.held_from)
+        super().__init__(tp, records, aborted_transactions, fetch_offset, *args, **kwargs)
+
+    def _contains_abort_marker(self, next_batch: Any) -> bool:
+        known = self._abort_marker_at.get(next_batch.base_offset)
+        if known is not None:
+            return known
+        return bool(super()._contains_abort_marker(next_batch))
+
+
+# --------------------------------------------------------------------------------------
+# apply / remove
+# --------------------------------------------------------------------------------------
+
+FIXES = ("init_producer_id", "producer_fenced", "read_committed")
+"""Names of the fixes, for :func:`disabled` and :func:`applied_fixes`."""
+
+_lock = threading.RLock()
+_active: set[str] = set()
+_original_init_pid_request = _sender.InitProducerIdRequest
+
+
+def _install(name: str) -> None:
+    if name == "init_producer_id":
+        _sender.InitProducerIdRequest = InitProducerIdRequestCompat  # type: ignore[assignment,misc]
+    elif name == "producer_fenced":
+        # setdefault: if a future aiokafka maps 90 itself, keep its class.
+        _errors.kafka_errors.setdefault(PRODUCER_FENCED, ProducerFencedError)
+    elif name == "read_committed":
+        _fetcher.PartitionRecords = MarkerAwarePartitionRecords  # type: ignore[misc]
+    else:
+        raise ValueError(f"unknown compat fix {name!r}; known: {FIXES}")
+
+
+def _uninstall(name: str) -> None:
+    if name == "init_producer_id":
+        _sender.InitProducerIdRequest = _original_init_pid_request  # type: ignore[misc]
+    elif name == "producer_fenced":
+        if _errors.kafka_errors.get(PRODUCER_FENCED) is ProducerFencedError:
+            del _errors.kafka_errors[PRODUCER_FENCED]
+    elif name == "read_committed":
+        _fetcher.PartitionRecords = _OriginalPartitionRecords  # type: ignore[misc]
+    else:
+        raise ValueError(f"unknown compat fix {name!r}; known: {FIXES}")
+
+
+def apply(*names: str) -> None:
+    """Install the fixes (all by default). Idempotent; safe to call on every import."""
+    _apply(names or FIXES)
+
+
+def _apply(names: tuple[str, ...] | set[str]) -> None:
+    with _lock:
+        for name in names:
+            if name not in _active:
+                _install(name)
+                _active.add(name)
+
+
+def remove(*names: str) -> None:
+    """Undo :func:`apply` (all by default), for tests that show what happens without."""
+    with _lock:
+        for name in names or FIXES:
+            if name in _active:
+                _uninstall(name)
+                _active.discard(name)
+
+
+def applied_fixes() -> frozenset[str]:
+    return frozenset(_active)
+
+
+def is_applied() -> bool:
+    """True if every fix is installed."""
+    return _active == set(FIXES)
+
+
+@contextlib.contextmanager
+def disabled(*names: str) -> Iterator[None]:
+    """Run a block with some fixes (all by default) removed, then restore them.
+
+    Process-wide: only for tests, with no other aiokafka client running concurrently.
+    """
+    with _lock:
+        before = set(_active)
+        remove(*names)
+    try:
+        yield
+    finally:
+        with _lock:
+            _apply(before)

@@ -1,0 +1,77 @@
+"""What a cluster holds now: the partitions of the subscribed topics, and where they begin.
+
+Used before any actor starts (a missing topic or an unreachable broker is a configuration
+error reported up front) and by the coordinator to resolve ``starting_offsets`` for
+partitions the table has no offset for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rayconnect.protocol.types import ClusterMetadata, TopicPartition
+
+
+class DiscoveryError(RuntimeError):
+    """A cluster cannot be reached or lacks a subscribed topic."""
+
+
+def client_properties(properties: dict[str, str]) -> dict[str, Any]:
+    """Kafka client properties (Java-style dotted names) -> aiokafka keyword arguments."""
+    return {k.replace(".", "_"): v for k, v in properties.items()}
+
+
+async def discover_partitions(
+    cluster_id: str, cluster: ClusterMetadata, *, timeout_s: float = 15.0
+) -> list[TopicPartition]:
+    """Every partition of the cluster's subscribed topics; raises if a topic is missing."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        request_timeout_ms=int(timeout_s * 1000),
+        **client_properties(cluster.properties),
+    )
+    try:
+        await consumer.start()
+    except Exception as e:
+        raise DiscoveryError(
+            f"cluster {cluster_id!r} at {cluster.bootstrap_servers}: cannot connect ({e})"
+        ) from e
+    try:
+        found: list[TopicPartition] = []
+        available = await consumer.topics()
+        missing = [t for t in cluster.topics if t not in available]
+        if missing:
+            raise DiscoveryError(
+                f"cluster {cluster_id!r} at {cluster.bootstrap_servers}: topics {missing} do "
+                f"not exist (it has {sorted(available)})"
+            )
+        for topic in cluster.topics:
+            for p in sorted(consumer.partitions_for_topic(topic) or ()):
+                found.append(TopicPartition(cluster_id, topic, p))
+        return found
+    finally:
+        await consumer.stop()
+
+
+async def beginning_offsets(
+    cluster: ClusterMetadata, partitions: Iterable[TopicPartition]
+) -> dict[str, int]:
+    """Earliest offsets (ListOffsets earliest works on every broker, tansu included)."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as KafkaTP
+
+    tps = {KafkaTP(p.topic, p.partition): p.key for p in partitions}
+    if not tps:
+        return {}
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers, **client_properties(cluster.properties)
+    )
+    await consumer.start()
+    try:
+        offsets = await consumer.beginning_offsets(list(tps))
+        return {tps[tp]: off for tp, off in offsets.items()}
+    finally:
+        await consumer.stop()

@@ -1,0 +1,185 @@
+"""rayconnect.kafka.compat without a broker: request versions and the marker scan.
+
+The embedded broker never returns a transaction cut before its marker (it respects the
+LSO and ignores fetch size limits), so the hold-back path of fix c is proven here on
+hand-built record batches, like a Kafka fetch response would carry them.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.consumer.fetcher import READ_COMMITTED, READ_UNCOMMITTED
+from aiokafka.errors import BrokerResponseError, ProducerFenced, for_code
+from aiokafka.protocol.transaction import InitProducerIdRequest_v0
+from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
+from aiokafka.record.memory_records import MemoryRecords
+
+from rayconnect.kafka import compat
+from rayconnect.kafka.compat import (
+    InitProducerIdRequest_v3,
+    InitProducerIdRequestCompat,
+    MarkerAwarePartitionRecords,
+)
+
+# aiokafka's own class: the package import (conftest plugin) has already patched the name
+PartitionRecords = compat._OriginalPartitionRecords
+pytestmark = pytest.mark.timeout(30)
+
+TP = TopicPartition("t", 0)
+COMMIT, ABORT = 1, 0
+
+
+def _batch(offset: int, pid: int, values: list[bytes], *, txn: bool = True) -> bytes:
+    builder = _DefaultRecordBatchBuilderPy(
+        magic=2,
+        compression_type=0,
+        is_transactional=int(txn),
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=0 if pid >= 0 else -1,
+        batch_size=1 << 20,
+    )
+    for i, v in enumerate(values):
+        builder.append(i, timestamp=1, key=None, value=v, headers=[])
+    buf = builder.build()
+    struct.pack_into(">q", buf, 0, offset)  # base offset, normally set by the broker
+    return bytes(buf)
+
+
+def _marker(offset: int, pid: int, kind: int) -> bytes:
+    builder = _DefaultRecordBatchBuilderPy(2, 0, 1, pid, 0, -1, 1 << 20)
+    builder.append(
+        0, timestamp=1, key=struct.pack(">hh", 0, kind), value=b"\0\0\0\0\0\0", headers=[]
+    )
+    buf = builder.build()
+    struct.pack_into(">q", buf, 0, offset)
+    attrs_at = builder.ATTRIBUTES_OFFSET
+    (attrs,) = struct.unpack_from(">h", buf, attrs_at)
+    struct.pack_into(">h", buf, attrs_at, attrs | builder.CONTROL_MASK)  # CRC not checked
+    return bytes(buf)
+
+
+def _read(cls: type, data: bytes, aborted: list | None, isolation: int) -> tuple[list, int]:
+    records = cls(TP, MemoryRecords(data), aborted, 0, None, None, False, isolation)
+    return [(r.offset, r.value) for r in records], records.next_fetch_offset
+
+
+# offsets: 0 c (pid 1) | 1 COMMIT pid 1 | 2-3 a (pid 2) | 4 ABORT pid 2 | 5 plain (pid -1)
+DECIDED = (
+    _batch(0, 1, [b"c"])
+    + _marker(1, 1, COMMIT)
+    + _batch(2, 2, [b"a1", b"a2"])
+    + _marker(4, 2, ABORT)
+    + _batch(5, -1, [b"plain"], txn=False)
+)
+
+
+def test_aborted_transaction_dropped_from_markers() -> None:
+    got, next_offset = _read(MarkerAwarePartitionRecords, DECIDED, [], READ_COMMITTED)
+    assert got == [(0, b"c"), (5, b"plain")] and next_offset == 6
+    leaked, _ = _read(PartitionRecords, DECIDED, [], READ_COMMITTED)
+    assert (2, b"a1") in leaked  # what aiokafka alone hands out
+
+
+def test_undecided_transaction_is_held_back_with_everything_after_it() -> None:
+    # 6-7 txn of pid 3 with no marker yet; 8 a plain record after it; 9 pid 1 again, decided
+    data = (
+        DECIDED
+        + _batch(6, 3, [b"u1", b"u2"])
+        + _batch(8, -1, [b"after"], txn=False)
+        + _batch(9, 1, [b"c2"])
+        + _marker(10, 1, COMMIT)
+    )
+    got, next_offset = _read(MarkerAwarePartitionRecords, data, [], READ_COMMITTED)
+    assert got == [(0, b"c"), (5, b"plain")]
+    assert next_offset == 6  # the next fetch starts at the undecided transaction
+    leaked, _ = _read(PartitionRecords, data, [], READ_COMMITTED)
+    assert (6, b"u1") in leaked  # aiokafka alone would hand out the undecided records
+
+    # the next fetch, once the marker is there: delivered if committed...
+    later = data[len(DECIDED) :] + _marker(11, 3, COMMIT)
+    records = MarkerAwarePartitionRecords(
+        TP, MemoryRecords(later), [], 6, None, None, False, READ_COMMITTED
+    )
+    assert [r.value for r in records] == [b"u1", b"u2", b"after", b"c2"]
+    # ...and dropped if aborted
+    aborted = data[len(DECIDED) :] + _marker(11, 3, ABORT)
+    records = MarkerAwarePartitionRecords(
+        TP, MemoryRecords(aborted), [], 6, None, None, False, READ_COMMITTED
+    )
+    assert [r.value for r in records] == [b"after", b"c2"]
+
+
+def test_same_producer_commit_then_abort_in_one_fetch() -> None:
+    data = (
+        _batch(0, 7, [b"x1"])
+        + _marker(1, 7, COMMIT)
+        + _batch(2, 7, [b"x2"])
+        + _batch(3, 7, [b"x3"])
+        + _marker(4, 7, ABORT)
+        + _batch(5, 7, [b"x4"])
+        + _marker(6, 7, COMMIT)
+    )
+    got, next_offset = _read(MarkerAwarePartitionRecords, data, None, READ_COMMITTED)
+    assert [v for _, v in got] == [b"x1", b"x4"] and next_offset == 7
+
+
+@pytest.mark.parametrize(
+    ("aborted", "isolation"),
+    [([(2, 2)], READ_COMMITTED), ([], READ_UNCOMMITTED), (None, READ_UNCOMMITTED)],
+)
+def test_noop_when_broker_sends_aborted_list_or_read_uncommitted(
+    aborted: list | None, isolation: int
+) -> None:
+    data = DECIDED + _batch(6, 3, [b"undecided"])
+    ours = _read(MarkerAwarePartitionRecords, data, aborted, isolation)
+    theirs = _read(PartitionRecords, data, aborted, isolation)
+    assert ours == theirs
+
+
+def test_init_producer_id_version_follows_api_versions() -> None:
+    req = InitProducerIdRequestCompat("tid", 60_000)
+    v3 = req.prepare({22: (0, 4)})
+    assert isinstance(v3, InitProducerIdRequest_v3)
+    assert (v3.producer_id, v3.producer_epoch) == (-1, -1)
+    assert v3.FLEXIBLE_VERSION
+    assert isinstance(req.prepare({22: (0, 2)}), InitProducerIdRequest_v0)
+    assert isinstance(
+        InitProducerIdRequestCompat(None, 1).prepare({22: (0, 1)}), InitProducerIdRequest_v0
+    )
+    # a nullable transactional id (idempotent producer) encodes as compact null
+    assert InitProducerIdRequestCompat(None, 1).prepare({22: (3, 3)}).encode()[:1] == b"\x00"
+
+
+def test_error_code_90_maps_to_a_fenced_error() -> None:
+    compat.apply()
+    err = for_code(90)
+    assert issubclass(err, ProducerFenced) and issubclass(err, BrokerResponseError)
+    assert str(err()).startswith("[Error 90]")
+    with compat.disabled("producer_fenced"):
+        assert not issubclass(for_code(90), ProducerFenced)
+    assert for_code(90) is err
+
+
+def test_apply_is_idempotent_and_disabled_restores() -> None:
+    import aiokafka.consumer.fetcher as fetcher
+    import aiokafka.producer.sender as sender
+
+    compat.apply()
+    compat.apply()
+    assert compat.is_applied()
+    with compat.disabled():
+        assert compat.applied_fixes() == frozenset()
+        assert fetcher.PartitionRecords is PartitionRecords
+        assert sender.InitProducerIdRequest is not InitProducerIdRequestCompat
+        with compat.disabled("read_committed"):
+            pass
+        assert compat.applied_fixes() == frozenset()
+    assert compat.is_applied()
+    assert fetcher.PartitionRecords is MarkerAwarePartitionRecords
+    assert sender.InitProducerIdRequest is InitProducerIdRequestCompat
+    with pytest.raises(ValueError):
+        compat.apply("nope")
