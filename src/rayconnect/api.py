@@ -130,24 +130,34 @@ class SinkPipeline:
             )
 
         detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
-        writer = start_writer(
+        clusters = cfg.source.clusters()
+        start_writer(
             names.writer(cfg.name),
             executors=cfg.spark.executors,
             cores=cfg.spark.executor_cores,
             memory=cfg.spark.executor_memory,
+            timeout_s=timeout_s,
         )
-        for key in keys:
-            ParticipantActor.options(name=names.participant(cfg.name, key), **detached).remote(
-                cfg.name, key, cfg.sink.path, cfg.commit
+        participants = [
+            ParticipantActor.options(name=names.participant(cfg.name, tp.key), **detached).remote(
+                cfg.name,
+                tp.key,
+                cfg.sink.path,
+                cfg.commit,
+                clusters[tp.cluster],
+                cfg.source.starting_offsets,
             )
-        ray.get(writer.ready.remote(), timeout=timeout_s)
+            for tps in by_cluster.values()
+            for tp in tps
+        ]
+        ray.get([p.status.remote() for p in participants], timeout=timeout_s)
         coordinator = CoordinatorActor.options(name=names.coordinator(cfg.name), **detached).remote(
             cfg, keys
         )
         ray.get(coordinator.ready.remote(), timeout=timeout_s)
         readers = []
         for cluster_id, tps in by_cluster.items():
-            meta = cfg.source.clusters()[cluster_id]
+            meta = clusters[cluster_id]
             n = min(cfg.source.readers_per_cluster, len(tps))
             for i in range(n):
                 split = [tp.key for tp in tps[i::n]]

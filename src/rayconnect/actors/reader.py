@@ -2,10 +2,12 @@
 
 It owns no protocol state. Participants steer it (``seek``, ``pause``, ``resume``): a
 partition is paused until its participant, which knows the round's offsets, resumes it. Each
-poll becomes one Arrow batch per partition, put in the object store *owned by the
-participant* (``ray.put(_owner=...)``), so a reader that dies loses nothing already handed
-over; what it had not handed over is simply read again, because a restarted reader asks each
-participant where to resume (``reader_attached``).
+poll becomes one Arrow batch per partition in the object store, handed to the participant
+as a ref. The reader owns those objects (Ray 2.56 removed ``ray.put(_owner=...)``): when it
+dies, the refs its participants buffered die too, their flushes fail and those partitions'
+open round is not reported - the next START re-reads them from the table's offsets, so
+nothing is lost or doubled. A restarted reader asks each participant where to resume
+(``reader_attached``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ class ReaderActor:
         self._tps: dict[str, Any] = {}
         self._participants: dict[str, Any] = {}
         self._resumed: set[str] = set()
+        # Where each partition's next batch starts: the seek target, then the end of the
+        # last batch. Not the first record's offset: transaction markers and compaction
+        # leave holes, and the participant accepts only batches that start where it is.
+        self._next: dict[str, int] = {}
+        # Seeks per partition: a poll that was in flight across a seek returns records of
+        # the old position, which must not be labelled with the new one.
+        self._seeks: dict[str, int] = {}
         self._attached = asyncio.Event()
         self._error: str | None = None
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
@@ -113,6 +122,8 @@ class ReaderActor:
 
     async def seek(self, key: str, offset: int) -> None:
         self._consumer.seek(self._tps[key], offset)
+        self._next[key] = offset
+        self._seeks[key] = self._seeks.get(key, 0) + 1
 
     async def pause(self, key: str) -> None:
         self._resumed.discard(key)
@@ -130,6 +141,7 @@ class ReaderActor:
                 if not self._resumed:
                     await asyncio.sleep(0.05)
                     continue
+                seeks_before = dict(self._seeks)
                 fetched = await self._consumer.getmany(
                     timeout_ms=200, max_records=self.max_poll_records
                 )
@@ -138,17 +150,24 @@ class ReaderActor:
                     if not records:
                         continue
                     key = TopicPartition(self.cluster_id, tp.topic, tp.partition).key
+                    if self._seeks.get(key) != seeks_before.get(key):
+                        continue  # moved meanwhile: the consumer reads from the new place
                     if key not in self._resumed:
-                        continue  # paused meanwhile: the participant will seek back
+                        # Paused meanwhile: rewind, so the consumer stays where the
+                        # participant believes this partition is.
+                        if key in self._next:
+                            self._consumer.seek(tp, self._next[key])
+                        continue
                     batch = records_to_batch(self.cluster_id, records)
                     participant = self._participants[key]
-                    ref = ray.put(batch, _owner=participant)
+                    ref = ray.put(batch)
                     self.records_read += len(records)
                     self.bytes_read += batch.nbytes
+                    first = self._next.get(key, records[0].offset)
+                    self._next[key] = records[-1].offset + 1
                     sends.append(
                         participant.records.remote(
-                            records[0].offset, records[-1].offset + 1, len(records),
-                            batch.nbytes, [ref],
+                            first, self._next[key], len(records), batch.nbytes, [ref]
                         )
                     )
                 if sends:
@@ -158,6 +177,9 @@ class ReaderActor:
             except Exception as e:  # keep reading; the participant/coordinator recover
                 self._error = f"{type(e).__name__}: {e}"
                 log.exception("reader %s/%s poll failed", self.pipeline, self.cluster_id)
+                # What this poll fetched was not handed over: read it again.
+                for key, offset in self._next.items():
+                    self._consumer.seek(self._tps[key], offset)
                 await asyncio.sleep(0.5)
 
     async def status(self) -> dict[str, Any]:

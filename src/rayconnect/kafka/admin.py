@@ -12,6 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -59,7 +60,9 @@ async def create_topic(
         await admin.close()
 
 
-async def high_watermarks(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, int]:
+async def high_watermarks(
+    bootstrap: str, topic: str, timeout: float = 10.0, **client_kwargs: Any
+) -> dict[int, int]:
     """``{partition: high watermark}`` of every partition of ``topic``, from Fetch responses.
 
     We seek each partition to one below what ListOffsets(latest) says (right on Kafka,
@@ -72,6 +75,7 @@ async def high_watermarks(bootstrap: str, topic: str, timeout: float = 10.0) -> 
         isolation_level="read_uncommitted",
         fetch_max_wait_ms=10,
         max_partition_fetch_bytes=1 << 20,
+        **client_kwargs,
     )
     await consumer.start()
     try:

@@ -75,3 +75,21 @@ async def beginning_offsets(
         return {tps[tp]: off for tp, off in offsets.items()}
     finally:
         await consumer.stop()
+
+
+async def high_watermarks(
+    cluster: ClusterMetadata, partitions: Iterable[TopicPartition]
+) -> dict[str, int]:
+    """High watermarks from Fetch responses (ListOffsets latest is wrong on tansu)."""
+    from rayconnect.kafka.admin import high_watermarks as topic_high_watermarks
+
+    wanted = list(partitions)
+    result: dict[str, int] = {}
+    for topic in sorted({p.topic for p in wanted}):
+        marks = await topic_high_watermarks(
+            cluster.bootstrap_servers, topic, **client_properties(cluster.properties)
+        )
+        for p in wanted:
+            if p.topic == topic:
+                result[p.key] = marks[p.partition]
+    return result

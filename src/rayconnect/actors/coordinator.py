@@ -1,0 +1,238 @@
+"""Coordinator actor ``<pipeline>/coordinator``: runs the rounds of one sink pipeline.
+
+A thin shell around ``protocol.coordinator.Coordinator``. At (re)start it claims a new epoch
+in the table - from then on no older coordinator can commit (I3) - reads the committed
+offsets (I2) and lets the machine send the first START. Table IO (commit, reload, vacuum) runs
+in a worker thread so messages keep flowing while delta-rs works; a commit that does not
+return within ``write_timeout_s`` is reported as failed, and the machine reloads the table
+rather than guess whether it landed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import statistics
+import time
+from typing import Any
+
+import msgspec
+import ray
+
+from rayconnect.actors import names
+from rayconnect.config import SinkPipelineConfig
+from rayconnect.protocol.coordinator import Coordinator, CoordinatorConfig
+from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, Ready, ReloadTable, Send
+from rayconnect.protocol.messages import Message, RequestCommit
+
+log = logging.getLogger(__name__)
+
+MAX_TICK_S = 0.25
+VACUUM_EVERY_S = 3600.0
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
+class CoordinatorActor:
+    async def __init__(self, config: SinkPipelineConfig, partitions: list[str]) -> None:
+        from rayconnect.spark_bridge.delta import DeltaCommitter
+
+        self.config = config
+        self.committer = DeltaCommitter(config.sink.path, config.name)
+        self.machine = Coordinator(
+            config.name,
+            partitions,
+            CoordinatorConfig(
+                commit_interval_s=config.commit.commit_interval_s,
+                write_timeout_s=config.commit.write_timeout_s,
+            ),
+        )
+        self.participants = {
+            key: ray.get_actor(names.participant(config.name, key), namespace=names.NAMESPACE)
+            for key in partitions
+        }
+        self.started_at = time.time()
+        self.table_version: int | None = None
+        self.round_durations: collections.deque[float] = collections.deque(maxlen=1000)
+        self.commit_latencies: collections.deque[float] = collections.deque(maxlen=1000)
+        self.records_committed = 0
+        self.fenced: str | None = None
+        self._recovered = asyncio.Event()
+        self._error: str | None = None
+        self._last_vacuum = time.monotonic()
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
+        self._main_task = asyncio.get_running_loop().create_task(self._main())
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    async def _main(self) -> None:
+        epoch, offsets = await self._claim_until_done()
+        await self._apply(lambda: self.machine.recover(epoch, offsets, time.monotonic()))
+        self._recovered.set()
+        while self.fenced is None:
+            deadline = self.machine.next_deadline()
+            wait = MAX_TICK_S if deadline is None else deadline - time.monotonic()
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, min(wait, MAX_TICK_S)))
+            await self._apply(lambda: self.machine.tick(time.monotonic()))
+
+    async def _claim_until_done(self) -> tuple[int, dict[str, int]]:
+        """Claim a new epoch and read the offsets; a table that cannot be reached yet is
+        retried, not fatal, so a restarted coordinator waits out a storage hiccup."""
+        while True:
+            try:
+                epoch, offsets, self.table_version = await asyncio.to_thread(self._claim)
+                self._error = None
+                return epoch, offsets
+            except Exception as e:
+                self._error = f"recovery failed: {type(e).__name__}: {e}"
+                log.warning("coordinator %s: %s", self.config.name, self._error)
+                await asyncio.sleep(1.0)
+
+    def _claim(self) -> tuple[int, dict[str, int], int]:
+        self.committer.ensure_table()
+        epoch = self.committer.claim_epoch()
+        offsets = self.committer.committed_offsets(self.participants)
+        return epoch, offsets, self.committer.version()
+
+    async def ready(self, timeout_s: float = 120.0) -> bool:
+        """Wait until the coordinator claimed its epoch and sent the first START."""
+        try:
+            await asyncio.wait_for(self._recovered.wait(), timeout_s)
+        except TimeoutError:
+            raise RuntimeError(f"coordinator not ready in {timeout_s} s: {self._error}") from None
+        return True
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    async def deliver(self, message: Message) -> None:
+        """WRITE-STATUS or REQUEST-COMMIT from a participant."""
+        await self._recovered.wait()
+        await self._apply(lambda: self.machine.step(message, time.monotonic()))
+
+    async def shutdown(self, commit: bool = True, timeout_s: float = 60.0) -> dict[str, Any]:
+        """End the open round now and wait for its commit (if ``commit``), then stop ticking."""
+        if commit and self.fenced is None and self._recovered.is_set():
+            before = self.machine.status()
+            ended = before.rounds_committed + before.rounds_discarded + before.rounds_empty
+            partitions = before.partitions
+            if partitions:  # REQUEST-COMMIT is the protocol's way to end a round early
+                early = RequestCommit(self.machine.epoch, self.machine.txn_id, partitions[0])
+                await self._apply(lambda: self.machine.step(early, time.monotonic()))
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                s = self.machine.status()
+                if s.rounds_committed + s.rounds_discarded + s.rounds_empty > ended:
+                    break
+                await asyncio.sleep(0.05)
+        self._main_task.cancel()
+        return await self.status()
+
+    async def close(self) -> None:
+        self._main_task.cancel()
+
+    # -- effects ---------------------------------------------------------------------------
+
+    async def _apply(self, step) -> None:
+        async with self._lock:
+            await self._carry_out(step())
+
+    async def _carry_out(self, ready: Ready) -> None:
+        for effect in ready:
+            if isinstance(effect, Broadcast):
+                for key in effect.to:
+                    self.participants[key].deliver.remote(effect.message)
+            elif isinstance(effect, Send):
+                self.participants[effect.to].deliver.remote(effect.message)
+            elif isinstance(effect, CommitTable):
+                asyncio.get_running_loop().create_task(self._commit(effect))
+            elif isinstance(effect, ReloadTable):
+                asyncio.get_running_loop().create_task(self._reload())
+            elif isinstance(effect, Fenced):
+                self.fenced = f"epoch {effect.epoch} fenced by epoch {effect.table_epoch}"
+                log.warning("coordinator %s: %s; stopping", self.config.name, self.fenced)
+                self._main_task.cancel()
+            else:
+                raise TypeError(f"coordinator cannot carry out {effect!r}")
+
+    async def _commit(self, commit: CommitTable) -> None:
+        started = time.monotonic()
+        try:
+            version = await asyncio.wait_for(
+                asyncio.to_thread(
+                    self.committer.commit,
+                    list(commit.files),
+                    commit.offsets,
+                    commit.expected,
+                    commit.metadata,
+                    commit.epoch,
+                ),
+                self.config.commit.write_timeout_s,
+            )
+        except Exception as e:
+            reason = f"{type(e).__name__}: {e}"
+            log.warning("coordinator %s: commit failed: %s", self.config.name, reason)
+            await self._apply(lambda: self.machine.commit_failed(reason, time.monotonic()))
+            return
+        self.commit_latencies.append(time.monotonic() - started)
+        self.table_version = version
+        self.records_committed += sum(f.records for f in commit.files)
+        await self._apply(lambda: self.machine.commit_succeeded(version, time.monotonic()))
+        duration = self.machine.status().last_round_duration_s
+        if duration is not None:
+            self.round_durations.append(duration)
+        if time.monotonic() - self._last_vacuum > VACUUM_EVERY_S:
+            self._last_vacuum = time.monotonic()
+            asyncio.get_running_loop().create_task(self._vacuum())
+
+    async def _reload(self) -> None:
+        while True:
+            try:
+                offsets, epoch, version = await asyncio.to_thread(self._read_table)
+                break
+            except Exception as e:
+                self._error = f"reload failed: {type(e).__name__}: {e}"
+                await asyncio.sleep(1.0)
+        self.table_version = version
+        await self._apply(
+            lambda: self.machine.table_reloaded(offsets, time.monotonic(), table_epoch=epoch)
+        )
+
+    def _read_table(self) -> tuple[dict[str, int], int, int]:
+        return (
+            self.committer.committed_offsets(self.participants),
+            self.committer.epoch(),
+            self.committer.version(),
+        )
+
+    async def _vacuum(self) -> None:
+        hours = self.config.sink.vacuum_retention_hours
+        try:
+            removed = await asyncio.to_thread(self.committer.vacuum, hours)
+            log.info("coordinator %s: vacuum removed %d files", self.config.name, len(removed))
+        except Exception:
+            log.exception("coordinator %s: vacuum failed", self.config.name)
+
+    # -- status ----------------------------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        status = msgspec.to_builtins(self.machine.status())
+        durations = list(self.round_durations)
+        status.update(
+            table=self.config.sink.path,
+            table_version=self.table_version,
+            records_committed=self.records_committed,
+            fenced=self.fenced,
+            error=self._error,
+            round_s_median=statistics.median(durations) if durations else None,
+            round_s_max=max(durations) if durations else None,
+            commit_s_median=(
+                statistics.median(self.commit_latencies) if self.commit_latencies else None
+            ),
+            started_at=self.started_at,
+        )
+        return status

@@ -1,0 +1,174 @@
+"""Participant actor ``<pipeline>/participant/<cluster>/<topic>/<partition>``.
+
+A thin shell around ``protocol.participant.Participant``: Ray calls and a timer become
+machine inputs, and the effects the machine returns are carried out here, in order, one
+Ready at a time (a lock keeps two Readies from interleaving at an ``await``). The only state
+kept outside the machine is the handles of its peers. Ray restarts this actor when it dies;
+the fresh machine is paused and waits for the coordinator's next START, which carries the
+table's offsets (I2) - so nothing the dead incarnation buffered is ever reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import msgspec
+import ray
+
+from rayconnect.actors import names
+from rayconnect.config import CommitSettings, StartingOffsets
+from rayconnect.protocol.effects import (
+    Flush,
+    Pause,
+    Ready,
+    Resume,
+    Seek,
+    SeekToPolicy,
+    Send,
+)
+from rayconnect.protocol.messages import Message
+from rayconnect.protocol.participant import Participant, ParticipantConfig, State
+from rayconnect.protocol.types import ClusterMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.25
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
+class ParticipantActor:
+    async def __init__(
+        self,
+        pipeline: str,
+        key: str,
+        table_path: str,
+        commit: CommitSettings,
+        cluster: ClusterMetadata,
+        starting_offsets: StartingOffsets | dict[str, int] = "earliest",
+    ) -> None:
+        self.pipeline = pipeline
+        self.key = key
+        self.table_path = table_path
+        self.cluster = cluster
+        self.starting_offsets = starting_offsets
+        self.machine = Participant(
+            key,
+            ParticipantConfig(
+                flush_max_records=commit.flush_max_records,
+                flush_max_bytes=commit.flush_max_bytes,
+                flush_max_age_s=commit.flush_max_age_s,
+                request_commit_after_flushes=commit.request_commit_after_flushes,
+            ),
+        )
+        self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
+        self.reader: Any = None
+        self._coordinator: Any = None
+        self._lock = asyncio.Lock()
+        self.records_in = 0
+        self.flushes = 0
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    async def deliver(self, message: Message) -> None:
+        """A coordinator message: START-COMMIT, END-COMMIT or ACK-COMMIT."""
+        await self._apply(lambda: self.machine.step(message, time.monotonic()))
+
+    async def records(
+        self, first_offset: int, next_offset: int, count: int, nbytes: int, refs: list
+    ) -> None:
+        """A batch from the reader; ``refs`` is a one-element list so Ray passes the ref."""
+        self.records_in += count
+        await self._apply(
+            lambda: self.machine.records(
+                first_offset, next_offset, count, nbytes, refs[0], time.monotonic()
+            )
+        )
+
+    async def reader_attached(self, reader: Any) -> tuple[int | None, bool]:
+        """A reader (new, or restarted by Ray) serves this partition. Returns where it must
+        seek (None: nowhere yet) and whether to resume - the reader applies both itself, so
+        this call never calls back into a reader that is still starting."""
+        self.reader = reader
+        writing = self.machine.state is State.WRITING
+        return self.machine.position, writing and self.machine.position is not None
+
+    async def status(self) -> dict[str, Any]:
+        status = msgspec.to_builtins(self.machine.status())
+        status.update(records_in=self.records_in, flushes=self.flushes)
+        return status
+
+    async def close(self) -> None:
+        self._ticker.cancel()
+
+    # -- effects ---------------------------------------------------------------------------
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self._apply(lambda: self.machine.tick(time.monotonic()))
+            except Exception:
+                log.exception("participant %s: tick failed", self.key)
+
+    async def _apply(self, step) -> None:
+        async with self._lock:
+            await self._carry_out(step())
+
+    async def _carry_out(self, ready: Ready) -> None:
+        for effect in ready:
+            if isinstance(effect, Send):
+                self._coordinator_handle().deliver.remote(effect.message)
+            elif isinstance(effect, Flush):
+                self.flushes += 1
+                asyncio.get_running_loop().create_task(self._flush(effect))
+            elif isinstance(effect, Seek):
+                if self.reader is not None:
+                    await self.reader.seek.remote(self.key, effect.offset)
+            elif isinstance(effect, SeekToPolicy):
+                offset = await self._policy_offset()
+                if self.reader is not None:
+                    await self.reader.seek.remote(self.key, offset)
+                await self._carry_out(self.machine.position_resolved(offset, time.monotonic()))
+            elif isinstance(effect, Pause):
+                if self.reader is not None:
+                    await self.reader.pause.remote(self.key)
+            elif isinstance(effect, Resume):
+                if self.reader is not None:
+                    await self.reader.resume.remote(self.key)
+            else:
+                raise TypeError(f"participant cannot carry out {effect!r}")
+
+    async def _flush(self, flush: Flush) -> None:
+        try:
+            files = await self.writer.write.remote(self.table_path, list(flush.batches))
+        except Exception as e:
+            reason = f"{type(e).__name__}: {e}"
+            log.warning("participant %s: flush %d failed: %s", self.key, flush.flush_id, reason)
+            await self._apply(
+                lambda: self.machine.flush_failed(flush.flush_id, reason, time.monotonic())
+            )
+            return
+        await self._apply(lambda: self.machine.flushed(flush.flush_id, files, time.monotonic()))
+
+    def _coordinator_handle(self) -> Any:
+        if self._coordinator is None:
+            self._coordinator = ray.get_actor(
+                names.coordinator(self.pipeline), namespace=names.NAMESPACE
+            )
+        return self._coordinator
+
+    async def _policy_offset(self) -> int:
+        """Where a partition the table never committed starts: explicit, earliest or latest."""
+        from rayconnect.kafka.discovery import beginning_offsets, high_watermarks
+
+        policy = self.starting_offsets
+        if isinstance(policy, dict) and self.key in policy:
+            return policy[self.key]
+        tp = TopicPartition.from_key(self.key)
+        if policy == "latest":
+            return (await high_watermarks(self.cluster, [tp]))[self.key]
+        return (await beginning_offsets(self.cluster, [tp]))[self.key]
