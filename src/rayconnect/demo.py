@@ -140,8 +140,7 @@ def run_demo(
         print("  ray         starting a local Ray and the Spark writer (~20-30 s)...", file=out)
         ray.init(namespace="rayconnect", ignore_reinit_error=True, log_to_driver=False)
         try:
-            writer = start_writer(f"{PIPELINE}/writer", detached=False)
-            ray.get(writer.ready.remote(), timeout=300)
+            writer = start_writer(f"{PIPELINE}/writer", timeout_s=300)
             timings["startup_s"] = time.monotonic() - t
 
             committer = DeltaCommitter(table_path, PIPELINE)
@@ -210,6 +209,9 @@ def _summary(r: DemoResult, out) -> None:
     print(f"  elapsed            {r.elapsed_s:.1f} s ({n / r.elapsed_s:,.0f} records/s end to end)", file=out)
     steps = ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in r.timings.items())
     print(f"  steps              {steps}", file=out)
+    data_s = sum(r.timings.get(k, 0.0) for k in ("read_s", "write_s", "commit_s"))
+    if data_s:
+        print(f"  data path          {n / data_s:,.0f} records/s (read + write + commit)", file=out)
     print(f"  table              {r.table}", file=out)
     print(f"  read it            python -c \"import polars as pl; print(pl.read_delta('{r.table}'))\"", file=out)
     print(f"                     duckdb -c \"INSTALL delta; LOAD delta; SELECT count(*) FROM delta_scan('{r.table}')\"", file=out)
