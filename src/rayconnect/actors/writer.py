@@ -191,7 +191,11 @@ class WriterActor:
             for request in batch:
                 by_table.setdefault(request.table_path, []).append(request)
             for table_path, requests in by_table.items():
-                await self._write_requests(table_path, requests)
+                try:
+                    await self._write_requests(table_path, requests)
+                except Exception as exc:  # never let the loop die: callers would hang
+                    log.exception("writer %s: unexpected error", self._app_name)
+                    self._fail(requests, exc)
 
     async def _write_requests(self, table_path: str, requests: list[_Request]) -> None:
         try:

@@ -1,0 +1,343 @@
+"""Commit staged Parquet files and Kafka offsets to a Delta table in ONE version (delta-rs).
+
+The table is the only source of truth for committed offsets (design.md, I2): each
+topic-partition has a Delta ``txn`` action, app id ``"<pipeline>/<cluster>/<topic>/<part>"``,
+version = the next offset to read. A commit adds the round's files and sets those versions
+atomically.
+
+Fencing (I3). delta-rs rejects a concurrent commit only when both carry a ``txn`` with the
+same app id; it does not stop a txn version going backwards, and it silently rebases
+commits with disjoint app ids. So:
+
+- ``commit`` compares the table's current versions with the ones the round started from
+  (``expected``) before writing - compare-and-set; a race inside that window is caught by
+  delta-rs because the competing commit carries the same app ids.
+- The coordinator epoch lives in its own txn, ``"<pipeline>/_coordinator"``. ``claim_epoch``
+  bumps it; every epoch-fenced ``commit`` re-asserts it (same value) in its own txn list, so a
+  claim that races a commit conflicts instead of being rebased around it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction, CommitProperties, Transaction
+
+from rayconnect.protocol.types import DataFile
+from rayconnect.schema import RAW_RECORD_SCHEMA
+from rayconnect.spark_bridge.files import STAGING_DIR, delta_stats_json, schema_differences
+
+COORDINATOR_KEY = "_coordinator"
+#: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
+DEFAULT_MIN_RETENTION_HOURS = 168
+_COMMIT_ID = "rayconnect.commitId"
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
+_COMMIT_JSON = re.compile(r"^(\d{20})\.json$")
+
+
+class OffsetMismatchError(RuntimeError):
+    """The table's offsets are not the ones this round started from: nothing committed."""
+
+    def __init__(self, mismatches: Mapping[str, tuple[int | None, int | None]]) -> None:
+        self.mismatches = dict(mismatches)
+        detail = ", ".join(
+            f"{key}: expected {exp}, table has {cur}"
+            for key, (exp, cur) in sorted(self.mismatches.items())
+        )
+        super().__init__(f"committed offsets changed since the round started ({detail})")
+
+
+class StaleEpochError(OffsetMismatchError):
+    """A newer coordinator epoch was claimed: this coordinator must never commit again."""
+
+
+class SchemaMismatchError(ValueError):
+    """A file (or the existing table) does not have the table's schema."""
+
+
+class CommitConflictError(RuntimeError):
+    """A concurrent commit touched the same partitions or epoch: this commit did not happen."""
+
+
+class DeltaCommitter:
+    """Commits rounds of one pipeline to one Delta table; reads back its committed offsets.
+
+    Not thread-safe; one per coordinator. Assumes a local (or locally mounted) table path,
+    the same path the writer's Spark executors write to.
+    """
+
+    def __init__(
+        self, table_path: str, pipeline: str, schema: pa.Schema = RAW_RECORD_SCHEMA
+    ) -> None:
+        self.table_path = os.path.abspath(table_path)
+        self.pipeline = pipeline
+        self.schema = schema
+        self._dt: DeltaTable | None = None
+
+    # -- table ----------------------------------------------------------------------------
+
+    def app_id(self, key: str) -> str:
+        """Delta txn app id of a partition key (or of ``COORDINATOR_KEY``)."""
+        return f"{self.pipeline}/{key}"
+
+    def ensure_table(self) -> DeltaTable:
+        """Create the table (all columns nullable) if missing; else check its schema."""
+        if not DeltaTable.is_deltatable(self.table_path):
+            nullable = pa.schema([f.with_nullable(True) for f in self.schema])
+            # "ignore": another coordinator creating it at the same time is fine.
+            DeltaTable.create(self.table_path, nullable, mode="ignore")
+        dt = DeltaTable(self.table_path)
+        problems = schema_differences(self._table_arrow_schema(dt), self.schema)
+        if problems:
+            raise SchemaMismatchError(
+                f"existing table {self.table_path} has another schema: {'; '.join(problems)}"
+            )
+        self._dt = dt
+        return dt
+
+    def _table(self) -> DeltaTable:
+        """The table at its latest version (the object never sees commits by itself)."""
+        if self._dt is None:
+            return self.ensure_table()
+        self._dt.update_incremental()
+        return self._dt
+
+    @staticmethod
+    def _table_arrow_schema(dt: DeltaTable) -> pa.Schema:
+        return pa.schema(dt.schema().to_arrow())
+
+    def version(self) -> int:
+        """Latest table version."""
+        return self._table().version()
+
+    # -- offsets --------------------------------------------------------------------------
+
+    def committed_offsets(self, keys: Iterable[str] | None = None) -> dict[str, int]:
+        """Partition key -> committed next offset; partitions never committed are absent.
+
+        ``keys=None`` lists every partition this pipeline ever committed, from the log
+        (delta-rs has no API listing txn app ids). ``_coordinator`` is never included.
+        """
+        dt = self._table()
+        if keys is None:
+            prefix = f"{self.pipeline}/"
+            keys = sorted(
+                app[len(prefix) :]
+                for app in self._log_app_ids(dt.version())
+                if app.startswith(prefix) and app != self.app_id(COORDINATOR_KEY)
+            )
+        found: dict[str, int] = {}
+        for key in keys:
+            version = dt.transaction_version(self.app_id(key))
+            if version is not None:
+                found[key] = version
+        return found
+
+    def epoch(self) -> int:
+        """The current coordinator epoch (0 = never claimed)."""
+        return self._table().transaction_version(self.app_id(COORDINATOR_KEY)) or 0
+
+    def _log_app_ids(self, version: int) -> set[str]:
+        """Every txn app id in the log up to ``version``: last checkpoint + later commits.
+
+        Values are read with ``transaction_version`` afterwards; this only finds the ids.
+        Classic (single or multi-part) checkpoints only, which is what delta-rs writes.
+        """
+        log_dir = os.path.join(self.table_path, "_delta_log")
+        names = os.listdir(log_dir)
+        checkpoints: dict[int, list[str]] = {}
+        for name in names:
+            m = _CHECKPOINT.match(name)
+            if m and int(m.group(1)) <= version:
+                checkpoints.setdefault(int(m.group(1)), []).append(name)
+        start = max(checkpoints, default=-1)
+        app_ids: set[str] = set()
+        for name in checkpoints.get(start, []):
+            path = os.path.join(log_dir, name)
+            if "txn" not in pq.read_schema(path).names:
+                continue
+            column = pq.read_table(path, columns=["txn"]).column("txn")
+            app_ids.update(row["appId"] for row in column.to_pylist() if row)
+        for name in names:
+            m = _COMMIT_JSON.match(name)
+            if m and start < int(m.group(1)) <= version:
+                for action in _read_commit(os.path.join(log_dir, name)):
+                    if "txn" in action:
+                        app_ids.add(action["txn"]["appId"])
+        return app_ids
+
+    # -- commit ---------------------------------------------------------------------------
+
+    def commit(
+        self,
+        files: Sequence[DataFile],
+        offsets: Mapping[str, int],
+        expected: Mapping[str, int | None],
+        metadata: Mapping[str, str] | None = None,
+        epoch: int | None = None,
+    ) -> int:
+        """Commit ``files`` and set each partition's offset, in ONE table version.
+
+        ``expected[key]`` is the offset the round started from (None = never committed).
+        Raises ``OffsetMismatchError`` (or ``StaleEpochError`` if ``epoch`` is given and a
+        newer one was claimed) if the table moved on, ``SchemaMismatchError`` if a file has
+        another schema, ``CommitConflictError`` if a concurrent commit won the race; in every
+        case nothing is committed. Returns the new table version.
+        """
+        dt = self._table()
+        read_version = dt.version()
+        if epoch is not None:
+            # Checked first: a fenced coordinator must learn that it is fenced (and stop),
+            # not that offsets moved (and retry).
+            current = dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0
+            if current != epoch:
+                raise StaleEpochError({COORDINATOR_KEY: (epoch, current)})
+        self._check_offsets(dt, offsets, expected)
+        txns = [Transaction(self.app_id(k), v) for k, v in sorted(offsets.items())]
+        if epoch is not None:
+            # Re-asserting the epoch makes a racing claim_epoch conflict with this commit.
+            txns.append(Transaction(self.app_id(COORDINATOR_KEY), epoch))
+        adds = [self._add_action(f, self._table_arrow_schema(dt)) for f in files]
+        return self._write(dt, read_version, adds, txns, dict(metadata or {}))
+
+    def claim_epoch(self) -> int:
+        """Become the coordinator: bump ``<pipeline>/_coordinator`` and return the new epoch.
+
+        From then on, commits with an older epoch fail. Two concurrent claims: one wins, the
+        other raises ``CommitConflictError``.
+        """
+        dt = self._table()
+        read_version = dt.version()
+        new_epoch = (dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0) + 1
+        txns = [Transaction(self.app_id(COORDINATOR_KEY), new_epoch)]
+        self._write(dt, read_version, [], txns, {"rayconnect.epoch": str(new_epoch)})
+        return new_epoch
+
+    def _check_offsets(
+        self, dt: DeltaTable, offsets: Mapping[str, int], expected: Mapping[str, int | None]
+    ) -> None:
+        missing = sorted(set(offsets) - set(expected))
+        if missing:
+            raise ValueError(f"no expected offset given for {missing}")
+        if COORDINATOR_KEY in offsets:
+            raise ValueError(f"{COORDINATOR_KEY!r} is not a partition; use epoch=")
+        mismatches: dict[str, tuple[int | None, int | None]] = {}
+        for key, new in offsets.items():
+            start = expected[key]
+            if start is not None and new < start:
+                raise ValueError(f"{key}: offset would go backwards ({start} -> {new})")
+            current = dt.transaction_version(self.app_id(key))
+            if current != start:
+                mismatches[key] = (start, current)
+        if mismatches:
+            raise OffsetMismatchError(mismatches)
+
+    def _add_action(self, data_file: DataFile, table_schema: pa.Schema) -> AddAction:
+        """Check the file's footer against the table (delta-rs would not) and describe it."""
+        full = os.path.join(self.table_path, data_file.path)
+        try:
+            file_schema = pq.read_schema(full)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise SchemaMismatchError(
+                f"{data_file.path}: not a readable Parquet file ({exc})"
+            ) from exc
+        problems = schema_differences(file_schema, table_schema)
+        if problems:
+            raise SchemaMismatchError(
+                f"{data_file.path} does not match the table schema: {'; '.join(problems)}"
+            )
+        return AddAction(
+            path=data_file.path,
+            size=data_file.size,
+            partition_values={},
+            modification_time=data_file.modification_time_ms,
+            data_change=True,
+            stats=delta_stats_json(data_file),
+        )
+
+    def _write(
+        self,
+        dt: DeltaTable,
+        read_version: int,
+        adds: list[AddAction],
+        txns: list[Transaction],
+        metadata: dict[str, str],
+    ) -> int:
+        commit_id = uuid.uuid4().hex
+        metadata[_COMMIT_ID] = commit_id
+        try:
+            dt.create_write_transaction(
+                adds,
+                "append",
+                self._table_arrow_schema(dt),
+                commit_properties=CommitProperties(app_transactions=txns, custom_metadata=metadata),
+            )
+        except CommitFailedError as exc:
+            raise CommitConflictError(
+                f"concurrent commit to {self.table_path} touched the same app ids "
+                f"({[t.app_id for t in txns]}); nothing committed: {exc}"
+            ) from exc
+        dt.update_incremental()
+        return self._find_commit(commit_id, read_version, dt.version())
+
+    def _find_commit(self, commit_id: str, after: int, latest: int) -> int:
+        """The version our commit got (a concurrent, rebased-over commit may be later)."""
+        log_dir = os.path.join(self.table_path, "_delta_log")
+        for version in range(after + 1, latest + 1):
+            for action in _read_commit(os.path.join(log_dir, f"{version:020d}.json")):
+                if action.get("commitInfo", {}).get(_COMMIT_ID) == commit_id:
+                    return version
+        return latest  # log cleaned up in between: only a concurrent writer could do that
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    def vacuum(self, retention_hours: float, dry_run: bool = False) -> list[str]:
+        """Delete files not in the table (aborted rounds' staging files) older than retention.
+
+        ``retention_hours`` must exceed the longest open round, or a file being written for
+        the current round could be deleted before it is committed. Runs delta-rs's *full*
+        vacuum: the default mode only removes files the log marks as removed, never files
+        the log has not seen. Returns the relative paths removed.
+        """
+        dt = self._table()
+        # delta-rs takes whole hours; round UP so a file is never removed earlier than asked.
+        hours = math.ceil(retention_hours)
+        removed = dt.vacuum(
+            retention_hours=hours,
+            dry_run=dry_run,
+            # delta-rs refuses a retention below the table's default (a week) unless told
+            # not to check; rounds last seconds, so short retentions are the normal case.
+            enforce_retention_duration=hours >= DEFAULT_MIN_RETENTION_HOURS,
+            full=True,
+        )
+        if not dry_run:
+            _remove_empty_dirs(os.path.join(self.table_path, STAGING_DIR))
+        return removed
+
+
+def _remove_empty_dirs(root: str) -> None:
+    """Drop the staging folders vacuum emptied (it deletes files, never folders)."""
+    if not os.path.isdir(root):
+        return
+    for dirpath, _dirnames, _filenames in os.walk(root, topdown=False):
+        if dirpath != root:
+            with contextlib.suppress(OSError):  # only succeeds when empty
+                os.rmdir(dirpath)
+
+
+def _read_commit(path: str) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []

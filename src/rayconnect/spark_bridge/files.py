@@ -1,0 +1,156 @@
+"""Parquet footers -> ``DataFile`` entries, Delta stats JSON, and schema comparison.
+
+Shared by the writer (which describes the files Spark wrote) and the committer (which checks
+every file against the table before committing it). Everything is read from the Parquet
+footer, never from the data pages: ~0.5 ms a file, so describing the files of a round costs
+nothing next to the Spark job that wrote them.
+
+Why stats at all: delta-rs, polars and DuckDB take a file's row count from the AddAction
+stats; with empty stats readers count 0 rows, and min/max let readers skip files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rayconnect.protocol.types import DataFile, FileStats
+
+#: Folder (under the table root) where writers stage files before they are committed. Not
+#: ``_staging``: delta-rs's vacuum skips top-level folders starting with ``_`` or ``.``, so
+#: the files of aborted rounds would never be removed.
+STAGING_DIR = "staging"
+
+#: Delta truncates string stats; a longer min/max could be wrong as a bound, so it is left
+#: out (no stat = no file skipping, never a wrong answer).
+MAX_STRING_STAT = 32
+
+
+def normalize_type(t: pa.DataType) -> pa.DataType:
+    """The part of an Arrow type Delta cares about.
+
+    Dropped: nullability, field metadata and list item names (Spark writes ``element``,
+    pyarrow defaults to ``item``), none of which changes how Delta reads the column.
+    """
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(normalize_type(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, normalize_type(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(normalize_type(t.key_type), normalize_type(t.item_type))
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    return t
+
+
+def schema_differences(file_schema: pa.Schema, table_schema: pa.Schema) -> list[str]:
+    """Human-readable differences that would make the file unreadable as part of the table.
+
+    Empty list = compatible. Column order and nullability are ignored (the table's columns
+    are all nullable; Delta reads files by column name).
+    """
+    problems: list[str] = []
+    file_fields = {f.name: f for f in file_schema}
+    for field in table_schema:
+        other = file_fields.pop(field.name, None)
+        if other is None:
+            problems.append(f"missing column {field.name!r}")
+        elif normalize_type(other.type) != normalize_type(field.type):
+            problems.append(f"column {field.name!r} is {other.type}, table has {field.type}")
+    problems.extend(f"extra column {name!r}" for name in file_fields)
+    return problems
+
+
+def _stat_value(value: Any) -> int | float | str | None:
+    """A footer min/max as a Delta stats JSON value (timestamps as ISO-8601 UTC, µs)."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= MAX_STRING_STAT else None
+    return None  # binary and anything else: no min/max
+
+
+def footer_stats(metadata: pq.FileMetaData) -> FileStats:
+    """Min/max/null count per top-level primitive column, merged over all row groups.
+
+    Binary columns (Kafka key/value) get a null count only: their bounds are neither
+    useful for skipping nor representable in Delta's JSON stats.
+    """
+    schema = metadata.schema.to_arrow_schema()
+    primitive = {f.name for f in schema if not pa.types.is_nested(f.type)}
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    no_minmax: set[str] = set()
+    for rg in range(metadata.num_row_groups):
+        row_group = metadata.row_group(rg)
+        for ci in range(row_group.num_columns):
+            col = row_group.column(ci)
+            name = col.path_in_schema
+            if name not in primitive:
+                continue
+            st = col.statistics
+            if st is None:
+                no_minmax.add(name)
+                continue
+            if st.has_null_count:
+                nulls[name] = nulls.get(name, 0) + st.null_count
+            if not st.has_min_max:
+                # all-null row groups have no min/max and don't affect the file's bounds
+                if st.has_null_count and st.null_count == row_group.num_rows:
+                    continue
+                no_minmax.add(name)
+                continue
+            lo, hi = st.min, st.max
+            mins[name] = lo if name not in mins else min(mins[name], lo)
+            maxs[name] = hi if name not in maxs else max(maxs[name], hi)
+    min_values: dict[str, int | float | str | None] = {}
+    max_values: dict[str, int | float | str | None] = {}
+    for name in mins:
+        if name in no_minmax:
+            continue
+        lo, hi = _stat_value(mins[name]), _stat_value(maxs[name])
+        if lo is not None and hi is not None:
+            min_values[name] = lo
+            max_values[name] = hi
+    return FileStats(min_values=min_values, max_values=max_values, null_count=nulls)
+
+
+def describe_file(table_path: str, rel_path: str) -> tuple[DataFile, pa.Schema]:
+    """Build the ``DataFile`` of one Parquet file under ``table_path`` from its footer.
+
+    Also returns the file's Arrow schema, so a caller can check it without a second read.
+    """
+    full = os.path.join(table_path, rel_path)
+    st = os.stat(full)
+    metadata = pq.read_metadata(full)
+    data_file = DataFile(
+        path=rel_path,
+        size=st.st_size,
+        records=metadata.num_rows,
+        modification_time_ms=int(st.st_mtime * 1000),
+        stats=footer_stats(metadata),
+    )
+    return data_file, metadata.schema.to_arrow_schema()
+
+
+def delta_stats_json(data_file: DataFile) -> str:
+    """The ``stats`` string of a Delta AddAction for this file."""
+    stats: dict[str, Any] = {"numRecords": data_file.records}
+    if data_file.stats.min_values:
+        stats["minValues"] = data_file.stats.min_values
+        stats["maxValues"] = data_file.stats.max_values
+    if data_file.stats.null_count:
+        stats["nullCount"] = data_file.stats.null_count
+    return json.dumps(stats, separators=(",", ":"))

@@ -1,0 +1,161 @@
+"""Start and stop the Spark-on-Ray session (RayDP) that writes the Parquet files.
+
+Everything here encodes facts measured on Java 17 + raydp 1.6.5 + pyspark 3.5.7
+(see shared notes ray-spark.md / tables.md):
+
+- Java 17 refuses Spark's and Arrow's reflective access unless every JVM - the driver, the
+  executors *and* RayDP's app master - gets the ``--add-opens`` flags. Missing them on the app
+  master makes ``to_spark`` hang for minutes instead of failing, so we set all three.
+- Executors must run the same Python as the caller (``PYSPARK_PYTHON``), or they start the
+  system python that has no pyspark.
+- Parquet files must be readable by delta-rs *and* pyiceberg: microsecond timestamps (INT96
+  is rejected by Iceberg), UTC session time zone, and no ``_SUCCESS`` marker file in the
+  table folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Packages Spark / Arrow / Netty open reflectively on Java 17.
+ADD_OPENS_PACKAGES: tuple[str, ...] = (
+    "java.lang",
+    "java.lang.invoke",
+    "java.lang.reflect",
+    "java.io",
+    "java.net",
+    "java.nio",
+    "java.math",
+    "java.text",
+    "java.util",
+    "java.util.concurrent",
+    "java.util.concurrent.atomic",
+    "sun.nio.ch",
+    "sun.nio.cs",
+    "sun.security.action",
+    "sun.util.calendar",
+)
+
+_JAVA_FIX = (
+    "install OpenJDK 17: apt-get install -y openjdk-17-jre-headless, "
+    "or set JAVA_HOME to a Java >= {min} installation"
+)
+
+
+class JavaNotFoundError(RuntimeError):
+    """No usable Java: Spark (and so the writer) cannot start."""
+
+
+def _java_executable() -> str | None:
+    """The java binary Spark will use: JAVA_HOME first (as spark-submit does), then PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        candidate = os.path.join(home, "bin", "java")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("java")
+
+
+def parse_java_major(version_output: str) -> int | None:
+    """Major version from ``java -version`` output ('1.8.0_392' -> 8, '17.0.15' -> 17)."""
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if match is None:
+        return None
+    major = int(match.group(1))
+    if major == 1 and match.group(2) is not None:  # pre-9 scheme: 1.<major>
+        major = int(match.group(2))
+    return major
+
+
+def require_java(min_version: int = 17) -> int:
+    """Check that Java >= ``min_version`` is installed; return its major version.
+
+    Checked up front because a missing or old JVM otherwise surfaces deep inside RayDP as an
+    opaque gateway error (or a hang), long after the actor started.
+    """
+    fix = _JAVA_FIX.format(min=min_version)
+    java = _java_executable()
+    if java is None:
+        raise JavaNotFoundError(f"java not found (Spark needs Java >= {min_version}): {fix}")
+    try:
+        proc = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise JavaNotFoundError(f"could not run {java} -version ({exc}): {fix}") from exc
+    output = proc.stderr + proc.stdout  # java prints its version on stderr
+    major = parse_java_major(output)
+    if major is None:
+        raise JavaNotFoundError(f"could not parse the output of {java} -version: {fix}")
+    if major < min_version:
+        raise JavaNotFoundError(f"{java} is Java {major}, Spark needs >= {min_version}: {fix}")
+    return major
+
+
+def java_options() -> str:
+    """JVM options every Spark JVM of the session needs on Java 17."""
+    opens = " ".join(f"--add-opens=java.base/{pkg}=ALL-UNNAMED" for pkg in ADD_OPENS_PACKAGES)
+    return f"-XX:+IgnoreUnrecognizedVMOptions {opens}"
+
+
+def spark_configs() -> dict[str, str]:
+    """Spark settings for a writer session (see the module docstring for why each is here)."""
+    opts = java_options()
+    return {
+        "spark.driver.extraJavaOptions": opts,
+        "spark.executor.extraJavaOptions": opts,
+        "spark.ray.raydp_app_master.extraJavaOptions": opts,
+        # Files both delta-rs and pyiceberg accept.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+        # One small executor: don't let Spark fan a small write out into 200 shuffle tasks,
+        # and don't stop the job for the UI.
+        "spark.sql.shuffle.partitions": "1",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+
+
+def start_spark(
+    app_name: str,
+    executors: int = 1,
+    cores: int = 1,
+    memory: str = "1GB",
+    extra_configs: dict[str, str] | None = None,
+) -> SparkSession:
+    """Start RayDP's Spark cluster in this process and return its SparkSession.
+
+    One session per process (RayDP keeps a global context), so ``app_name`` must be unique per
+    process: RayDP names an actor ``<app_name>_SPARK_MASTER``. Requires ``ray.init`` done
+    (RayDP would otherwise start a private local Ray).
+    """
+    import raydp  # heavy import: only where Spark is really started
+
+    require_java()
+    # Executors are started by the JVM; they must run this interpreter, which has pyspark.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    configs = spark_configs()
+    configs.update(extra_configs or {})
+    return raydp.init_spark(
+        app_name=app_name,
+        num_executors=executors,
+        executor_cores=cores,
+        executor_memory=memory,
+        configs=configs,
+    )
+
+
+def stop_spark() -> None:
+    """Stop this process's RayDP session (its master and executor actors) if one runs."""
+    import raydp
+
+    raydp.stop_spark()

@@ -1,0 +1,58 @@
+"""Shared fixtures for tests with real parts: a local Ray that cleans up after itself, and
+helpers to build pipelines over the embedded broker and check tables exactly."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import ray
+
+RAY_TMP = Path("/tmp/ray")
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    """A local Ray for one test module; removes what this Ray left under /tmp/ray."""
+    before = set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()
+    ray.init(namespace="rayconnect", log_to_driver=False, include_dashboard=True)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        time.sleep(0.5)
+        for path in (set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()) - before:
+            if path.name == "session_latest":
+                continue
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(
+                missing_ok=True
+            )
+
+
+def actor_pid(name: str, namespace: str = "rayconnect", timeout_s: float = 30.0) -> int:
+    """The PID of a live named actor, from Ray's state API."""
+    from ray.util.state import list_actors
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = list_actors(filters=[("name", "=", name), ("state", "=", "ALIVE")])
+        alive = [a for a in alive if a.ray_namespace == namespace and a.pid]
+        if alive:
+            return int(alive[0].pid)
+        time.sleep(0.2)
+    raise TimeoutError(f"actor {name!r} not alive after {timeout_s} s")
+
+
+def kill_actor(name: str, how: str) -> None:
+    """Kill a named actor so that Ray restarts it: ``ray.kill`` or SIGKILL of its process."""
+    if how == "ray.kill":
+        ray.kill(ray.get_actor(name, namespace="rayconnect"), no_restart=False)
+    elif how == "sigkill":
+        os.kill(actor_pid(name), signal.SIGKILL)
+    else:
+        raise ValueError(how)

@@ -1,0 +1,229 @@
+"""WriterActor with real Ray + RayDP Spark, then DeltaCommitter: files per group, one job.
+
+One Ray + Spark start-up for the whole module (~20-30 s each time).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import ray
+from deltalake import DeltaTable
+
+from rayconnect.actors.writer import start_writer, writer_name
+from rayconnect.protocol.types import DataFile
+from rayconnect.schema import RAW_RECORD_SCHEMA
+from rayconnect.spark_bridge.delta import DeltaCommitter
+from rayconnect.spark_bridge.files import STAGING_DIR, schema_differences
+from rayconnect.spark_bridge.parquet_writer import InputSchemaError
+from rayconnect.spark_bridge.session import (
+    JavaNotFoundError,
+    parse_java_major,
+    require_java,
+    spark_configs,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+NAMESPACE = "rayconnect-test"
+HEADERS_TYPE = RAW_RECORD_SCHEMA.field("headers").type
+
+
+def records(partition: int, start: int, n: int, cluster: str = "c1") -> pa.Table:
+    offsets = pa.array(range(start, start + n), pa.int64())
+    return pa.table(
+        {
+            "cluster": pa.array([cluster] * n, pa.string()),
+            "topic": pa.array(["orders"] * n, pa.string()),
+            "partition": pa.array([partition] * n, pa.int32()),
+            "offset": offsets,
+            "timestamp": pc.cast(
+                pc.add(offsets, 1_700_000_000_000_000), pa.timestamp("us", tz="UTC")
+            ),
+            "key": pa.array([b"k%d" % i for i in range(start, start + n)], pa.binary()),
+            "value": pa.array([b"v%d" % i for i in range(start, start + n)], pa.binary()),
+            "headers": pa.array([[{"key": "h", "value": b"x"}]] * n, HEADERS_TYPE),
+        },
+        schema=RAW_RECORD_SCHEMA,
+    )
+
+
+@pytest.fixture(scope="module")
+def writer() -> Iterator[ray.actor.ActorHandle]:
+    t0 = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE)
+    t_ray = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    handle = start_writer(writer_name(f"test-{uuid.uuid4().hex[:6]}"), namespace=NAMESPACE)
+    stats = ray.get(handle.stats.remote())
+    print(
+        f"\nray.init {t_ray:.1f} s; writer ready {time.perf_counter() - t0:.1f} s "
+        f"(spark start {stats['spark_start_s']} s, warm-up {stats['warm_up_s']} s)"
+    )
+    try:
+        yield handle
+    finally:
+        try:
+            ray.get(handle.stop.remote(), timeout=60)
+        finally:
+            ray.kill(handle)
+            ray.shutdown()
+
+
+def read_files(table_path: Path, files: list[DataFile]) -> pa.Table:
+    return pa.concat_tables([pq.read_table(table_path / f.path) for f in files])
+
+
+def key_set(table: pa.Table) -> set[tuple[str, int, int]]:
+    rows = zip(
+        table.column("cluster").to_pylist(),
+        table.column("partition").to_pylist(),
+        table.column("offset").to_pylist(),
+        strict=True,
+    )
+    return set(rows)
+
+
+def expected_keys(partition: int, start: int, n: int) -> set[tuple[str, int, int]]:
+    return {("c1", partition, off) for off in range(start, start + n)}
+
+
+def jobs_delta(writer: ray.actor.ActorHandle, before: dict) -> tuple[int, int]:
+    after = ray.get(writer.stats.remote())
+    return (
+        after["spark_writes"] - before["spark_writes"],
+        after["spark_jobs"] - before["spark_jobs"],
+    )
+
+
+def test_three_groups_one_call(writer: ray.actor.ActorHandle, tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    groups = [[ray.put(records(p, 0, 300)), ray.put(records(p, 300, 200))] for p in range(3)]
+    before = ray.get(writer.stats.remote())
+    files = ray.get(writer.write_many.remote(str(table), groups))
+    assert jobs_delta(writer, before) == (1, 1)
+    assert len(files) == 3
+    for p, group_files in enumerate(files):
+        assert group_files, "every non-empty group gets files"
+        assert all(f.path.startswith(f"{STAGING_DIR}/") for f in group_files)
+        data = read_files(table, group_files)
+        assert data.num_rows == 500 == sum(f.records for f in group_files)
+        assert key_set(data) == expected_keys(p, 0, 500)
+        for f in group_files:
+            file_schema = pq.read_schema(table / f.path)
+            assert schema_differences(file_schema, RAW_RECORD_SCHEMA) == []
+            assert file_schema.equals(RAW_RECORD_SCHEMA)  # types incl. int32, ts[us, UTC]
+            assert f.stats.min_values["partition"] == p == f.stats.max_values["partition"]
+            assert f.size == (table / f.path).stat().st_size
+
+
+def test_concurrent_calls_are_gathered_then_committed(
+    writer: ray.actor.ActorHandle, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    committer = DeltaCommitter(str(table), "pipe")
+    committer.ensure_table()
+    keys = [f"c1/orders/{p}" for p in range(3)]
+    before = ray.get(writer.stats.remote())
+    calls = [writer.write.remote(str(table), [ray.put(records(p, 0, 1000))]) for p in range(3)]
+    files = ray.get(calls)
+    writes, jobs = jobs_delta(writer, before)
+    assert (writes, jobs) == (1, 1), "three concurrent calls must share one Spark job"
+    for p, group_files in enumerate(files):
+        assert key_set(read_files(table, group_files)) == expected_keys(p, 0, 1000)
+
+    t0 = time.perf_counter()
+    version = committer.commit(
+        [f for group in files for f in group],
+        {k: 1000 for k in keys},
+        {k: None for k in keys},
+        {"rayconnect.txn": "1"},
+    )
+    print(f"\ncommit of {sum(map(len, files))} files: {(time.perf_counter() - t0) * 1e3:.1f} ms")
+    assert version == 1
+
+    # Round two on top: the table must hold every record exactly once.
+    more = ray.get(
+        [writer.write.remote(str(table), [ray.put(records(p, 1000, 500))]) for p in range(3)]
+    )
+    committer.commit(
+        [f for group in more for f in group], {k: 1500 for k in keys}, {k: 1000 for k in keys}
+    )
+    data = DeltaTable(str(table)).to_pyarrow_table()
+    assert data.num_rows == 4500
+    assert len(key_set(data)) == 4500  # no duplicates
+    assert key_set(data) == set().union(*(expected_keys(p, 0, 1500) for p in range(3)))
+    assert committer.committed_offsets() == {k: 1500 for k in keys}
+
+
+def test_empty_groups_and_record_batches(writer: ray.actor.ActorHandle, tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    batch_ref = ray.put(records(1, 0, 50).to_batches()[0])
+    empty_ref = ray.put(RAW_RECORD_SCHEMA.empty_table())
+    files = ray.get(writer.write_many.remote(str(table), [[], [batch_ref], [empty_ref]]))
+    assert files[0] == [] and files[2] == []
+    assert key_set(read_files(table, files[1])) == expected_keys(1, 0, 50)
+    assert ray.get(writer.write.remote(str(table), [])) == []
+
+
+def test_bad_input_fails_only_its_caller(writer: ray.actor.ActorHandle, tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    bad = records(0, 0, 10).set_column(2, "partition", pa.array([0] * 10, pa.int64()))
+    good_call = writer.write.remote(str(table), [ray.put(records(1, 0, 10))])
+    bad_call = writer.write.remote(str(table), [ray.put(bad)])
+    assert key_set(read_files(table, ray.get(good_call))) == expected_keys(1, 0, 10)
+    with pytest.raises(InputSchemaError, match="partition"):
+        ray.get(bad_call)
+
+
+@pytest.mark.parametrize(
+    ("rows", "n_groups"), [(10_000, 1), (10_000, 4), (100_000, 4), (10_000, 16)]
+)
+def test_write_timing(
+    writer: ray.actor.ActorHandle, tmp_path: Path, rows: int, n_groups: int
+) -> None:
+    table = tmp_path / "t"
+    per_group = rows // n_groups
+    groups = [[ray.put(records(p, 0, per_group))] for p in range(n_groups)]
+    before = ray.get(writer.stats.remote())
+    t0 = time.perf_counter()
+    files = ray.get(writer.write_many.remote(str(table), groups))
+    elapsed = time.perf_counter() - t0
+    stats = ray.get(writer.stats.remote())
+    assert jobs_delta(writer, before) == (1, 1)
+    assert sum(f.records for group in files for f in group) == rows
+    print(
+        f"\nwrite {rows} rows in {n_groups} groups: {elapsed:.2f} s round trip, "
+        f"{stats['last_write_s']} s in write_groups (prepare {stats['last_prepare_s']} s, "
+        f"spark {stats['last_spark_s']} s), job ids {stats['last_job_ids']}"
+    )
+
+
+def test_require_java_and_configs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert parse_java_major('openjdk version "17.0.15" 2025-04-15') == 17
+    assert parse_java_major('java version "1.8.0_392"') == 8
+    assert require_java(17) >= 17
+    with pytest.raises(JavaNotFoundError, match="openjdk-17-jre-headless"):
+        require_java(99)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(JavaNotFoundError, match="JAVA_HOME"):
+        require_java()
+    configs = spark_configs()
+    for key in (
+        "spark.driver.extraJavaOptions",
+        "spark.executor.extraJavaOptions",
+        "spark.ray.raydp_app_master.extraJavaOptions",
+    ):
+        assert "-XX:+IgnoreUnrecognizedVMOptions" in configs[key]
+        assert "--add-opens=java.base/sun.util.calendar=ALL-UNNAMED" in configs[key]
+    assert configs["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS"
+    assert configs["spark.sql.session.timeZone"] == "UTC"
+    assert configs["spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs"] == "false"
