@@ -56,3 +56,9 @@ def kill_actor(name: str, how: str) -> None:
         os.kill(actor_pid(name), signal.SIGKILL)
     else:
         raise ValueError(how)
+
+
+@pytest.fixture
+def kill():
+    """``kill(name, "ray.kill" | "sigkill")``: end a named actor so Ray restarts it."""
+    return kill_actor

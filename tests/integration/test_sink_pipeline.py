@@ -22,8 +22,6 @@ import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.kafka.admin import create_topic, produce_demo_records
 
-from .conftest import kill_actor
-
 pytestmark = [pytest.mark.integration]
 
 CLUSTER = "local"
@@ -91,7 +89,9 @@ def _caught_up(produced: Produced):
 
 
 @pytest.mark.timeout(900)
-def test_exactly_once_while_every_role_is_killed_mid_round(ray_session, kafka_broker, tmp_path):
+def test_exactly_once_while_every_role_is_killed_mid_round(
+    ray_session, kafka_broker, tmp_path, kill
+):
     """Kill coordinator, a participant, the reader and the writer - each with ray.kill and
     with SIGKILL - in the middle of a round while producing; nothing lost, nothing doubled."""
     produced = Produced(kafka_broker.bootstrap_servers, "orders", 4)
@@ -115,7 +115,7 @@ def test_exactly_once_while_every_role_is_killed_mid_round(ray_session, kafka_br
                 produced.more(3000)
                 time.sleep(1.0)  # the round is open and holds data: kill now
                 killed_at = time.monotonic()
-                kill_actor(victim, how)
+                kill(victim, how)
                 produced.more(2000)
                 handle.wait_for(_caught_up(produced), timeout_s=240)
                 recovery[f"{victim.split('/')[1]} {how}"] = time.monotonic() - killed_at
