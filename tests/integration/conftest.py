@@ -27,11 +27,14 @@ def ray_session() -> Iterator[None]:
         ray.shutdown()
         time.sleep(0.5)
         for path in (set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()) - before:
-            if path.name == "session_latest":
-                continue
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(
-                missing_ok=True
-            )
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+        # Ray (and RayDP's Java agent, which writes its logs through it) follows
+        # session_latest; a link to a removed session breaks the next Spark start.
+        for link in ("session_latest", "prom_metrics_service_discovery.json"):
+            path = RAY_TMP / link
+            if path.is_symlink() and not path.exists():
+                path.unlink()
 
 
 def actor_pid(name: str, namespace: str = "rayconnect", timeout_s: float = 30.0) -> int:
