@@ -1,0 +1,163 @@
+"""One commit round's bookkeeping for the coordinator, apart from IO and from transitions.
+
+Like Iceberg Kafka Connect's ``CommitState``: the coordinator asks readable questions
+(``should_end(now)``, ``is_commit_ready()``, ``is_commit_timed_out(now)``) and this class
+answers them from what the round has seen. Time is always an argument; nothing here reads a
+clock, so a test decides exactly when a timeout fires.
+
+A round is identified by ``(epoch, txn_id)`` and starts from ``start_offsets``: the table's
+committed offsets for those of its ``partitions`` the table knows (a partition the table has
+never committed is absent and starts wherever its participant's starting-offset policy says).
+
+Validation of a WRITE-STATUS is where exactly-once is decided, so it is strict: a status
+counts only if it is for this round, from one of its partitions, the first from that
+partition, starts exactly at the round's starting offset (when the table has one) and does
+not go backwards. Anything else is rejected and the partition is treated as not reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from rayconnect.protocol.effects import CommitTable
+from rayconnect.protocol.messages import RequestCommit, WriteStatus
+
+
+class CommitState:
+    """The statuses and clocks of one round ``(epoch, txn_id)``."""
+
+    def __init__(
+        self,
+        *,
+        epoch: int,
+        txn_id: int,
+        partitions: Iterable[str],
+        start_offsets: Mapping[str, int],
+        started_at: float,
+        commit_interval_s: float,
+        write_timeout_s: float,
+    ) -> None:
+        self.epoch = epoch
+        self.txn_id = txn_id
+        self.partitions: frozenset[str] = frozenset(partitions)
+        self.start_offsets: dict[str, int] = {
+            k: v for k, v in start_offsets.items() if k in self.partitions
+        }
+        self.started_at = started_at
+        self.ended_at: float | None = None
+        self.commit_interval_s = commit_interval_s
+        self.write_timeout_s = write_timeout_s
+        self.commit_requested = False
+        self.statuses: dict[str, WriteStatus] = {}
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def is_current(self, epoch: int, txn_id: int) -> bool:
+        return (epoch, txn_id) == (self.epoch, self.txn_id)
+
+    def request_commit(self, message: RequestCommit) -> bool:
+        """Note a participant's request to end early (KIP-89); True if it counts."""
+        if not self.is_current(message.epoch, message.txn_id):
+            return False
+        if message.partition not in self.partitions or self.ended_at is not None:
+            return False
+        self.commit_requested = True
+        return True
+
+    def end(self, now: float) -> None:
+        self.ended_at = now
+
+    def rejection(self, status: WriteStatus) -> str | None:
+        """Why ``status`` cannot count for this round, or None if it can."""
+        key = status.partition
+        if not self.is_current(status.epoch, status.txn_id):
+            return "another round"
+        if self.ended_at is None:
+            return "round not ended"
+        if key not in self.partitions:
+            return "partition not in the round"
+        if key in self.statuses:
+            return "duplicate"
+        start = self.start_offsets.get(key)
+        if start is not None and status.first_offset != start:
+            return f"first_offset {status.first_offset} != round start {start}"
+        if status.first_offset < 0 or status.next_offset < status.first_offset:
+            return f"bad range [{status.first_offset}, {status.next_offset})"
+        if status.records < 0:
+            return "negative record count"
+        return None
+
+    def add_status(self, status: WriteStatus) -> str | None:
+        """Record ``status`` unless it is rejected; returns the rejection reason, if any."""
+        reason = self.rejection(status)
+        if reason is None:
+            self.statuses[status.partition] = status
+        return reason
+
+    def retire(self, keys: Iterable[str]) -> None:
+        """Partitions left the pipeline: stop waiting for them, drop what they reported."""
+        gone = self.partitions.intersection(keys)
+        self.partitions -= gone
+        for key in gone:
+            self.start_offsets.pop(key, None)
+            self.statuses.pop(key, None)
+
+    # -- predicates ------------------------------------------------------------------------
+
+    @property
+    def is_ended(self) -> bool:
+        return self.ended_at is not None
+
+    def should_end(self, now: float) -> bool:
+        """Time to send END-COMMIT: the interval passed, or a participant asked."""
+        return not self.is_ended and (
+            self.commit_requested or now >= self.started_at + self.commit_interval_s
+        )
+
+    def missing(self) -> frozenset[str]:
+        """Partitions of the round that have not (validly) reported yet."""
+        return self.partitions - self.statuses.keys()
+
+    def is_commit_ready(self) -> bool:
+        """Every partition reported: the round can be committed in full."""
+        return self.is_ended and not self.missing()
+
+    def is_commit_timed_out(self, now: float) -> bool:
+        """END went out ``write_timeout_s`` ago and some partition still has not reported."""
+        return (
+            self.ended_at is not None
+            and not self.is_commit_ready()
+            and now >= self.ended_at + self.write_timeout_s
+        )
+
+    def has_data(self) -> bool:
+        """Some reported partition moved its offset: there is something to commit."""
+        return any(s.next_offset > s.first_offset for s in self.statuses.values())
+
+    def deadline(self) -> float | None:
+        """When the round next needs a ``tick``: its END, or its write timeout."""
+        if self.ended_at is None:
+            return None if self.commit_requested else self.started_at + self.commit_interval_s
+        return None if self.is_commit_ready() else self.ended_at + self.write_timeout_s
+
+    # -- the commit --------------------------------------------------------------------------
+
+    def commit_table(self, pipeline: str) -> CommitTable:
+        """The table commit of everything reported: all partitions, or those that made it
+        before the timeout (a partial commit)."""
+        keys = sorted(self.statuses)
+        statuses = [self.statuses[k] for k in keys]
+        return CommitTable(
+            epoch=self.epoch,
+            txn_id=self.txn_id,
+            files=tuple(f for s in statuses for f in s.files),
+            expected={k: self.start_offsets.get(k) for k in keys},
+            offsets={s.partition: s.next_offset for s in statuses},
+            metadata={
+                "rayconnect.pipeline": pipeline,
+                "rayconnect.epoch": str(self.epoch),
+                "rayconnect.txn_id": str(self.txn_id),
+                "rayconnect.partial": str(bool(self.missing())).lower(),
+                "rayconnect.records": str(sum(s.records for s in statuses)),
+            },
+        )

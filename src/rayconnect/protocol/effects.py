@@ -1,0 +1,119 @@
+"""Effects: what a state machine asks its actor to do (the etcd-raft ``Ready``).
+
+The machines in this package do no IO. Each input returns a ``Ready`` - a list of effects
+the actor carries out *in order* (a ``Seek`` before the ``Resume`` that follows it). Effects
+are frozen msgspec structs: values that tests compare with ``==`` and actors can log.
+
+Addresses. ``Broadcast`` lists its recipients (the partition keys of the round), so a Ready
+is complete by itself: an actor may queue it and carry it out after further steps without
+asking the machine who "everyone" was. ``Send`` goes to one peer; participants only ever
+talk to ``COORDINATOR``, a name no partition key can take (keys always contain ``/``).
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import msgspec
+
+from rayconnect.protocol.messages import Message
+from rayconnect.protocol.types import DataFile
+
+COORDINATOR = "coordinator"
+
+
+class _Effect(msgspec.Struct, frozen=True, tag=True):
+    pass
+
+
+class Send(_Effect):
+    """Deliver ``message`` to one peer: a partition key, or ``COORDINATOR``."""
+
+    to: str
+    message: Message
+
+
+class Broadcast(_Effect):
+    """Deliver ``message`` to every participant in ``to`` (the round's partition keys)."""
+
+    to: tuple[str, ...]
+    message: Message
+
+
+class CommitTable(_Effect):
+    """Commit ``files`` and the partitions' new ``offsets`` as ONE table version.
+
+    The table must refuse (and the actor then report ``commit_failed``) unless the epoch
+    ``epoch`` is still the newest one claimed AND every partition's committed offset still
+    equals ``expected[key]`` (None = the table has no offset for it yet): compare-and-set,
+    so neither a zombie coordinator nor a lost race can ever commit (I3). ``expected`` and
+    ``offsets`` have the same keys: exactly the partitions this commit covers.
+    """
+
+    epoch: int
+    txn_id: int
+    files: tuple[DataFile, ...]
+    expected: dict[str, int | None]
+    offsets: dict[str, int]
+    metadata: dict[str, str]
+
+
+class ReloadTable(_Effect):
+    """Read the table's committed offsets (and its epoch) again, then call
+    ``Coordinator.table_reloaded``: after a failed commit only the table knows the truth."""
+
+
+class Fenced(_Effect):
+    """A newer coordinator epoch was claimed: this coordinator must stop for good."""
+
+    epoch: int
+    table_epoch: int
+
+
+class Seek(_Effect):
+    """Make the reader deliver this partition from ``offset`` on."""
+
+    offset: int
+
+
+class SeekToPolicy(_Effect):
+    """The table has no offset for this partition: seek by the starting-offset policy
+    (earliest/latest), then report the concrete offset with ``position_resolved``."""
+
+
+class Pause(_Effect):
+    """Stop reading this partition (batches already on their way are dropped by the machine)."""
+
+
+class Resume(_Effect):
+    """Start reading this partition again."""
+
+
+class Flush(_Effect):
+    """Write the buffered ``batches`` (opaque handles, object refs in production) to files,
+    then call ``flushed(flush_id, files)`` or ``flush_failed(flush_id, reason)``.
+
+    ``first_offset``/``next_offset`` is the offset range the batches hold, contiguous.
+    """
+
+    flush_id: int
+    batches: tuple[object, ...]
+    first_offset: int
+    next_offset: int
+    records: int
+    nbytes: int
+
+
+Effect: TypeAlias = (
+    Send
+    | Broadcast
+    | CommitTable
+    | ReloadTable
+    | Fenced
+    | Seek
+    | SeekToPolicy
+    | Pause
+    | Resume
+    | Flush
+)
+Ready: TypeAlias = list[Effect]

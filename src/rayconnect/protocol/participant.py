@@ -1,0 +1,432 @@
+"""The commit participant of one partition (Hudi RFC-32 TransactionParticipant), pure.
+
+Theory of operation
+-------------------
+A participant owns one Kafka partition. It is PAUSED until a START-COMMIT tells it where the
+round starts; then it is WRITING: the reader hands it contiguous batches, it buffers them
+and flushes them to the writer by size or age (KIP-89: flushing is decoupled from
+committing). On END-COMMIT it pauses, flushes the rest, waits for its flushes (ENDING) and
+sends WRITE-STATUS (REPORTED). ACK-COMMIT or a newer START-COMMIT closes the round.
+
+Rules
+-----
+- Rounds are ordered by ``(epoch, txn_id)``. A START older than or equal to the newest one
+  seen is ignored (I3); a newer START discards whatever the open round had - buffer,
+  flushes in flight, files: none of it is ever reported, so none of it is ever committed
+  (I4; vacuum removes the files). END and ACK count only for the round of the newest START.
+- The START's offset for this partition is the truth (I2). When it differs from where the
+  reader is (or the reader's position is unknown) the participant emits ``Seek``. When the
+  START has no offset (the table never committed this partition) it emits ``SeekToPolicy``
+  and waits for ``position_resolved(offset)``, on EVERY such START: going back to the
+  policy is the only way to re-read what an uncommitted round already consumed.
+- A batch is accepted only while WRITING and only if it starts exactly where the accepted
+  data ends. Later than that is a gap (a batch was lost): ``Seek`` back, once. Earlier is a
+  stale batch from before a seek: dropped. A dropped batch that starts where the reader
+  was moves the participant's idea of the reader on; any other dropped batch makes that
+  idea unreliable, and the next START (or policy resolution) seeks even if the offsets
+  look equal - otherwise a quiet partition could leave read-but-dropped records unread
+  until new data arrives. Hence the reader must report ``first_offset`` as its position
+  before the batch, not the first record's offset: compaction and transaction markers
+  leave holes in offsets, and a hole would look like a lost batch (Seek, forever).
+- An idle partition reports at once on END, with no files: it never stalls a round.
+- A failed flush loses data that the round accepted: the round cannot be reported. The
+  participant pauses and waits for the next START; the coordinator's write timeout copes.
+- After ``request_commit_after_flushes`` size-triggered flushes in one round the buffer is
+  "staying full": REQUEST-COMMIT once per round, so the coordinator ends the round early.
+
+Error versus ignore: every input is allowed in every state (the table below has no holes),
+because late flush results, late reader batches and any message can legitimately arrive
+after the round moved on; those are ignored and counted. ``ProtocolError`` is raised only for
+what cannot happen: a flush id that was never issued, an offset range that goes backwards,
+a message type a participant never receives.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from typing import Final
+
+import msgspec
+
+from rayconnect.protocol.effects import (
+    COORDINATOR,
+    Flush,
+    Pause,
+    Ready,
+    Resume,
+    Seek,
+    SeekToPolicy,
+    Send,
+)
+from rayconnect.protocol.errors import ProtocolError
+from rayconnect.protocol.machine import TransitionTable
+from rayconnect.protocol.messages import AckCommit, EndCommit, Message, RequestCommit, StartCommit
+from rayconnect.protocol.types import DataFile
+from rayconnect.protocol.write_state import WriteState
+
+
+class ParticipantConfig(msgspec.Struct, frozen=True):
+    """Flush bounds (whichever passes first) and the early-commit hint; 0 = never ask."""
+
+    flush_max_records: int = 100_000
+    flush_max_bytes: int = 64 * 1024 * 1024
+    flush_max_age_s: float = 30.0
+    request_commit_after_flushes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.flush_max_records <= 0 or self.flush_max_bytes <= 0 or self.flush_max_age_s <= 0:
+            raise ValueError("flush_max_records, flush_max_bytes, flush_max_age_s must be > 0")
+        if self.request_commit_after_flushes < 0:
+            raise ValueError("request_commit_after_flushes must be >= 0")
+
+
+class State(enum.Enum):
+    PAUSED = "paused"  # no open round: waits for START
+    WRITING = "writing"  # reading, buffering, flushing
+    ENDING = "ending"  # END seen, paused; waits for flushes (or the policy offset)
+    REPORTED = "reported"  # WRITE-STATUS sent; waits for ACK or a newer START
+
+
+class Input(enum.Enum):
+    START = "start"
+    END = "end"
+    ACK = "ack"
+    RECORDS = "records"
+    FLUSHED = "flushed"
+    FLUSH_FAILED = "flush_failed"
+    POSITION_RESOLVED = "position_resolved"
+    TICK = "tick"
+
+
+_S = State
+_I = Input
+
+#: Each row lists its own state too: a stale input leaves the state as it is.
+TRANSITIONS: Final = TransitionTable[State, Input](
+    "participant",
+    {
+        _S.PAUSED: {
+            _I.START: {_S.PAUSED, _S.WRITING},
+            _I.END: {_S.PAUSED},  # no open round (failed flush, or already acked)
+            _I.ACK: {_S.PAUSED},
+            _I.RECORDS: {_S.PAUSED},
+            _I.FLUSHED: {_S.PAUSED},
+            _I.FLUSH_FAILED: {_S.PAUSED},
+            _I.POSITION_RESOLVED: {_S.PAUSED},
+            _I.TICK: {_S.PAUSED},
+        },
+        _S.WRITING: {
+            _I.START: {_S.WRITING},
+            _I.END: {_S.WRITING, _S.ENDING, _S.REPORTED},
+            _I.ACK: {_S.WRITING, _S.PAUSED},  # committed without us (partial commit)
+            _I.RECORDS: {_S.WRITING},
+            _I.FLUSHED: {_S.WRITING},
+            _I.FLUSH_FAILED: {_S.WRITING, _S.PAUSED},
+            _I.POSITION_RESOLVED: {_S.WRITING},
+            _I.TICK: {_S.WRITING},
+        },
+        _S.ENDING: {
+            _I.START: {_S.ENDING, _S.WRITING},
+            _I.END: {_S.ENDING},
+            _I.ACK: {_S.ENDING, _S.PAUSED},
+            _I.RECORDS: {_S.ENDING},
+            _I.FLUSHED: {_S.ENDING, _S.REPORTED},
+            _I.FLUSH_FAILED: {_S.ENDING, _S.PAUSED},
+            _I.POSITION_RESOLVED: {_S.ENDING, _S.REPORTED},
+            _I.TICK: {_S.ENDING},
+        },
+        _S.REPORTED: {
+            _I.START: {_S.REPORTED, _S.WRITING},
+            _I.END: {_S.REPORTED},  # a duplicate END: send the same WRITE-STATUS again
+            _I.ACK: {_S.REPORTED, _S.PAUSED},
+            _I.RECORDS: {_S.REPORTED},
+            _I.FLUSHED: {_S.REPORTED},
+            _I.FLUSH_FAILED: {_S.REPORTED},
+            _I.POSITION_RESOLVED: {_S.REPORTED},
+            _I.TICK: {_S.REPORTED},
+        },
+    },
+    ignorable={_I.START, _I.END, _I.ACK, _I.RECORDS},
+)
+
+
+class ParticipantStatus(msgspec.Struct, frozen=True):
+    key: str
+    state: str
+    epoch: int | None
+    txn_id: int | None
+    position: int | None
+    committed_offset: int | None
+    buffered_records: int
+    flushes_in_flight: int
+    files: int
+    batches_dropped: int
+    messages_ignored: int
+    last_error: str | None
+
+
+class Participant:
+    """One partition's side of the commit protocol; see the module docstring."""
+
+    def __init__(self, key: str, config: ParticipantConfig | None = None) -> None:
+        self.key = key
+        self.config = config or ParticipantConfig()
+        self._state = State.PAUSED
+        self._round: tuple[int, int] | None = None
+        self._txn: WriteState | None = None
+        self._reader_at: int | None = None
+        self._committed: int | None = None
+        #: True when a dropped batch leaves us unsure where the reader is: seek before trusting
+        #: ``_reader_at`` again (else a quiet partition could sit on unread records forever).
+        self._reader_lost = False
+        self._gap_seek: int | None = None
+        self._next_flush_id = 0
+        self._dropped = self._ignored = 0
+        self._last_error: str | None = None
+
+    # -- read-only views -------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def round(self) -> tuple[int, int] | None:
+        """``(epoch, txn_id)`` of the newest START seen."""
+        return self._round
+
+    @property
+    def position(self) -> int | None:
+        """The offset the reader delivers next, as far as this participant knows."""
+        return self._reader_at
+
+    @property
+    def committed_offset(self) -> int | None:
+        """The partition's committed offset as last heard (START or ACK)."""
+        return self._committed
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` would flush by age, or None."""
+        txn = self._txn
+        if self._state is State.WRITING and txn is not None and txn.oldest_at is not None:
+            return txn.oldest_at + self.config.flush_max_age_s
+        return None
+
+    def status(self) -> ParticipantStatus:
+        txn = self._txn
+        return ParticipantStatus(
+            key=self.key,
+            state=self._state.value,
+            epoch=self._round[0] if self._round else None,
+            txn_id=self._round[1] if self._round else None,
+            position=self._reader_at,
+            committed_offset=self._committed,
+            buffered_records=txn.buffered_records if txn else 0,
+            flushes_in_flight=len(txn.in_flight) if txn else 0,
+            files=len(txn.files) if txn else 0,
+            batches_dropped=self._dropped,
+            messages_ignored=self._ignored,
+            last_error=self._last_error,
+        )
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def step(self, message: Message, now: float) -> Ready:
+        """A message from the coordinator: START-COMMIT, END-COMMIT or ACK-COMMIT."""
+        if isinstance(message, StartCommit):
+            return self._drive(Input.START, lambda: self._on_start(message))
+        if isinstance(message, EndCommit):
+            return self._drive(Input.END, lambda: self._on_end(message))
+        if isinstance(message, AckCommit):
+            return self._drive(Input.ACK, lambda: self._on_ack(message))
+        raise ProtocolError(f"participant does not take {type(message).__name__} messages")
+
+    def records(
+        self,
+        first_offset: int,
+        next_offset: int,
+        count: int,
+        nbytes: int,
+        handle: object,
+        now: float,
+    ) -> Ready:
+        """The reader delivers offsets ``[first_offset, next_offset)`` as ``handle``."""
+        if next_offset < first_offset or first_offset < 0 or count < 0 or nbytes < 0:
+            raise ProtocolError(
+                f"{self.key}: bad batch [{first_offset}, {next_offset}) "
+                f"count={count} nbytes={nbytes}"
+            )
+        return self._drive(
+            Input.RECORDS,
+            lambda: self._on_records(first_offset, next_offset, count, nbytes, handle, now),
+        )
+
+    def flushed(self, flush_id: int, files: Iterable[DataFile], now: float) -> Ready:
+        """Flush ``flush_id`` wrote ``files``."""
+        self._check_flush_id(flush_id)
+        return self._drive(Input.FLUSHED, lambda: self._on_flushed(flush_id, files))
+
+    def flush_failed(self, flush_id: int, reason: str, now: float) -> Ready:
+        """Flush ``flush_id`` failed: its round can no longer be reported."""
+        self._check_flush_id(flush_id)
+        return self._drive(Input.FLUSH_FAILED, lambda: self._on_flush_failed(flush_id, reason))
+
+    def position_resolved(self, offset: int, now: float) -> Ready:
+        """The actor carried out ``SeekToPolicy``: the reader now starts at ``offset``."""
+        if offset < 0:
+            raise ProtocolError(f"{self.key}: negative offset {offset}")
+        return self._drive(Input.POSITION_RESOLVED, lambda: self._on_resolved(offset))
+
+    def tick(self, now: float) -> Ready:
+        """Time passed: flush a buffer older than ``flush_max_age_s``."""
+        return self._drive(Input.TICK, lambda: self._on_tick(now))
+
+    # -- handlers --------------------------------------------------------------------------
+
+    def _drive(self, event: Input, handler: Callable[[], Ready]) -> Ready:
+        return TRANSITIONS.drive(self._state, event, handler, lambda: self._state, self._ignore)
+
+    def _ignore(self) -> Ready:
+        self._ignored += 1
+        return []
+
+    def _current(self, epoch: int, txn_id: int) -> WriteState | None:
+        """The open round, if the message is for it."""
+        txn = self._txn
+        return txn if txn is not None and txn.is_current(epoch, txn_id) else None
+
+    def _on_start(self, msg: StartCommit) -> Ready:
+        if self._round is not None and (msg.epoch, msg.txn_id) <= self._round:
+            return self._ignore()
+        self._round = (msg.epoch, msg.txn_id)
+        offset = msg.offsets.get(self.key)
+        self._committed = offset
+        self._txn = WriteState(msg.epoch, msg.txn_id, first_offset=offset)
+        self._gap_seek = None
+        self._state = State.WRITING
+        if offset is None:
+            self._reader_at, self._reader_lost = None, False
+            return [SeekToPolicy(), Resume()]
+        if offset != self._reader_at or self._reader_lost:
+            return [self._seek(offset), Resume()]
+        return [Resume()]
+
+    def _on_end(self, msg: EndCommit) -> Ready:
+        txn = self._current(msg.epoch, msg.txn_id)
+        if txn is None or self._state is State.ENDING:
+            return self._ignore()
+        if self._state is State.REPORTED:
+            assert txn.reported is not None
+            return [Send(to=COORDINATOR, message=txn.reported)]
+        self._state = State.ENDING
+        effects: Ready = [Pause()]
+        if txn.has_buffer:
+            effects.append(self._flush(txn))
+        return effects + self._maybe_report()
+
+    def _on_ack(self, msg: AckCommit) -> Ready:
+        if self._round != (msg.epoch, msg.txn_id):
+            return self._ignore()
+        effects: Ready = [Pause()] if self._state is State.WRITING else []
+        self._committed = msg.offsets.get(self.key)
+        self._close()
+        return effects
+
+    def _on_records(
+        self, first: int, next_: int, count: int, nbytes: int, handle: object, now: float
+    ) -> Ready:
+        txn = self._txn
+        if first == next_:
+            return []
+        if self._state is not State.WRITING or txn is None or txn.next_offset is None:
+            return self._drop(first, next_)
+        if first > txn.next_offset and self._gap_seek != txn.next_offset:
+            # a gap: a batch got lost; read again from where the accepted data ends, once
+            self._gap_seek = txn.next_offset
+            self._dropped += 1
+            return [self._seek(txn.next_offset)]
+        if first != txn.next_offset:  # from before a seek, or a gap already being re-read
+            return self._drop(first, next_)
+        txn.append(next_, count, nbytes, handle, now)
+        self._reader_at = next_
+        self._gap_seek = None
+        cfg = self.config
+        if (
+            txn.buffered_records < cfg.flush_max_records
+            and txn.buffered_bytes < cfg.flush_max_bytes
+        ):
+            return []
+        effects: Ready = [self._flush(txn)]
+        txn.size_flushes += 1
+        wanted = cfg.request_commit_after_flushes
+        if wanted and txn.size_flushes >= wanted and not txn.commit_requested:
+            txn.commit_requested = True
+            request = RequestCommit(epoch=txn.epoch, txn_id=txn.txn_id, partition=self.key)
+            effects.append(Send(to=COORDINATOR, message=request))
+        return effects
+
+    def _on_flushed(self, flush_id: int, files: Iterable[DataFile]) -> Ready:
+        txn = self._txn
+        if txn is None or not txn.flushed(flush_id, files):
+            return self._ignore()
+        return self._maybe_report() if self._state is State.ENDING else []
+
+    def _on_flush_failed(self, flush_id: int, reason: str) -> Ready:
+        txn = self._txn
+        if txn is None or flush_id not in txn.in_flight:
+            return self._ignore()
+        self._last_error = f"flush {flush_id} of txn {txn.txn_id} failed: {reason}"
+        effects: Ready = [Pause()] if self._state is State.WRITING else []
+        self._close()
+        return effects
+
+    def _on_resolved(self, offset: int) -> Ready:
+        txn = self._txn
+        if txn is None or txn.first_offset is not None:
+            return self._ignore()
+        txn.resolve(offset)
+        effects: Ready = [self._seek(offset)] if self._reader_lost else []
+        self._reader_at = offset
+        return effects + (self._maybe_report() if self._state is State.ENDING else [])
+
+    def _on_tick(self, now: float) -> Ready:
+        txn = self._txn
+        aged = txn is not None and txn.is_aged(now, self.config.flush_max_age_s)
+        return [self._flush(txn)] if self._state is State.WRITING and txn and aged else []
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _flush(self, txn: WriteState) -> Flush:
+        flush_id = self._next_flush_id
+        self._next_flush_id += 1
+        return txn.take_flush(flush_id)
+
+    def _maybe_report(self) -> Ready:
+        txn = self._txn
+        if txn is None or not txn.can_report():
+            return []
+        self._state = State.REPORTED
+        return [Send(to=COORDINATOR, message=txn.write_status(self.key))]
+
+    def _close(self) -> None:
+        """Forget the open round (its flushes' late results will be ignored)."""
+        self._txn = None
+        self._state = State.PAUSED
+
+    def _seek(self, offset: int) -> Seek:
+        self._reader_at, self._reader_lost = offset, False
+        return Seek(offset)
+
+    def _drop(self, first: int, next_: int) -> Ready:
+        """Drop a batch; if it starts where the reader was, the reader is now past it."""
+        self._dropped += 1
+        if first == self._reader_at:
+            self._reader_at = next_
+        else:
+            self._reader_lost = True
+        return []
+
+    def _check_flush_id(self, flush_id: int) -> None:
+        if not 0 <= flush_id < self._next_flush_id:
+            raise ProtocolError(f"{self.key}: flush {flush_id} was never issued")

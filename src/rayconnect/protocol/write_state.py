@@ -1,0 +1,105 @@
+"""One participant's open transaction: buffer, flushes in flight, files (KIP-89 bookkeeping).
+
+The participant (participant.py) decides *when* to flush and report; this class only keeps
+the round's books so those decisions read as predicates. The invariant it keeps is the
+one exactly-once needs from a participant: the accepted batches are contiguous from
+``first_offset`` to ``next_offset``, and by the time ``can_report()`` holds, ``files`` hold
+exactly those offsets - every buffered batch was handed to a flush and every flush came back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rayconnect.protocol.effects import Flush
+from rayconnect.protocol.messages import WriteStatus
+from rayconnect.protocol.types import DataFile
+
+
+class WriteState:
+    """The writes of round ``(epoch, txn_id)`` of one partition."""
+
+    def __init__(self, epoch: int, txn_id: int, first_offset: int | None) -> None:
+        self.epoch = epoch
+        self.txn_id = txn_id
+        #: None until the starting-offset policy is resolved to an offset.
+        self.first_offset = first_offset
+        self.next_offset = first_offset
+        self.records = 0
+        self.files: list[DataFile] = []
+        self.in_flight: set[int] = set()
+        self.size_flushes = 0
+        self.commit_requested = False
+        self.reported: WriteStatus | None = None
+        self._batches: list[object] = []
+        self._buffer_first = first_offset
+        self.buffered_records = 0
+        self.buffered_bytes = 0
+        self.oldest_at: float | None = None
+
+    def is_current(self, epoch: int, txn_id: int) -> bool:
+        return (epoch, txn_id) == (self.epoch, self.txn_id)
+
+    def resolve(self, offset: int) -> None:
+        """The policy's offset is known: the round starts there."""
+        self.first_offset = self.next_offset = self._buffer_first = offset
+
+    def append(self, next_offset: int, count: int, nbytes: int, handle: object, now: float) -> None:
+        """Buffer a batch that starts exactly at ``self.next_offset`` (the caller checked)."""
+        self._batches.append(handle)
+        self.next_offset = next_offset
+        self.records += count
+        self.buffered_records += count
+        self.buffered_bytes += nbytes
+        if self.oldest_at is None:
+            self.oldest_at = now
+
+    @property
+    def has_buffer(self) -> bool:
+        return bool(self._batches)
+
+    def is_aged(self, now: float, max_age_s: float) -> bool:
+        return self.oldest_at is not None and now >= self.oldest_at + max_age_s
+
+    def take_flush(self, flush_id: int) -> Flush:
+        """Hand the whole buffer to flush ``flush_id`` and start an empty one."""
+        assert self._buffer_first is not None and self.next_offset is not None
+        flush = Flush(
+            flush_id=flush_id,
+            batches=tuple(self._batches),
+            first_offset=self._buffer_first,
+            next_offset=self.next_offset,
+            records=self.buffered_records,
+            nbytes=self.buffered_bytes,
+        )
+        self.in_flight.add(flush_id)
+        self._batches = []
+        self._buffer_first = self.next_offset
+        self.buffered_records = self.buffered_bytes = 0
+        self.oldest_at = None
+        return flush
+
+    def flushed(self, flush_id: int, files: Iterable[DataFile]) -> bool:
+        """Flush ``flush_id`` of this round wrote ``files``; False if it is not ours."""
+        if flush_id not in self.in_flight:
+            return False
+        self.in_flight.remove(flush_id)
+        self.files.extend(files)
+        return True
+
+    def can_report(self) -> bool:
+        """Everything accepted is in files and the starting offset is known."""
+        return self.first_offset is not None and not self.in_flight and not self._batches
+
+    def write_status(self, key: str) -> WriteStatus:
+        assert self.first_offset is not None and self.next_offset is not None
+        self.reported = WriteStatus(
+            epoch=self.epoch,
+            txn_id=self.txn_id,
+            partition=key,
+            files=tuple(self.files),
+            first_offset=self.first_offset,
+            next_offset=self.next_offset,
+            records=self.records,
+        )
+        return self.reported

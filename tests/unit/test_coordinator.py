@@ -1,0 +1,233 @@
+"""Example-based tests of the coordinator's transitions (protocol/coordinator.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayconnect.protocol.coordinator import TRANSITIONS, Coordinator, CoordinatorConfig, State
+from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, ReloadTable
+from rayconnect.protocol.errors import ProtocolError
+from rayconnect.protocol.messages import (
+    AckCommit,
+    EndCommit,
+    RequestCommit,
+    StartCommit,
+    WriteStatus,
+)
+from rayconnect.protocol.types import DataFile
+
+A, B = "c1/t/0", "c1/t/1"
+CFG = CoordinatorConfig(commit_interval_s=10.0, write_timeout_s=5.0)
+
+
+def status(
+    key: str, first: int, next_: int, *, epoch: int = 7, txn: int = 1, files: int = 1
+) -> WriteStatus:
+    data = tuple(DataFile(f"{key}/f{i}.parquet", 100, 1) for i in range(files))
+    return WriteStatus(epoch, txn, key, data if next_ > first else (), first, next_, next_ - first)
+
+
+def started(offsets: dict[str, int] | None = None) -> Coordinator:
+    coord = Coordinator("pipe", {A, B}, CFG)
+    coord.recover(7, {A: 10, B: 20} if offsets is None else offsets, now=0.0)
+    return coord
+
+
+def ended() -> Coordinator:
+    coord = started()
+    coord.tick(10.0)
+    return coord
+
+
+def test_recover_broadcasts_start_of_txn_1_with_the_table_offsets() -> None:
+    coord = Coordinator("pipe", {A, B}, CFG)
+    ready = coord.recover(7, {A: 10, "c1/gone/0": 3}, now=0.0)
+    assert ready == [Broadcast(to=(A, B), message=StartCommit(7, 1, {A: 10}))]
+    assert (coord.state, coord.epoch, coord.txn_id) == (State.STARTED, 7, 1)
+
+
+def test_commit_interval_ends_the_round() -> None:
+    coord = started()
+    assert coord.tick(9.9) == []
+    assert coord.next_deadline() == 10.0
+    assert coord.tick(10.0) == [Broadcast(to=(A, B), message=EndCommit(7, 1))]
+    assert coord.state is State.ENDED
+
+
+def test_request_commit_ends_the_round_early_and_stale_requests_are_ignored() -> None:
+    coord = started()
+    assert coord.step(RequestCommit(7, 0, A), now=1.0) == []  # older txn
+    assert coord.step(RequestCommit(7, 1, "c1/other/0"), now=1.0) == []  # unknown partition
+    assert coord.state is State.STARTED
+    assert coord.step(RequestCommit(7, 1, A), now=1.0) == [
+        Broadcast(to=(A, B), message=EndCommit(7, 1))
+    ]
+    assert coord.state is State.ENDED
+
+
+def test_all_reported_commits_then_ack_and_next_start() -> None:
+    coord = ended()
+    assert coord.step(status(A, 10, 15), now=11.0) == []
+    [commit] = coord.step(status(B, 20, 20), now=11.5)
+    assert isinstance(commit, CommitTable)
+    assert commit.epoch == 7 and commit.txn_id == 1
+    assert commit.expected == {A: 10, B: 20}
+    assert commit.offsets == {A: 15, B: 20}
+    assert [f.path for f in commit.files] == ["c1/t/0/f0.parquet"]
+    assert commit.metadata["rayconnect.pipeline"] == "pipe"
+    assert commit.metadata["rayconnect.partial"] == "false"
+    assert coord.state is State.COMMITTING
+    ready = coord.commit_succeeded(version=42, now=12.0)
+    assert ready == [
+        Broadcast(to=(A, B), message=AckCommit(7, 1, 42, {A: 15, B: 20})),
+        Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 15, B: 20})),
+    ]
+    s = coord.status()
+    assert (s.rounds_committed, s.last_round_duration_s, s.offsets) == (1, 12.0, {A: 15, B: 20})
+
+
+def test_partition_without_table_offset_expects_none_and_any_start() -> None:
+    coord = started(offsets={A: 10})
+    coord.tick(10.0)
+    coord.step(status(A, 10, 10), now=10.0)
+    [commit] = coord.step(status(B, 3, 8), now=10.0)
+    assert isinstance(commit, CommitTable)
+    assert commit.expected == {A: 10, B: None}
+    assert commit.offsets == {A: 10, B: 8}
+
+
+def test_a_round_where_nothing_moved_is_not_committed() -> None:
+    coord = ended()
+    coord.step(status(A, 10, 10), now=11.0)
+    ready = coord.step(status(B, 20, 20), now=11.0)
+    assert ready == [Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20}))]
+    assert coord.status().rounds_empty == 1
+
+
+def test_timeout_commits_the_partitions_that_reported_partially() -> None:
+    coord = ended()
+    coord.step(status(A, 10, 15), now=11.0)
+    assert coord.tick(14.9) == []
+    assert coord.status().waiting_for == (B,)
+    [commit] = coord.tick(15.0)
+    assert isinstance(commit, CommitTable)
+    assert commit.expected == {A: 10} and commit.offsets == {A: 15}
+    assert commit.metadata["rayconnect.partial"] == "true"
+    ack, start = coord.commit_succeeded(version=3, now=16.0)
+    assert ack == Broadcast(to=(A, B), message=AckCommit(7, 1, 3, {A: 15, B: 20}))
+    assert start == Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 15, B: 20}))
+    assert coord.status().rounds_partial == 1
+
+
+def test_timeout_without_data_discards_the_round() -> None:
+    coord = ended()
+    coord.step(status(A, 10, 10), now=11.0)
+    ready = coord.tick(15.0)
+    assert ready == [Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20}))]
+    assert coord.status().rounds_discarded == 1
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        status(A, 10, 15, epoch=6),  # older epoch (I3)
+        status(A, 10, 15, txn=2),  # another txn
+        status("c1/other/0", 0, 5),  # unknown partition
+    ],
+)
+def test_status_of_another_round_or_partition_is_ignored(bad: WriteStatus) -> None:
+    coord = ended()
+    assert coord.step(bad, now=11.0) == []
+    assert coord.step(status(B, 20, 20), now=11.0) == []  # still waiting for A
+    assert coord.status().waiting_for == (A,)
+
+
+@pytest.mark.parametrize(
+    "bad", [status(A, 9, 15), status(A, 10, 9), WriteStatus(7, 1, A, (), 10, 10, -1)]
+)
+def test_invalid_status_is_rejected_and_counts_as_not_reported(bad: WriteStatus) -> None:
+    coord = ended()
+    assert coord.step(bad, now=11.0) == []
+    assert coord.status().statuses_rejected == 1
+    assert coord.status().waiting_for == (A, B)
+
+
+def test_duplicate_status_is_ignored_first_one_counts() -> None:
+    coord = ended()
+    coord.step(status(A, 10, 15), now=11.0)
+    assert coord.step(status(A, 10, 16), now=11.0) == []
+    [commit] = coord.step(status(B, 20, 20), now=11.0)
+    assert isinstance(commit, CommitTable) and commit.offsets[A] == 15
+
+
+def test_status_before_end_is_ignored() -> None:
+    coord = started()
+    assert coord.step(status(A, 10, 15), now=1.0) == []
+    assert coord.status().messages_ignored == 1
+
+
+def test_commit_failed_reloads_the_table_and_starts_over_with_a_new_txn() -> None:
+    coord = ended()
+    coord.step(status(A, 10, 15), now=11.0)
+    coord.step(status(B, 20, 20), now=11.0)
+    assert coord.commit_failed("conflict", now=12.0) == [ReloadTable()]
+    assert coord.state is State.RELOADING
+    assert coord.step(status(A, 10, 15), now=12.0) == []  # late: ignored
+    ready = coord.table_reloaded({A: 15, B: 20}, now=13.0, table_epoch=7)
+    assert ready == [Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 15, B: 20}))]
+    assert coord.status().rounds_discarded == 1
+
+
+def test_reload_showing_a_newer_epoch_fences_the_coordinator() -> None:
+    coord = ended()
+    coord.step(status(A, 10, 15), now=11.0)
+    coord.step(status(B, 20, 20), now=11.0)
+    coord.commit_failed("stale epoch", now=12.0)
+    assert coord.table_reloaded({A: 10}, now=13.0, table_epoch=8) == [Fenced(7, 8)]
+    assert coord.state is State.FENCED
+    assert coord.tick(100.0) == []
+    assert coord.step(status(A, 10, 15), now=100.0) == []
+
+
+def test_new_partition_joins_at_next_start_and_retired_one_is_not_awaited() -> None:
+    coord = ended()
+    c = "c1/t/2"
+    coord.step(status(A, 10, 15), now=11.0)
+    [commit] = coord.set_partitions({A, c}, now=11.0)  # B retired: nobody else to wait for
+    assert isinstance(commit, CommitTable) and set(commit.offsets) == {A}
+    ack, start = coord.commit_succeeded(version=1, now=12.0)
+    assert ack.to == (A,)
+    assert start == Broadcast(to=(A, c), message=StartCommit(7, 2, {A: 15}))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.recover(8, {}, 1.0),
+        lambda c: c.commit_succeeded(1, 1.0),
+        lambda c: c.commit_failed("x", 1.0),
+        lambda c: c.table_reloaded({}, 1.0),
+        lambda c: c.step(StartCommit(7, 1, {}), 1.0),
+    ],
+)
+def test_impossible_local_inputs_raise(call) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ProtocolError):
+        call(started())
+
+
+def test_inputs_before_recover() -> None:
+    coord = Coordinator("pipe", {A}, CFG)
+    assert coord.tick(100.0) == []
+    assert coord.step(status(A, 0, 1), now=1.0) == []
+    with pytest.raises(ProtocolError):
+        coord.commit_succeeded(1, 1.0)
+
+
+def test_the_transition_table_covers_every_state() -> None:
+    assert set(TRANSITIONS.rows) == set(State)
+    assert "COMMITTING  --COMMIT_FAILED--> RELOADING" in TRANSITIONS.describe()
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError):
+        CoordinatorConfig(commit_interval_s=0)

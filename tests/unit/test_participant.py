@@ -1,0 +1,240 @@
+"""Example-based tests of the participant's transitions (protocol/participant.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayconnect.protocol.effects import (
+    COORDINATOR,
+    Flush,
+    Pause,
+    Resume,
+    Seek,
+    SeekToPolicy,
+    Send,
+)
+from rayconnect.protocol.errors import ProtocolError
+from rayconnect.protocol.messages import AckCommit, EndCommit, RequestCommit, StartCommit
+from rayconnect.protocol.participant import (
+    TRANSITIONS,
+    Participant,
+    ParticipantConfig,
+    State,
+)
+from rayconnect.protocol.types import DataFile
+
+KEY = "c1/t/0"
+CFG = ParticipantConfig(
+    flush_max_records=10, flush_max_bytes=1000, flush_max_age_s=5.0, request_commit_after_flushes=2
+)
+FILE = DataFile("c1/t/0/a.parquet", 10, 3)
+
+
+def writing(offset: int | None = 100, txn: int = 1) -> Participant:
+    p = Participant(KEY, CFG)
+    p.step(StartCommit(1, txn, {KEY: offset} if offset is not None else {}), now=0.0)
+    return p
+
+
+def feed(p: Participant, first: int, n: int, now: float = 0.0, nbytes: int = 10) -> list:  # type: ignore[type-arg]
+    return p.records(first, first + n, n, nbytes, f"batch@{first}", now)
+
+
+def test_paused_until_the_first_start_which_seeks_and_resumes() -> None:
+    p = Participant(KEY, CFG)
+    assert p.state is State.PAUSED
+    assert feed(p, 0, 3) == []  # nothing is accepted before a START
+    ready = p.step(StartCommit(1, 1, {KEY: 100}), now=0.0)
+    assert ready == [Seek(100), Resume()]
+    assert (p.state, p.position, p.committed_offset) == (State.WRITING, 100, 100)
+
+
+def test_no_seek_when_the_reader_is_already_there() -> None:
+    p = writing(100)
+    p.step(EndCommit(1, 1), now=1.0)
+    p.step(AckCommit(1, 1, 5, {KEY: 100}), now=2.0)
+    assert p.step(StartCommit(1, 2, {KEY: 100}), now=3.0) == [Resume()]
+
+
+def test_no_table_offset_seeks_by_policy_and_waits_for_the_resolved_offset() -> None:
+    p = writing(offset=None)
+    assert p.state is State.WRITING and p.position is None
+    assert feed(p, 0, 3) == []  # dropped: the start is unknown
+    # the dropped batch moved the reader: seek again once the offset is known
+    assert p.position_resolved(0, now=0.0) == [Seek(0)]
+    assert feed(p, 0, 3) == []
+    [_, flush] = p.step(EndCommit(1, 1), now=1.0)
+    [send] = p.flushed(flush.flush_id, [FILE], now=1.0)  # type: ignore[union-attr]
+    assert isinstance(send, Send)
+    assert (send.message.first_offset, send.message.next_offset) == (0, 3)
+
+
+def test_every_start_without_offset_goes_back_to_the_policy() -> None:
+    p = writing(offset=None)
+    p.position_resolved(0, now=0.0)
+    feed(p, 0, 3)
+    assert p.step(StartCommit(1, 2, {}), now=1.0) == [SeekToPolicy(), Resume()]
+
+
+def test_idle_policy_partition_reports_once_the_offset_is_resolved() -> None:
+    p = writing(offset=None)
+    assert p.step(EndCommit(1, 1), now=1.0) == [Pause()]
+    assert p.state is State.ENDING
+    [send] = p.position_resolved(42, now=2.0)
+    assert isinstance(send, Send)
+    assert (send.message.first_offset, send.message.next_offset) == (42, 42)
+
+
+def test_idle_partition_reports_at_once_on_end() -> None:
+    p = writing(100)
+    ready = p.step(EndCommit(1, 1), now=1.0)
+    assert ready[0] == Pause()
+    [send] = ready[1:]
+    assert isinstance(send, Send) and send.to == COORDINATOR
+    assert (send.message.first_offset, send.message.next_offset, send.message.files) == (
+        100,
+        100,
+        (),
+    )
+    assert p.state is State.REPORTED
+
+
+def test_end_flushes_the_rest_then_reports_when_the_flush_returns() -> None:
+    p = writing(100)
+    feed(p, 100, 3)
+    pause, flush = p.step(EndCommit(1, 1), now=1.0)
+    assert pause == Pause() and isinstance(flush, Flush)
+    assert (flush.first_offset, flush.next_offset, flush.batches) == (100, 103, ("batch@100",))
+    assert p.state is State.ENDING
+    [send] = p.flushed(flush.flush_id, [FILE], now=2.0)
+    assert isinstance(send, Send)
+    assert send.message.files == (FILE,)
+    assert (send.message.first_offset, send.message.next_offset, send.message.records) == (
+        100,
+        103,
+        3,
+    )
+    assert p.step(EndCommit(1, 1), now=3.0) == [send]  # duplicate END: same status again
+
+
+def test_flush_by_records() -> None:
+    p = writing(0, txn=1)
+    assert feed(p, 0, 9) == []
+    [flush] = feed(p, 9, 1)
+    assert isinstance(flush, Flush) and flush.records == 10
+
+
+def test_flush_by_bytes() -> None:
+    p = writing(0)
+    [flush] = feed(p, 0, 1, nbytes=1000)
+    assert isinstance(flush, Flush) and flush.nbytes == 1000
+
+
+def test_flush_by_age() -> None:
+    p = writing(0)
+    feed(p, 0, 1, now=1.0)
+    assert p.next_deadline() == 6.0
+    assert p.tick(5.9) == []
+    [flush] = p.tick(6.0)
+    assert isinstance(flush, Flush)
+    assert p.next_deadline() is None
+
+
+def test_request_commit_once_per_round_after_enough_size_flushes() -> None:
+    p = writing(0)
+    assert len(feed(p, 0, 10)) == 1
+    flush, request = feed(p, 10, 10)
+    assert isinstance(flush, Flush)
+    assert request == Send(to=COORDINATOR, message=RequestCommit(1, 1, KEY))
+    assert len(feed(p, 20, 10)) == 1  # not again in this round
+
+
+def test_gap_seeks_back_once_and_stale_batches_are_dropped() -> None:
+    p = writing(100)
+    assert feed(p, 103, 2) == [Seek(100)]
+    assert feed(p, 105, 2) == []  # same gap, already seeking
+    assert feed(p, 90, 5) == []  # stale
+    assert feed(p, 100, 3) == []  # accepted
+    assert p.position == 103
+
+
+def test_newer_start_discards_the_open_round_and_late_flush_results_are_ignored() -> None:
+    p = writing(100)
+    feed(p, 100, 10)  # size flush in flight
+    assert p.step(StartCommit(1, 2, {KEY: 100}), now=1.0) == [Seek(100), Resume()]
+    assert p.flushed(0, [FILE], now=2.0) == []  # flush of txn 1: ignored
+    [_, send] = p.step(EndCommit(1, 2), now=3.0)
+    assert isinstance(send, Send) and send.message.files == ()
+
+
+def test_older_or_duplicate_start_end_ack_are_ignored() -> None:
+    p = writing(100, txn=5)
+    assert p.step(StartCommit(1, 4, {KEY: 0}), now=1.0) == []
+    assert p.step(StartCommit(1, 5, {KEY: 0}), now=1.0) == []
+    assert p.step(StartCommit(0, 9, {KEY: 0}), now=1.0) == []  # older epoch (I3)
+    assert p.step(EndCommit(1, 4), now=1.0) == []
+    assert p.step(AckCommit(1, 4, 1, {KEY: 0}), now=1.0) == []
+    assert p.state is State.WRITING and p.round == (1, 5)
+    assert p.status().messages_ignored == 5
+
+
+def test_ack_sets_the_committed_offset_and_pauses_until_the_next_start() -> None:
+    p = writing(100)
+    feed(p, 100, 3)
+    [_, flush] = p.step(EndCommit(1, 1), now=1.0)
+    p.flushed(flush.flush_id, [FILE], now=1.0)  # type: ignore[union-attr]
+    assert p.step(AckCommit(1, 1, 9, {KEY: 103}), now=2.0) == []
+    assert (p.state, p.committed_offset) == (State.PAUSED, 103)
+    assert p.step(StartCommit(1, 2, {KEY: 103}), now=3.0) == [Resume()]
+
+
+def test_ack_of_a_partial_commit_without_us_closes_our_round() -> None:
+    p = writing(100)
+    feed(p, 100, 3)
+    assert p.step(AckCommit(1, 1, 9, {KEY: 100}), now=2.0) == [Pause()]
+    assert (p.state, p.committed_offset, p.position) == (State.PAUSED, 100, 103)
+    assert p.step(StartCommit(1, 2, {KEY: 100}), now=3.0) == [Seek(100), Resume()]
+
+
+def test_flush_failure_abandons_the_round() -> None:
+    p = writing(100)
+    [flush] = feed(p, 100, 10)
+    assert p.flush_failed(flush.flush_id, "disk full", now=1.0) == [Pause()]  # type: ignore[union-attr]
+    assert p.state is State.PAUSED
+    assert p.step(EndCommit(1, 1), now=2.0) == []  # cannot report this round
+    assert p.status().last_error is not None
+
+
+def test_batches_while_paused_move_the_reader_so_the_next_start_seeks() -> None:
+    p = writing(100)
+    p.step(EndCommit(1, 1), now=1.0)
+    assert feed(p, 100, 5) == []
+    assert p.position == 105
+    p.step(AckCommit(1, 1, 1, {KEY: 100}), now=2.0)
+    assert p.step(StartCommit(1, 2, {KEY: 100}), now=3.0) == [Seek(100), Resume()]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda p: p.flushed(0, [], 1.0),  # never issued
+        lambda p: p.flush_failed(3, "x", 1.0),
+        lambda p: p.records(5, 4, 1, 1, None, 1.0),  # backwards
+        lambda p: p.position_resolved(-1, 1.0),
+        lambda p: p.step(RequestCommit(1, 1, KEY), 1.0),
+    ],
+)
+def test_impossible_local_inputs_raise(call) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ProtocolError):
+        call(writing(100))
+
+
+def test_the_transition_table_has_no_holes() -> None:
+    assert set(TRANSITIONS.rows) == set(State)
+    for row in TRANSITIONS.rows.values():
+        assert len(row) == len(TRANSITIONS.rows[State.PAUSED])
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError):
+        ParticipantConfig(flush_max_records=0)

@@ -1,0 +1,480 @@
+"""A whole sink pipeline, simulated: coordinators + participants + faults, invariants I1-I4.
+
+The world holds one coordinator (plus, at times, zombies of older epochs), one participant per
+partition, a fake Kafka log and reader per partition, a fake writer (a flush becomes a file
+that records exactly which offsets it holds) and an in-memory table with per-partition txn
+versions, an epoch fence and compare-and-set commits - the contract ``CommitTable`` states.
+
+Hypothesis picks the schedule: produce, read (also while paused: an in-flight batch), replay
+old batches, deliver / duplicate / drop / reorder messages, finish flushes, commits (landed,
+failed, or landed-but-reported-failed) and reloads in any order, advance the clock, crash any
+role, start a new coordinator while the old one keeps running, change the partition set.
+After every step the invariants of design.md are checked; at the end, with faults stopped
+and everything delivered, the pipeline must commit every produced record (liveness).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from rayconnect.protocol.coordinator import Coordinator, CoordinatorConfig
+from rayconnect.protocol.coordinator import State as CState
+from rayconnect.protocol.effects import (
+    COORDINATOR,
+    Broadcast,
+    CommitTable,
+    Effect,
+    Fenced,
+    Flush,
+    Pause,
+    ReloadTable,
+    Resume,
+    Seek,
+    SeekToPolicy,
+    Send,
+)
+from rayconnect.protocol.messages import Message, StartCommit
+from rayconnect.protocol.participant import Participant, ParticipantConfig
+from rayconnect.protocol.types import DataFile
+
+ALL_KEYS = tuple(f"c1/t/{i}" for i in range(4))
+PIPELINE = "sim"
+BYTES_PER_RECORD = 10
+CCFG = CoordinatorConfig(commit_interval_s=10.0, write_timeout_s=5.0)
+PCFG = ParticipantConfig(
+    flush_max_records=3, flush_max_bytes=50, flush_max_age_s=4.0, request_commit_after_flushes=2
+)
+LIVENESS_ROUNDS = 20
+
+Row = tuple[str, int]  # (partition key, offset): a record's identity
+
+
+class FakeWriter:
+    """A flush becomes a file; the file remembers which records it holds."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[Row, ...]] = {}
+        self.delivered: set[str] = set()  # files whose ``flushed`` reached their participant
+
+    def write(self, key: str, flush: Flush) -> DataFile:
+        rows: list[Row] = []
+        for handle in flush.batches:
+            hkey, first, next_ = handle  # type: ignore[misc]
+            assert hkey == key
+            rows.extend((key, o) for o in range(first, next_))
+        assert [o for _, o in rows] == list(range(flush.first_offset, flush.next_offset))
+        path = f"{key}/part-{len(self.files):05d}.parquet"
+        self.files[path] = tuple(rows)
+        return DataFile(path=path, size=len(rows) * BYTES_PER_RECORD, records=len(rows))
+
+
+class FakeTable:
+    """Per-partition txn versions, an epoch fence and compare-and-set commits."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.txn: dict[str, int] = {}
+        self.rows: list[tuple[str, int, str]] = []  # key, offset, file path
+        self.versions: list[tuple[int, tuple[str, ...]]] = []  # (epoch, file paths)
+        self.fenced_rejections = 0
+
+    def claim(self) -> int:
+        self.epoch += 1
+        return self.epoch
+
+    def commit(self, c: CommitTable, writer: FakeWriter) -> int | None:
+        assert set(c.offsets) == set(c.expected)
+        if c.epoch != self.epoch:
+            self.fenced_rejections += 1
+            return None
+        if any(self.txn.get(k) != v for k, v in c.expected.items()):
+            return None
+        for f in c.files:
+            self.rows.extend((k, o, f.path) for k, o in writer.files[f.path])
+        self.txn.update(c.offsets)
+        self.versions.append((c.epoch, tuple(f.path for f in c.files)))
+        return len(self.versions)
+
+
+@dataclass
+class Part:
+    """A participant incarnation and its reader."""
+
+    machine: Participant
+    incarnation: int
+    reader_at: int | None = None
+    paused: bool = True
+    delivered: list[tuple[int, int]] = field(default_factory=list)
+
+
+idx = st.integers(min_value=0, max_value=1_000)
+#: A job is IO the world has started and finishes later: ``job(outcome)``, where outcome 0
+#: and 1 are the job's faults (see each finish_*) and anything else is plain success.
+Job = Callable[[int], None]
+SUCCESS = 2
+
+
+class PipelineSim(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.table = FakeTable()
+        self.writer = FakeWriter()
+        self.keys: tuple[str, ...] = ()
+        self.produced: dict[str, int] = {}
+        self.coords: list[Coordinator] = []  # live ones; the last is the newest
+        self.parts: dict[str, Part] = {}
+        self.net: list[tuple[str, Message]] = []
+        self.jobs: list[Job] = []
+        self.last_rounds: dict[str, tuple[int, tuple[int, int] | None]] = {}
+
+    # -- wiring: carry out effects ------------------------------------------------------------
+
+    def apply_coord(self, coord: Coordinator, ready: list[Effect]) -> None:
+        for eff in ready:
+            if isinstance(eff, Broadcast):
+                self.net.extend((to, eff.message) for to in eff.to)
+            elif isinstance(eff, CommitTable):
+                self.jobs.append(partial(self.finish_commit, coord, eff))
+            elif isinstance(eff, ReloadTable):
+                self.jobs.append(partial(self.finish_reload, coord))
+            elif isinstance(eff, Fenced):
+                self.coords.remove(coord)
+            else:
+                raise AssertionError(f"coordinator emitted {eff!r}")
+
+    def apply_part(self, key: str, ready: list[Effect]) -> None:
+        part = self.parts[key]
+        for eff in ready:
+            if isinstance(eff, Send):
+                assert eff.to == COORDINATOR
+                self.net.append((COORDINATOR, eff.message))
+            elif isinstance(eff, Seek):
+                part.reader_at = eff.offset
+            elif isinstance(eff, SeekToPolicy):
+                part.reader_at = 0  # policy "earliest"; the log starts at 0
+                self.jobs.append(partial(self.finish_resolve, key, part.incarnation))
+            elif isinstance(eff, Pause):
+                part.paused = True
+            elif isinstance(eff, Resume):
+                part.paused = False
+            elif isinstance(eff, Flush):
+                self.jobs.append(partial(self.finish_flush, key, part.incarnation, eff))
+            else:
+                raise AssertionError(f"participant emitted {eff!r}")
+
+    def start_coordinator(self) -> None:
+        coord = Coordinator(PIPELINE, self.keys, CCFG)
+        self.coords.append(coord)
+        epoch = self.table.claim()
+        self.apply_coord(coord, coord.recover(epoch, dict(self.table.txn), self.now))
+
+    def deliver(self, dest: str, msg: Message, target: int) -> None:
+        if dest == COORDINATOR:  # by name: usually the newest, but a zombie may answer
+            coord = self.coords[target % len(self.coords)]
+            self.apply_coord(coord, coord.step(msg, self.now))
+        else:
+            self.apply_part(dest, self.parts[dest].machine.step(msg, self.now))
+
+    def read(self, key: str, size: int) -> None:
+        part = self.parts[key]
+        if part.reader_at is None or part.reader_at >= self.produced[key]:
+            return
+        first = part.reader_at
+        next_ = min(first + size, self.produced[key])
+        part.reader_at = next_
+        part.delivered.append((first, next_))
+        self.batch(key, first, next_)
+
+    def batch(self, key: str, first: int, next_: int) -> None:
+        n = next_ - first
+        ready = self.parts[key].machine.records(
+            first, next_, n, n * BYTES_PER_RECORD, (key, first, next_), self.now
+        )
+        self.apply_part(key, ready)
+
+    def finish_flush(self, key: str, incarnation: int, flush: Flush, outcome: int) -> None:
+        """0: the write fails; 1: it writes a file, then reports failure; else success."""
+        part = self.parts[key]
+        data_file = self.writer.write(key, flush) if outcome else None
+        if part.incarnation != incarnation:
+            return  # a dead incarnation's result goes nowhere; its file is an orphan
+        if data_file is None or outcome == 1:
+            self.apply_part(key, part.machine.flush_failed(flush.flush_id, "boom", self.now))
+        else:
+            self.writer.delivered.add(data_file.path)
+            self.apply_part(key, part.machine.flushed(flush.flush_id, [data_file], self.now))
+
+    def finish_commit(self, coord: Coordinator, commit: CommitTable, outcome: int) -> None:
+        """0: never lands; 1: lands but the actor sees a failure (timeout); else lands."""
+        version = None if outcome == 0 else self.table.commit(commit, self.writer)
+        if coord not in self.coords:
+            return  # the actor died; its commit may still have landed (or been fenced)
+        if version is None or outcome == 1:
+            self.apply_coord(coord, coord.commit_failed(f"outcome {outcome}", self.now))
+        else:
+            self.apply_coord(coord, coord.commit_succeeded(version, self.now))
+
+    def finish_reload(self, coord: Coordinator, outcome: int) -> None:
+        if coord in self.coords:
+            ready = coord.table_reloaded(dict(self.table.txn), self.now, self.table.epoch)
+            self.apply_coord(coord, ready)
+
+    def finish_resolve(self, key: str, incarnation: int, outcome: int) -> None:
+        part = self.parts[key]
+        if part.incarnation == incarnation:
+            self.apply_part(key, part.machine.position_resolved(0, self.now))
+
+    def advance(self, dt: float) -> None:
+        self.now += dt
+        for coord in list(self.coords):
+            if coord in self.coords:
+                self.apply_coord(coord, coord.tick(self.now))
+        for key, part in self.parts.items():
+            self.apply_part(key, part.machine.tick(self.now))
+
+    def next_deadline(self) -> float | None:
+        deadlines = [c.next_deadline() for c in self.coords]
+        deadlines += [p.machine.next_deadline() for p in self.parts.values()]
+        return min((d for d in deadlines if d is not None), default=None)
+
+    def calm_step(self) -> bool:
+        """One step of a fault-free world (oldest message or job first); False if idle."""
+        if self.net:
+            dest, msg = self.net.pop(0)
+            self.deliver(dest, msg, len(self.coords) - 1)
+        elif self.jobs:
+            self.jobs.pop(0)(SUCCESS)
+        else:
+            readable = [
+                k
+                for k, p in self.parts.items()
+                if not p.paused and p.reader_at is not None and p.reader_at < self.produced[k]
+            ]
+            if not readable:
+                return False
+            self.read(readable[0], 3)
+        return True
+
+    # -- rules ------------------------------------------------------------------------------
+
+    @initialize(n=st.integers(min_value=1, max_value=4))
+    def init(self, n: int) -> None:
+        self.keys = ALL_KEYS[:n]
+        self.produced = dict.fromkeys(self.keys, 0)
+        self.parts = {k: Part(Participant(k, PCFG), 0) for k in self.keys}
+        self.start_coordinator()
+
+    @rule(k=idx, count=st.integers(min_value=1, max_value=6))
+    def produce(self, k: int, count: int) -> None:
+        self.produced[self.keys[k % len(self.keys)]] += count
+
+    @rule(k=idx, size=st.integers(min_value=1, max_value=4), while_paused=st.booleans())
+    def read_batch(self, k: int, size: int, while_paused: bool) -> None:
+        """``while_paused``: a batch already on its way when the Pause was carried out."""
+        key = self.keys[k % len(self.keys)]
+        if while_paused or not self.parts[key].paused:
+            self.read(key, size)
+
+    @rule(k=idx, i=idx)
+    def replay_old_batch(self, k: int, i: int) -> None:
+        key = self.keys[k % len(self.keys)]
+        delivered = self.parts[key].delivered
+        if delivered:
+            self.batch(key, *delivered[i % len(delivered)])
+
+    @precondition(lambda self: self.net)
+    @rule(i=idx, coordinator=idx)
+    def deliver_message(self, i: int, coordinator: int) -> None:
+        """Any message, not the oldest: reordering."""
+        dest, msg = self.net.pop(i % len(self.net))
+        self.deliver(dest, msg, coordinator)
+
+    @precondition(lambda self: self.net)
+    @rule(i=idx, drop=st.booleans())
+    def network_fault(self, i: int, drop: bool) -> None:
+        if drop:
+            self.net.pop(i % len(self.net))
+        else:
+            self.net.append(self.net[i % len(self.net)])
+
+    @precondition(lambda self: self.jobs)
+    @rule(i=idx, outcome=st.integers(min_value=0, max_value=4))
+    def finish_job(self, i: int, outcome: int) -> None:
+        self.jobs.pop(i % len(self.jobs))(outcome)
+
+    @rule(dt=st.sampled_from([0.5, 2.0, 4.0, 6.0, 11.0]))
+    def advance_clock(self, dt: float) -> None:
+        self.advance(dt)
+
+    @rule(steps=st.integers(min_value=1, max_value=60))
+    def calm_period(self, steps: int) -> None:
+        """A stretch without faults (time jumps to the next deadline when all is quiet), so
+        that rounds also complete in the middle of a schedule, not only at the end."""
+        for _ in range(steps):
+            if not self.calm_step():
+                deadline = self.next_deadline()
+                if deadline is None:
+                    return
+                self.advance(max(deadline - self.now, 0.0))
+
+    @rule(k=idx, kind=st.sampled_from(["participant", "coordinator", "zombie"]))
+    def crash(self, k: int, kind: str) -> None:
+        """A participant restarts empty; the coordinator restarts with a new epoch; or a new
+        coordinator starts while the old one keeps running (a zombie)."""
+        if kind == "participant":
+            key = self.keys[k % len(self.keys)]
+            self.parts[key] = Part(Participant(key, PCFG), self.parts[key].incarnation + 1)
+        elif self.table.epoch < 5 and len(self.coords) < 3:
+            if kind == "coordinator":
+                self.coords.pop()
+            self.start_coordinator()
+
+    @rule(k=idx)
+    def toggle_partition(self, k: int) -> None:
+        coord = self.coords[-1]
+        assigned = set(coord.status().partitions) ^ {self.keys[k % len(self.keys)]}
+        self.apply_coord(coord, coord.set_partitions(assigned, self.now))
+
+    # -- invariants ---------------------------------------------------------------------------
+
+    def check(self) -> None:
+        self.i1_committed_rows_are_exactly_the_committed_offsets()
+        self.i2_the_table_alone_gives_the_offsets()
+        self.i3_no_fenced_commit_and_participants_never_go_back()
+        self.i4_only_reported_files_are_committed_once()
+
+    @invariant()
+    def i1_committed_rows_are_exactly_the_committed_offsets(self) -> None:
+        for key in self.keys:
+            rows = sorted(o for k, o, _ in self.table.rows if k == key)
+            assert rows == list(range(self.table.txn.get(key, 0))), key
+
+    @invariant()
+    def i2_the_table_alone_gives_the_offsets(self) -> None:
+        fresh = Coordinator(PIPELINE, self.keys, CCFG)
+        (start,) = fresh.recover(99, dict(self.table.txn), self.now)
+        assert isinstance(start, Broadcast) and isinstance(start.message, StartCommit)
+        assert start.message.offsets == {k: v for k, v in self.table.txn.items() if k in self.keys}
+        newest = self.coords[-1]
+        if newest.state in (CState.STARTED, CState.ENDED):
+            assert newest.offsets == self.table.txn
+
+    @invariant()
+    def i3_no_fenced_commit_and_participants_never_go_back(self) -> None:
+        assert all(epoch <= self.table.epoch for epoch, _ in self.table.versions)
+        epochs = [epoch for epoch, _ in self.table.versions]
+        assert epochs == sorted(epochs)
+        for key, part in self.parts.items():
+            incarnation, before = self.last_rounds.get(key, (part.incarnation, None))
+            now = part.machine.round
+            if incarnation == part.incarnation and before is not None:
+                assert now is not None and now >= before, (key, before, now)
+            self.last_rounds[key] = (part.incarnation, now)
+
+    @invariant()
+    def i4_only_reported_files_are_committed_once(self) -> None:
+        committed = [p for _, paths in self.table.versions for p in paths]
+        assert len(committed) == len(set(committed))
+        assert set(committed) <= self.writer.delivered
+        assert {p for _, _, p in self.table.rows} <= set(committed)
+
+    # -- liveness -------------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Deliver everything and finish every job, without faults, until nothing moves."""
+        for _ in range(100_000):
+            if not self.calm_step():
+                return
+        raise AssertionError("drain did not settle")
+
+    def teardown(self) -> None:
+        if not self.coords:
+            return
+        newest = self.coords[-1]
+        self.apply_coord(newest, newest.set_partitions(self.keys, self.now))
+        wait = max(CCFG.commit_interval_s, CCFG.write_timeout_s) + 1
+        for _ in range(LIVENESS_ROUNDS):
+            self.drain()
+            self.check()
+            if all(self.table.txn.get(k, 0) == n for k, n in self.produced.items()):
+                return
+            self.advance(wait)
+        raise AssertionError(
+            f"not live: produced {self.produced}, committed {self.table.txn}, "
+            f"coordinator {newest.status()}"
+        )
+
+
+FAULTS = ("reorder", "network", "job", "crash", "replay", "read_paused", "toggle", "clock")
+
+
+@settings(max_examples=150, derandomize=True, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=4),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    faults=st.sets(st.sampled_from(FAULTS), min_size=1),
+    fault_rate=st.sampled_from([0.05, 0.15, 0.3]),
+)
+def test_long_random_schedules(n: int, seed: int, faults: set[str], fault_rate: float) -> None:
+    """Long schedules the rule-based test rarely reaches: mostly calm progress, with faults
+    of a random subset of kinds (swarm testing) at a random rate. ``seed`` replays one."""
+    rng = random.Random(seed)
+    sim = PipelineSim()
+    sim.init(n)
+    kinds = sorted(faults)
+    i = lambda: rng.randrange(1_000)  # noqa: E731
+    for _ in range(400):
+        if rng.random() >= fault_rate:
+            calm = rng.randrange(4)
+            if calm == 0:
+                sim.produce(i(), rng.randint(1, 6))
+            elif calm == 1:
+                sim.read_batch(i(), rng.randint(1, 4), False)
+            elif calm == 2:
+                sim.advance_clock(rng.choice([0.5, 2.0, 4.0]))
+            else:
+                sim.calm_period(rng.randint(1, 8))
+        else:
+            kind = rng.choice(kinds)
+            if kind == "reorder" and sim.net:
+                sim.deliver_message(i(), i())
+            elif kind == "network" and sim.net:
+                sim.network_fault(i(), rng.random() < 0.5)
+            elif kind == "job" and sim.jobs:
+                sim.finish_job(i(), rng.randrange(2))
+            elif kind == "crash":
+                sim.crash(i(), rng.choice(["participant", "coordinator", "zombie"]))
+            elif kind == "replay":
+                sim.replay_old_batch(i(), i())
+            elif kind == "read_paused":
+                sim.read_batch(i(), rng.randint(1, 4), True)
+            elif kind == "toggle":
+                sim.toggle_partition(i())
+            elif kind == "clock":
+                sim.advance_clock(11.0)
+        sim.check()
+    sim.teardown()
+
+
+PipelineSim.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=100,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestPipelineSimulation = PipelineSim.TestCase
