@@ -119,12 +119,23 @@ def test_timeout_commits_the_partitions_that_reported_partially() -> None:
     assert coord.status().rounds_partial == 1
 
 
-def test_timeout_without_data_discards_the_round() -> None:
+def test_timeout_without_data_discards_the_round_and_restarts_from_the_table() -> None:
     coord = ended()
     coord.step(status(A, 10, 10), now=11.0)
-    ready = coord.tick(15.0)
-    assert ready == [Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20}))]
+    assert coord.tick(15.0) == [ReloadTable()]
+    assert coord.state is State.RELOADING
     assert coord.status().rounds_discarded == 1
+    ready = coord.table_reloaded({A: 10, B: 20}, now=15.1, table_epoch=7)
+    assert ready == [Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20}))]
+
+
+def test_a_zombie_whose_participants_left_learns_it_is_fenced_on_timeout() -> None:
+    coord = ended()  # no participant answers: they follow a newer coordinator
+    assert coord.tick(15.0) == [ReloadTable()]
+    assert coord.table_reloaded({A: 10, B: 20}, now=15.1, table_epoch=8) == [
+        Fenced(epoch=7, table_epoch=8)
+    ]
+    assert coord.state is State.FENCED
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,9 @@ Rules
 - Statuses are validated (see commit_state.py); a rejected one counts as not reported.
 - Slow or dead participants hold nobody back for more than ``write_timeout_s``: on timeout
   the partitions that reported are committed (a *partial* commit, Iceberg style) if any of
-  them has data; otherwise the round is discarded. Either way the partitions that did not
-  report start the next round from their old offsets.
+  them has data; otherwise the round is discarded and the table reloaded (a coordinator
+  whose participants all follow a newer epoch learns so that it is fenced). Either way the
+  partitions that did not report start the next round from their old offsets.
 - A full round in which no partition moved is not committed (no empty table versions); the
   next round starts at once. It is counted as ``rounds_empty``.
 - Partitions may change at run time (``set_partitions``): new ones join at the next START;
@@ -109,10 +110,11 @@ TRANSITIONS: Final = TransitionTable[State, Input](
             _I.SET_PARTITIONS: {_S.STARTED},
         },
         _S.ENDED: {
-            # still waiting | commit (full or partial) | empty or discarded: next START
-            _I.WRITE_STATUS: {_S.ENDED, _S.COMMITTING, _S.STARTED},
-            _I.TICK: {_S.ENDED, _S.COMMITTING, _S.STARTED},
-            _I.SET_PARTITIONS: {_S.ENDED, _S.COMMITTING, _S.STARTED},
+            # still waiting | commit (full or partial) | empty: next START |
+            # timed out with no data: discard and reload the table
+            _I.WRITE_STATUS: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
+            _I.TICK: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
+            _I.SET_PARTITIONS: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
         },
         _S.COMMITTING: {
             _I.COMMIT_SUCCEEDED: {_S.STARTED},
@@ -392,9 +394,13 @@ class Coordinator:
             return [self._pending]
         if rnd.is_commit_ready():
             self._empty += 1
-        else:
-            self._discarded += 1
-            self._last_error = f"txn {rnd.txn_id}: no data from {sorted(rnd.statuses)}, " + (
-                f"timed out waiting for {sorted(rnd.missing())}"
-            )
-        return self._start(now)
+            return self._start(now)
+        # Timed out with nothing to commit: discard, and start again *from the table*
+        # (design.md step 4). Reloading is also how a coordinator whose participants all
+        # follow a newer epoch learns that it has been fenced.
+        self._discarded += 1
+        self._last_error = f"txn {rnd.txn_id}: no data from {sorted(rnd.statuses)}, " + (
+            f"timed out waiting for {sorted(rnd.missing())}"
+        )
+        self._state = State.RELOADING
+        return [ReloadTable()]
