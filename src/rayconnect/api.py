@@ -138,6 +138,13 @@ class SinkPipeline:
             memory=cfg.spark.executor_memory,
             timeout_s=timeout_s,
         )
+        splits = {  # reader name -> its partitions: tps[i::n] over n readers per cluster
+            names.reader(cfg.name, cluster_id, i): [tp.key for tp in tps[i::n]]
+            for cluster_id, tps in by_cluster.items()
+            for n in [min(cfg.source.readers_per_cluster, len(tps))]
+            for i in range(n)
+        }
+        reader_of = {key: reader for reader, keys in splits.items() for key in keys}
         participants = [
             ParticipantActor.options(name=names.participant(cfg.name, tp.key), **detached).remote(
                 cfg.name,
@@ -146,6 +153,7 @@ class SinkPipeline:
                 cfg.commit,
                 clusters[tp.cluster],
                 cfg.source.starting_offsets,
+                reader_of[tp.key],
             )
             for tps in by_cluster.values()
             for tp in tps
@@ -155,17 +163,16 @@ class SinkPipeline:
             cfg, keys
         )
         ray.get(coordinator.ready.remote(), timeout=timeout_s)
-        readers = []
-        for cluster_id, tps in by_cluster.items():
-            meta = clusters[cluster_id]
-            n = min(cfg.source.readers_per_cluster, len(tps))
-            for i in range(n):
-                split = [tp.key for tp in tps[i::n]]
-                readers.append(
-                    ReaderActor.options(
-                        name=names.reader(cfg.name, cluster_id, i), **detached
-                    ).remote(cfg.name, cluster_id, meta, split, cfg.source.max_poll_records)
-                )
+        readers = [
+            ReaderActor.options(name=reader, **detached).remote(
+                cfg.name,
+                TopicPartition.from_key(keys[0]).cluster,
+                clusters[TopicPartition.from_key(keys[0]).cluster],
+                keys,
+                cfg.source.max_poll_records,
+            )
+            for reader, keys in splits.items()
+        ]
         ray.get([r.ready.remote() for r in readers], timeout=timeout_s)
         return PipelineHandle(cfg.name)
 

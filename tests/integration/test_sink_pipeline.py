@@ -221,3 +221,57 @@ def test_an_idle_partition_does_not_delay_a_round_and_a_dead_one_is_left_behind(
         assert status["round_s_max"] < 30
     finally:
         handle.stop(commit=False)
+
+
+@pytest.mark.timeout(600)
+def test_a_full_buffer_flushes_and_asks_for_an_early_commit(ray_session, kafka_broker, tmp_path):
+    """KIP-89: with a commit interval far longer than the test, participants flush by size
+    and REQUEST-COMMIT ends rounds early; memory stays bounded by the flush settings."""
+    produced = Produced(kafka_broker.bootstrap_servers, "kip89", 2)
+    produced.more(12000)
+    handle = _pipeline(
+        "kip89", kafka_broker.bootstrap_servers, "kip89", tmp_path / "t",
+        commit_interval_s=600, write_timeout_s=60,
+        flush_max_records=1000, request_commit_after_flushes=2,
+    ).start()
+    try:
+        status = handle.wait_for(_caught_up(produced), timeout_s=240)
+        assert status["rounds_committed"] >= 2  # ended early, more than once
+        participants = [
+            ray.get(ray.get_actor(n, namespace="rayconnect").status.remote())
+            for n in (names.participant("kip89", k) for k in produced.offsets())
+        ]
+        assert all(p["flushes"] >= 6 for p in participants)  # 6000 records each, by 1000
+        assert_exactly_once(tmp_path / "t", produced, status)
+    finally:
+        handle.stop(commit=False)
+
+
+@pytest.mark.timeout(600)
+def test_a_dead_participant_holds_the_others_back_no_longer_than_the_write_timeout(
+    ray_session, kafka_broker, tmp_path
+):
+    """Partial commit: a participant gone for good (no restart) never reports; the other
+    partitions are committed after write_timeout_s, every round, and stay exactly once."""
+    produced = Produced(kafka_broker.bootstrap_servers, "partial", 3)
+    produced.more(3000)
+    table = tmp_path / "t"
+    handle = _pipeline("partial", kafka_broker.bootstrap_servers, "partial", table,
+                       commit_interval_s=1, write_timeout_s=3).start()
+    try:
+        handle.wait_for(_caught_up(produced), timeout_s=120)
+        dead = f"{CLUSTER}/partial/2"
+        ray.kill(ray.get_actor(names.participant("partial", dead), namespace="rayconnect"),
+                 no_restart=True)
+        before = dict(produced.counts)
+        produced.more(3000)
+        alive = {k: v for k, v in produced.offsets().items() if k != dead}
+        status = handle.wait_for(
+            lambda s: all(s["offsets"].get(k) == v for k, v in alive.items()), timeout_s=120
+        )
+        assert status["rounds_partial"] >= 1
+        assert status["offsets"][dead] == before[2]  # left behind, nothing lost
+        rows = table_rows(table)
+        assert len(rows) == len(set(rows)) == sum(status["offsets"].values())
+    finally:
+        handle.stop(commit=False)

@@ -26,6 +26,11 @@ def reader(pipeline: str, cluster: str, index: int) -> str:
     return f"{pipeline}/reader/{cluster}/{index}"
 
 
+def task(pipeline: str, index: int) -> str:
+    """A source pipeline's task ``index`` (KIP-618 source task)."""
+    return f"{pipeline}/task/{index}"
+
+
 def pipeline_of(actor_name: str) -> str | None:
     """The pipeline an actor name belongs to, or None for an actor that is not ours."""
     head, sep, _ = actor_name.partition("/")

@@ -48,6 +48,7 @@ class ParticipantActor:
         commit: CommitSettings,
         cluster: ClusterMetadata,
         starting_offsets: StartingOffsets | dict[str, int] = "earliest",
+        reader_name: str | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.key = key
@@ -64,12 +65,19 @@ class ParticipantActor:
             ),
         )
         self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
+        # The reader serving this partition. Known by name, so that a restarted participant
+        # finds it again; a reader that (re)starts also announces itself (reader_attached).
         self.reader: Any = None
+        self.reader_name = reader_name
         self._coordinator: Any = None
         self._lock = asyncio.Lock()
         self.records_in = 0
         self.flushes = 0
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        if self._reader() is not None:
+            # A fresh machine is paused until START: stop the reader pushing batches that
+            # this incarnation would drop anyway.
+            self._reader().pause.remote(key)
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -125,22 +133,34 @@ class ParticipantActor:
             elif isinstance(effect, Flush):
                 self.flushes += 1
                 asyncio.get_running_loop().create_task(self._flush(effect))
-            elif isinstance(effect, Seek):
-                if self.reader is not None:
-                    await self.reader.seek.remote(self.key, effect.offset)
-            elif isinstance(effect, SeekToPolicy):
-                offset = await self._policy_offset()
-                if self.reader is not None:
-                    await self.reader.seek.remote(self.key, offset)
-                await self._carry_out(self.machine.position_resolved(offset, time.monotonic()))
-            elif isinstance(effect, Pause):
-                if self.reader is not None:
-                    await self.reader.pause.remote(self.key)
-            elif isinstance(effect, Resume):
-                if self.reader is not None:
-                    await self.reader.resume.remote(self.key)
+            elif isinstance(effect, Seek | SeekToPolicy | Pause | Resume):
+                await self._steer_reader(effect)
             else:
                 raise TypeError(f"participant cannot carry out {effect!r}")
+
+    async def _steer_reader(self, effect: Seek | SeekToPolicy | Pause | Resume) -> None:
+        reader = self._reader()
+        if isinstance(effect, SeekToPolicy):
+            offset = await self._policy_offset()
+            if reader is not None:
+                await reader.seek.remote(self.key, offset)
+            await self._carry_out(self.machine.position_resolved(offset, time.monotonic()))
+        elif reader is None:
+            return  # no reader yet: it asks where to start when it attaches
+        elif isinstance(effect, Seek):
+            await reader.seek.remote(self.key, effect.offset)
+        elif isinstance(effect, Pause):
+            await reader.pause.remote(self.key)
+        else:
+            await reader.resume.remote(self.key)
+
+    def _reader(self) -> Any:
+        if self.reader is None and self.reader_name is not None:
+            try:
+                self.reader = ray.get_actor(self.reader_name, namespace=names.NAMESPACE)
+            except ValueError:
+                return None  # not created yet
+        return self.reader
 
     async def _flush(self, flush: Flush) -> None:
         try:

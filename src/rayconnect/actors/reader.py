@@ -145,7 +145,7 @@ class ReaderActor:
                 fetched = await self._consumer.getmany(
                     timeout_ms=200, max_records=self.max_poll_records
                 )
-                sends = []
+                handed: list[tuple[str, int, Any]] = []
                 for tp, records in fetched.items():
                     if not records:
                         continue
@@ -159,19 +159,23 @@ class ReaderActor:
                             self._consumer.seek(tp, self._next[key])
                         continue
                     batch = records_to_batch(self.cluster_id, records)
-                    participant = self._participants[key]
                     ref = ray.put(batch)
-                    self.records_read += len(records)
-                    self.bytes_read += batch.nbytes
                     first = self._next.get(key, records[0].offset)
                     self._next[key] = records[-1].offset + 1
-                    sends.append(
-                        participant.records.remote(
-                            first, self._next[key], len(records), batch.nbytes, [ref]
-                        )
+                    self.records_read += len(records)
+                    self.bytes_read += batch.nbytes
+                    call = self._participants[key].records.remote(
+                        first, self._next[key], len(records), batch.nbytes, [ref]
                     )
-                if sends:
-                    await asyncio.gather(*sends)
+                    handed.append((key, first, call))
+                results = await asyncio.gather(*(c for _, _, c in handed), return_exceptions=True)
+                for (key, first, _), result in zip(handed, results, strict=True):
+                    if isinstance(result, BaseException):
+                        # Not handed over (the participant is restarting): read it again.
+                        self._error = f"{key}: {type(result).__name__}: {result}"
+                        if self._seeks.get(key) == seeks_before.get(key):
+                            self._next[key] = first
+                            self._consumer.seek(self._tps[key], first)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # keep reading; the participant/coordinator recover

@@ -1,0 +1,425 @@
+"""Source task actor ``<pipeline>/task/<i>``: one SourceTask, one transactional producer.
+
+``TaskRunner`` carries out the effects of ``protocol.source_task.SourceTaskMachine`` (the
+lifecycle of seed 000) with aiokafka; the actor only hosts it. A runner never retries in
+place: any failure aborts what is open, stops the producer and raises; the actor then ends
+its process so that Ray restarts it (``max_restarts=-1``), and the fresh incarnation's
+initTransactions fences the dead one and resumes from the offsets that committed.
+
+The runner is a plain class so that a test (or a benchmark) can run a task without Ray -
+which is also how the zombie test keeps an old incarnation running after a new one starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import ray
+
+from rayconnect.actors import names
+from rayconnect.kafka import compat
+from rayconnect.kafka.discovery import client_properties
+from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_value
+from rayconnect.kafka.transactions import init_transactions, producer, stop_quietly
+from rayconnect.protocol.source_task import (
+    AbortTransaction,
+    Acknowledge,
+    BeginTransaction,
+    Close,
+    CommitTransaction,
+    Discard,
+    Effect,
+    End,
+    Fail,
+    InitTransactions,
+    Poll,
+    Ready,
+    Segment,
+    Send,
+    SendOffsets,
+    SourceTaskConfig,
+    SourceTaskMachine,
+)
+from rayconnect.source.base import (
+    RecordMetadata,
+    SourceRecord,
+    SourceTask,
+    SourceTaskContext,
+    TransactionContext,
+    encode_partition,
+    to_bytes,
+)
+from rayconnect.source.config import SourceSettings
+
+log = logging.getLogger(__name__)
+
+Next = Callable[[], Ready] | None
+
+
+class TaskFailed(RuntimeError):
+    """The task failed (its open transaction aborted); restart it to resume."""
+
+
+class TaskRunner:
+    """Runs one source task: ``await run()`` until stopped (returns) or failed (raises)."""
+
+    def __init__(
+        self,
+        settings: SourceSettings,
+        index: int,
+        task: SourceTask,
+        *,
+        transactional: bool = True,
+        warning: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.index = index
+        self.task = task
+        self.transactional = transactional
+        self.warning = warning
+        self.machine = SourceTaskMachine(
+            SourceTaskConfig(
+                settings.transaction_boundary, settings.transaction_boundary_interval_s
+            )
+        )
+        self.txn_context = (
+            TransactionContext() if settings.transaction_boundary == "connector" else None
+        )
+        self.client = client_properties(settings.target.properties)
+        self.producer: Any = None
+        self.started = asyncio.Event()
+        self._polls: dict[int, list[list[SourceRecord]]] = {}
+        self._sent: list[tuple[SourceRecord, asyncio.Future[Any]]] = []
+        self._offset_futures: list[asyncio.Future[Any]] = []
+        self._fenced = False
+        self._wants_record_commits = type(task).commit_record is not SourceTask.commit_record
+        self.records_polled = 0
+
+    @property
+    def transactional_id(self) -> str:
+        return self.settings.transactional_id(self.index)
+
+    def status(self) -> dict[str, Any]:
+        s = msgspec.to_builtins(self.machine.status())
+        s.update(
+            task=self.index,
+            transactional_id=self.transactional_id if self.transactional else None,
+            exactly_once=self.transactional,
+            warning=self.warning,
+            records_polled=self.records_polled,
+        )
+        return s
+
+    def stop(self) -> None:
+        """Ask to stop: the open transaction is committed (aborted for ``connector``)."""
+        self.machine.stop(time.monotonic())
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        ready = self.machine.start(time.monotonic())
+        while True:
+            nxt: Next = None
+            try:
+                for i, effect in enumerate(ready):
+                    nxt = await self._carry_out(effect, last=i == len(ready) - 1)
+            except TaskFailed:
+                raise
+            except Exception as e:
+                reason = f"{type(e).__name__}: {e}"
+                self._fenced = self._fenced or isinstance(e, compat.FENCED_ERRORS)
+                log.warning("task %s/%d: %s", self.settings.name, self.index, reason)
+                ready = self.machine.failed(reason, time.monotonic())
+                continue
+            if nxt is None:
+                return
+            ready = nxt()
+
+    async def _carry_out(self, effect: Effect, *, last: bool) -> Next:
+        now = time.monotonic
+        if isinstance(effect, InitTransactions):
+            return await self._init()
+        if isinstance(effect, Poll):
+            segments = await self._poll(effect.poll_id)
+            return lambda: self.machine.polled(segments, now())
+        if isinstance(effect, BeginTransaction):
+            if self.transactional:
+                await self.producer.begin_transaction()
+        elif isinstance(effect, Send):
+            for record in self._polls[effect.poll_id][effect.segment]:
+                fut = await self.producer.send(
+                    record.topic,
+                    to_bytes(record.value),
+                    key=to_bytes(record.key),
+                    partition=record.partition,
+                    headers=list(record.headers) or None,
+                )
+                self._sent.append((record, fut))
+        elif isinstance(effect, SendOffsets):
+            topic = self.settings.own_offsets_topic
+            for pkey, offset in effect.offsets.items():
+                fut = await self.producer.send(
+                    topic, offset_value(offset), key=offset_key(self.settings.name, pkey)
+                )
+                self._offset_futures.append(fut)
+        elif isinstance(effect, CommitTransaction):
+            try:
+                await self._commit()
+            except Exception as e:
+                self._fenced = self._fenced or isinstance(e, compat.FENCED_ERRORS)
+                reason = f"{type(e).__name__}: {e}"
+                return lambda: self.machine.commit_failed(reason, now())
+            return lambda: self.machine.committed(now())
+        elif isinstance(effect, AbortTransaction):
+            await self._abort(must_succeed=last)
+            if last:
+                return lambda: self.machine.aborted(now())
+        elif isinstance(effect, Acknowledge):
+            await self._acknowledge(effect.segments)
+        elif isinstance(effect, Discard):
+            self._forget(effect.segments)
+        elif isinstance(effect, Close):
+            with contextlib.suppress(Exception):
+                await self.task.stop()
+            await self._stop_producer()
+            return None
+        elif isinstance(effect, Fail):
+            await self._stop_producer()
+            with contextlib.suppress(Exception):
+                await self.task.stop()
+            raise TaskFailed(effect.reason)
+        else:
+            raise TypeError(f"source task cannot carry out {effect!r}")
+        return None
+
+    # -- effects ---------------------------------------------------------------------------
+
+    async def _init(self) -> Next:
+        """initTransactions (fences our zombies, aborts what they left open), THEN read the
+        committed offsets, then start the task: in this order the offsets are final."""
+        s = self.settings
+        try:
+            self.producer = producer(
+                s.target.bootstrap_servers,
+                self.transactional_id if self.transactional else None,
+                request_timeout_ms=int(s.commit_timeout_s * 1000),
+                **client_properties(s.producer_properties),
+                **self.client,
+            )
+            await init_transactions(self.producer, s.commit_timeout_s)
+            offsets, _ = await combined_offsets(
+                s.target.bootstrap_servers,
+                s.own_offsets_topic,
+                s.global_offsets_topic,
+                s.name,
+                **self.client,
+            )
+            context = SourceTaskContext(s.name, self.index, s.tasks, offsets, self.txn_context)
+            await self.task.start(context)
+        except Exception as e:
+            reason = f"start failed: {type(e).__name__}: {e}"
+            return lambda: self.machine.failed(reason, time.monotonic())
+        self.started.set()
+        return lambda: self.machine.initialized(
+            {k: v for k, v in offsets.items()}, time.monotonic()
+        )
+
+    async def _poll(self, poll_id: int) -> list[Segment]:
+        records = list(await self.task.poll() or ())
+        self.records_polled += len(records)
+        requests = self.txn_context.take() if self.txn_context is not None else []
+        groups: list[list[SourceRecord]] = []
+        ends: list[End | None] = []
+        start = 0
+        for kind, record in requests:
+            end = End.COMMIT if kind == "commit" else End.ABORT
+            cut = len(records) if record is None else _index_of(records, record, start) + 1
+            groups.append(records[start:cut])
+            ends.append(end)
+            start = cut
+        if start < len(records) or not groups:
+            groups.append(records[start:])
+            ends.append(None)
+        self._polls[poll_id] = groups
+        return [
+            Segment(len(g), _newest_offsets(g), end) for g, end in zip(groups, ends, strict=True)
+        ]
+
+    async def _commit(self) -> None:
+        timeout = self.settings.commit_timeout_s
+        futures = [f for _, f in self._sent] + self._offset_futures
+        if futures:
+            await asyncio.wait_for(asyncio.gather(*futures), timeout)
+        if self.transactional:
+            await asyncio.wait_for(self.producer.commit_transaction(), timeout)
+        self._offset_futures = []
+
+    async def _abort(self, *, must_succeed: bool) -> None:
+        """A requested abort must work; on the failure path it is best effort, and skipped
+        for a fenced producer (tansu never answers a zombie's EndTxn)."""
+        self._offset_futures = []
+        if not self.transactional:
+            if must_succeed:  # nothing to undo: what was sent is in Kafka
+                log.warning(
+                    "task %s/%d: abort without transactions", self.settings.name, self.index
+                )
+            return
+        if self._fenced and not must_succeed:
+            return
+        timeout = (
+            self.settings.commit_timeout_s
+            if must_succeed
+            else min(5.0, self.settings.commit_timeout_s)
+        )
+        try:
+            await asyncio.wait_for(self.producer.abort_transaction(), timeout)
+        except Exception:
+            if must_succeed:
+                raise
+            log.warning("task %s/%d: abort failed", self.settings.name, self.index, exc_info=True)
+
+    async def _acknowledge(self, segments: tuple[tuple[int, int], ...]) -> None:
+        sent, self._sent = self._sent, []
+        if self._wants_record_commits:
+            for record, fut in sent:
+                md = fut.result()
+                await self.task.commit_record(
+                    record, RecordMetadata(md.topic, md.partition, md.offset, md.timestamp)
+                )
+        self._forget(segments)
+        await self.task.commit()
+
+    def _forget(self, segments: tuple[tuple[int, int], ...]) -> None:
+        self._sent = [] if segments else self._sent
+        for poll_id, index in segments:
+            groups = self._polls.get(poll_id)
+            if groups is not None:
+                groups[index] = []
+                if not any(groups):
+                    del self._polls[poll_id]
+        # empty polls (no segment handed out) leave an entry of empty groups: drop them
+        for poll_id in [p for p, g in self._polls.items() if not any(g)]:
+            del self._polls[poll_id]
+
+    async def _stop_producer(self) -> None:
+        if self.producer is not None:
+            await stop_quietly(self.producer)
+
+
+def _index_of(records: list[SourceRecord], record: SourceRecord, start: int) -> int:
+    for i in range(start, len(records)):
+        if records[i] is record:
+            return i
+    raise ValueError("TransactionContext: the record is not among those this poll returned")
+
+
+def _newest_offsets(records: list[SourceRecord]) -> dict[str, Any]:
+    offsets: dict[str, Any] = {}
+    for r in records:
+        if r.source_partition is not None:
+            offsets[encode_partition(r.source_partition)] = r.source_offset
+    return offsets
+
+
+# -- the actor ------------------------------------------------------------------------------
+
+_KV_NS = "rayconnect"
+
+
+def _kv_key(pipeline: str, index: int, what: str) -> bytes:
+    return f"{names.task(pipeline, index)}/{what}".encode()
+
+
+def _kv_get(key: bytes) -> bytes | None:
+    """Ray's GCS key-value store keeps what an incarnation must tell the next one (the
+    error that killed it, how many restarts): the process that knew it is gone."""
+    try:
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        return _internal_kv_get(key, namespace=_KV_NS)
+    except Exception:
+        return None
+
+
+def _kv_put(key: bytes, value: bytes) -> None:
+    with contextlib.suppress(Exception):
+        from ray.experimental.internal_kv import _internal_kv_put
+
+        _internal_kv_put(key, value, overwrite=True, namespace=_KV_NS)
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
+class SourceTaskActor:
+    async def __init__(
+        self,
+        settings: SourceSettings,
+        index: int,
+        task: SourceTask,
+        transactional: bool,
+        warning: str | None,
+    ) -> None:
+        self.settings = settings
+        self.index = index
+        self.runner = TaskRunner(
+            settings, index, task, transactional=transactional, warning=warning
+        )
+        restarts_key = _kv_key(settings.name, index, "restarts")
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            self.restarts = int(_kv_get(restarts_key) or b"0") + 1
+        else:
+            self.restarts = 0
+        _kv_put(restarts_key, str(self.restarts).encode())
+        self._failed: str | None = None
+        # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
+        self._main = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            await self.runner.run()
+        except Exception as e:
+            self._failed = str(e)
+            _kv_put(_kv_key(self.settings.name, self.index, "last_error"), str(e).encode())
+            log.error(
+                "task %s: failed (%s); exiting so Ray restarts it",
+                names.task(self.settings.name, self.index),
+                e,
+            )
+            await asyncio.sleep(0.05)  # let the log line out
+            os._exit(1)
+
+    async def ready(self, timeout_s: float = 120.0) -> bool:
+        """Wait until the task has fenced its zombies, read its offsets and started."""
+        waiter = asyncio.ensure_future(self.runner.started.wait())
+        done, _ = await asyncio.wait(
+            {waiter, self._main}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        waiter.cancel()
+        if self.runner.started.is_set():
+            return True
+        raise RuntimeError(f"task {self.index} not started: {self._failed or 'timeout'}")
+
+    async def status(self) -> dict[str, Any]:
+        s = self.runner.status()
+        last = _kv_get(_kv_key(self.settings.name, self.index, "last_error"))
+        s.update(
+            restarts=self.restarts,
+            last_error=s["last_error"] or (last.decode() if last else None),
+            pid=os.getpid(),
+        )
+        return s
+
+    async def close(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Stop: commit (or, for connector boundaries, abort) the open transaction, then
+        stop the task and the producer."""
+        self.runner.stop()
+        with contextlib.suppress(Exception, asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._main), timeout_s)
+        self._main.cancel()
+        return await self.status()
