@@ -1,5 +1,7 @@
 """Pure protocol code: message types and state machines, with no IO and no IO libraries."""
 
+from rayconnect.protocol.coordinator import Coordinator, CoordinatorConfig
+from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.messages import (
     AckCommit,
     EndCommit,
@@ -12,6 +14,7 @@ from rayconnect.protocol.messages import (
     decode,
     encode,
 )
+from rayconnect.protocol.participant import Participant, ParticipantConfig
 from rayconnect.protocol.types import (
     ClusterMetadata,
     DataFile,
@@ -25,6 +28,11 @@ from rayconnect.protocol.types import (
 __all__ = [
     "AckCommit",
     "ClusterMetadata",
+    "Coordinator",
+    "CoordinatorConfig",
+    "Participant",
+    "ParticipantConfig",
+    "ProtocolError",
     "DataFile",
     "EndCommit",
     "FileStats",
