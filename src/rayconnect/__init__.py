@@ -25,6 +25,15 @@ _EXPORTS = {
     "KafkaStream": "rayconnect.protocol.types",
     "ClusterMetadata": "rayconnect.protocol.types",
     "TopicPartition": "rayconnect.protocol.types",
+    "SourcePipeline": "rayconnect.source_pipeline",
+    "attach_source": "rayconnect.source_pipeline",
+    "SourceRecord": "rayconnect.source",
+    "SourceTask": "rayconnect.source",
+    "SourceTaskContext": "rayconnect.source",
+    "KafkaTarget": "rayconnect.source",
+    "FileSource": "rayconnect.source",
+    "DeltaTableSource": "rayconnect.source",
+    "GeneratorSource": "rayconnect.source",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,153 @@
+"""Source offsets in Kafka (KIP-618): the pipeline's own offsets topic plus the global one.
+
+Records. Key: JSON ``[pipeline, source_partition]`` (Kafka Connect's offset key layout, so
+one topic can hold many pipelines); value: the JSON source offset, ``null`` = deleted. Keys
+are canonical (sorted object keys), which log compaction needs: a partition's newer offset
+must replace the older one. A second kind of key, ``{"pipeline": p, "record": "task-count"}``,
+holds the task count of the pipeline's current generation (what the next start must fence).
+
+Reading. Always read_committed, from the beginning to the high watermark taken when the
+read starts: offsets written in a transaction that aborted, or that a zombie never
+committed, are never seen. The combined view is the global topic overlaid by the pipeline's
+own (seed 002: own first), so a pipeline that moves to its own topic keeps its offsets.
+
+Topics are created if missing, compacted, with one partition: offsets are a few records per
+transaction, and one partition keeps "read to the end" one fetch loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaTimeoutError, TopicAlreadyExistsError, for_code
+
+from rayconnect.kafka.admin import high_watermarks
+
+TASK_COUNT = "task-count"
+
+
+class OffsetsSnapshot(msgspec.Struct):
+    """What one offsets topic says about one pipeline."""
+
+    offsets: dict[str, Any] = {}  # encoded source partition -> source offset
+    task_count: int | None = None
+    generation: int = 0
+
+
+def offset_key(pipeline: str, partition_key: str) -> bytes:
+    """``partition_key`` is already canonical JSON (``source.base.encode_partition``)."""
+    return msgspec.json.encode([pipeline, msgspec.Raw(partition_key.encode())])
+
+
+def offset_value(offset: Any) -> bytes:
+    return msgspec.json.encode(offset, order="sorted")
+
+
+def task_count_key(pipeline: str) -> bytes:
+    return msgspec.json.encode({"pipeline": pipeline, "record": TASK_COUNT}, order="sorted")
+
+
+def task_count_value(tasks: int, generation: int) -> bytes:
+    return msgspec.json.encode({"generation": generation, "tasks": tasks})
+
+
+async def ensure_offsets_topic(bootstrap: str, topic: str, **client: Any) -> None:
+    """Create ``topic`` (compacted, one partition) unless it exists; wait for metadata."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client)
+    await admin.start()
+    try:
+        if topic in await admin.list_topics():
+            return
+        resp = await admin.create_topics(
+            [NewTopic(topic, 1, 1, topic_configs={"cleanup.policy": "compact"})]
+        )
+        for name, code, *_ in resp.topic_errors:
+            if code != 0 and for_code(code) is not TopicAlreadyExistsError:
+                raise for_code(code)(f"cannot create offsets topic {name!r}")
+        deadline = time.monotonic() + 10
+        while topic not in await admin.list_topics():
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"offsets topic {topic!r} not visible in metadata")
+            await asyncio.sleep(0.02)
+    finally:
+        await admin.close()
+
+
+async def read_offsets(
+    bootstrap: str, topic: str, pipeline: str, *, timeout_s: float = 60.0, **client: Any
+) -> OffsetsSnapshot:
+    """Everything committed in ``topic`` about ``pipeline`` (read_committed, to the end).
+
+    "The end" is the high watermark at the start of the read; the read waits while an open
+    transaction of another task holds the last stable offset back (it ends soon: tasks
+    commit continuously; a dead task's is aborted when it is fenced).
+    """
+    snap = OffsetsSnapshot()
+    marks = await high_watermarks(bootstrap, topic, **client)
+    if not any(marks.values()):
+        return snap
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+        max_partition_fetch_bytes=8 << 20,
+        **client,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in marks]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            positions = {tp.partition: await consumer.position(tp) for tp in tps}
+            if all(positions[p] >= hw for p, hw in marks.items()):
+                return snap
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(
+                    f"offsets topic {topic!r}: read_committed stuck at {positions} below "
+                    f"{marks} for {timeout_s} s (a transaction that is never decided?)"
+                )
+            batch = await consumer.getmany(timeout_ms=100)
+            for records in batch.values():
+                for r in records:
+                    _apply_record(snap, pipeline, r.key, r.value)
+    finally:
+        await consumer.stop()
+
+
+def _apply_record(snap: OffsetsSnapshot, pipeline: str, key: bytes | None, value: Any) -> None:
+    if key is None:
+        return
+    try:
+        k = msgspec.json.decode(key)
+    except msgspec.DecodeError:
+        return  # not ours: the global topic may be shared
+    if isinstance(k, list) and len(k) == 2 and k[0] == pipeline:
+        pkey = msgspec.json.encode(k[1], order="sorted").decode()
+        offset = None if value is None else msgspec.json.decode(value)
+        if offset is None:
+            snap.offsets.pop(pkey, None)
+        else:
+            snap.offsets[pkey] = offset
+    elif isinstance(k, dict) and k.get("pipeline") == pipeline and k.get("record") == TASK_COUNT:
+        v = msgspec.json.decode(value)
+        snap.task_count, snap.generation = v["tasks"], v["generation"]
+
+
+async def combined_offsets(
+    bootstrap: str, own_topic: str, global_topic: str, pipeline: str, **client: Any
+) -> tuple[dict[str, Any], OffsetsSnapshot]:
+    """The combined view (global overlaid by own) and the own topic's snapshot."""
+    own = await read_offsets(bootstrap, own_topic, pipeline, **client)
+    if global_topic == own_topic:
+        return dict(own.offsets), own
+    shared = await read_offsets(bootstrap, global_topic, pipeline, **client)
+    return {**shared.offsets, **own.offsets}, own

@@ -1,0 +1,160 @@
+"""The source API (KIP-618's SourceTask, in async Python) and how partitions map to tasks.
+
+A ``SourceTask`` instance given to ``rc.SourcePipeline(task=...)`` is a template: every task
+actor gets its own copy (pickled), calls ``start(context)`` on it, then ``poll()`` in a loop.
+A task must be able to resume from the source offsets alone - ``commit_record`` and
+``commit`` are hooks for acknowledging the source, not for keeping offsets, because after a
+crash they may not have been called for records that did commit (seed 002).
+
+Task assignment. A source partition is any JSON-able value (``{"file": "a.jsonl"}``).
+Task ``i`` of ``N`` owns the partitions for which ``context.owns(partition)`` is true: by
+default ``crc32(canonical JSON) % N == i``. The rule needs no coordination and no list of
+partitions, so partitions that appear later (a new file) land on exactly one task, and after
+a restart with another ``N`` every partition moves to exactly one new owner - which then
+finds its offset in the combined offsets view (the old generation is fenced first). A source
+that knows its partitions up front may use ``context.owns_index(j)`` (``j % N == i``) for an
+even spread; GeneratorSource does.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+
+class SourceRecord(msgspec.Struct, frozen=True):
+    """One record for Kafka plus where it came from.
+
+    ``value``/``key``: bytes as is, str as UTF-8, anything else as JSON. ``partition`` None
+    lets the producer's partitioner choose (by key). ``source_partition``/``source_offset``
+    are JSON-able; records without a source partition commit no offset.
+    """
+
+    topic: str
+    value: Any
+    key: Any = None
+    headers: Sequence[tuple[str, bytes]] = ()
+    partition: int | None = None
+    source_partition: Any = None
+    source_offset: Any = None
+
+
+class RecordMetadata(msgspec.Struct, frozen=True):
+    """Where a committed record landed in Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None = None
+
+
+def encode_partition(source_partition: Any) -> str:
+    """Canonical text of a source partition: equal partitions, equal keys, any dict order."""
+    return msgspec.json.encode(source_partition, order="sorted").decode()
+
+
+def decode_partition(key: str) -> Any:
+    return msgspec.json.decode(key)
+
+
+def to_bytes(value: Any) -> bytes | None:
+    """Record key/value serialisation: bytes as is, str as UTF-8, None as None, else JSON."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return msgspec.json.encode(value)
+
+
+def task_of(source_partition: Any, tasks: int) -> int:
+    """The task that owns ``source_partition`` among ``tasks`` (stable across processes)."""
+    return zlib.crc32(encode_partition(source_partition).encode()) % tasks
+
+
+class TransactionContext:
+    """Connector-defined transaction boundaries (``transaction_boundary="connector"``).
+
+    Call from ``poll()``: ``commit_transaction()`` ends the transaction after the records this
+    poll returns, ``commit_transaction(record)`` right after ``record`` (which must be among
+    them); ``abort_transaction`` likewise drops them - their offsets are not committed, so a
+    task that wants them written must return them again.
+    """
+
+    def __init__(self) -> None:
+        self._requests: list[tuple[str, SourceRecord | None]] = []
+
+    def commit_transaction(self, record: SourceRecord | None = None) -> None:
+        self._requests.append(("commit", record))
+
+    def abort_transaction(self, record: SourceRecord | None = None) -> None:
+        self._requests.append(("abort", record))
+
+    def take(self) -> list[tuple[str, SourceRecord | None]]:
+        requests, self._requests = self._requests, []
+        return requests
+
+
+class SourceTaskContext:
+    """What a task is told at ``start``: who it is and the committed offsets it resumes from.
+
+    ``offsets`` is the combined view (the pipeline's own offsets topic over the global one)
+    of every source partition of the pipeline, read with read_committed after this task's
+    zombies were fenced; ``offset(p)`` looks one up, ``owned_offsets()`` lists this task's.
+    """
+
+    def __init__(
+        self,
+        pipeline: str,
+        task_index: int,
+        tasks: int,
+        offsets: Mapping[str, Any],
+        transaction_context: TransactionContext | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.task_index = task_index
+        self.tasks = tasks
+        self.offsets = dict(offsets)
+        self.transaction_context = transaction_context
+
+    def offset(self, source_partition: Any) -> Any:
+        """The committed source offset of ``source_partition``, or None."""
+        return self.offsets.get(encode_partition(source_partition))
+
+    def owns(self, source_partition: Any) -> bool:
+        return task_of(source_partition, self.tasks) == self.task_index
+
+    def owns_index(self, j: int) -> bool:
+        return j % self.tasks == self.task_index
+
+    def owned_offsets(self) -> list[tuple[Any, Any]]:
+        return [
+            (decode_partition(k), v)
+            for k, v in self.offsets.items()
+            if task_of(decode_partition(k), self.tasks) == self.task_index
+        ]
+
+
+class SourceTask:
+    """Subclass this; every method is async. Only ``poll`` is required.
+
+    ``poll`` should return within about a second (an empty list when there is nothing new):
+    the framework commits, and stops, only between polls.
+    """
+
+    async def start(self, context: SourceTaskContext) -> None:
+        self.context = context
+
+    async def poll(self) -> list[SourceRecord]:
+        raise NotImplementedError
+
+    async def commit_record(self, record: SourceRecord, metadata: RecordMetadata) -> None:
+        """``record`` is committed in Kafka (called after its transaction commits)."""
+
+    async def commit(self) -> None:
+        """Everything polled so far is committed in Kafka."""
+
+    async def stop(self) -> None:
+        """Release resources; called once, after the last commit."""

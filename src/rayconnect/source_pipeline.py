@@ -1,0 +1,283 @@
+"""``rc.SourcePipeline``: any source -> Kafka, exactly once (KIP-618), on Ray.
+
+``start()`` does, in this order, before any task actor exists:
+
+1. checks the settings and that the task pickles (config errors are raised here);
+2. probes the target for transactions: ``exactly_once="required"`` refuses to start with the
+   reason, ``"requested"`` falls back to plain produce (at-least-once) and says so in
+   ``status()``;
+3. creates the offsets topics if missing (the pipeline's own, and the global one);
+4. **fences the old generation**: reads the task count the previous start recorded in the
+   pipeline's offsets topic and runs initTransactions on every ``<group>-<pipeline>-<i>``
+   for ``i < max(old count, new count)``, which aborts whatever those producers left open
+   and rejects anything they try later - so no zombie, not even one of a task index that no
+   longer exists, can add records or offsets once the new generation reads its offsets;
+5. records the new task count (generation + 1), then starts ``<pipeline>/task/<i>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+import ray
+
+from rayconnect.actors import names
+from rayconnect.aio import run_sync
+from rayconnect.config import ConfigError
+from rayconnect.source.base import SourceTask
+from rayconnect.source.config import ExactlyOnce, KafkaTarget, SourceSettings
+
+log = logging.getLogger(__name__)
+
+
+class SourcePipelineError(RuntimeError):
+    """A source pipeline cannot be started, found or stopped; the message says why."""
+
+
+def _pipeline_error() -> type[Exception]:
+    """``rc.PipelineError`` when the sink API is importable, so callers catch one type."""
+    try:
+        from rayconnect.api import PipelineError
+
+        return PipelineError
+    except Exception:
+        return SourcePipelineError
+
+
+def _ensure_ray(address: str | None) -> None:
+    if not ray.is_initialized():
+        ray.init(address=address, namespace=names.NAMESPACE, log_to_driver=False)
+
+
+def task_actor_names(pipeline: str) -> list[str]:
+    """The live ``<pipeline>/task/<i>`` actors, by index."""
+    prefix = f"{pipeline}/task/"
+    found = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == names.NAMESPACE and a["name"].startswith(prefix)
+    ]
+    return sorted(found, key=lambda n: int(n.rsplit("/", 1)[1]))
+
+
+def _actor(name: str) -> Any | None:
+    try:
+        return ray.get_actor(name, namespace=names.NAMESPACE)
+    except ValueError:
+        return None
+
+
+class SourcePipeline:
+    """Run ``tasks`` copies of ``task`` (a SourceTask instance, or a class taking no
+    arguments), writing to ``target`` with records and source offsets in one transaction.
+
+    >>> rc.SourcePipeline("files", task=rc.FileSource("/in", "lines"), tasks=2,
+    ...                   target=rc.KafkaTarget("127.0.0.1:9092")).start()
+    """
+
+    def __init__(
+        self,
+        name: str,
+        task: SourceTask | type[SourceTask],
+        *,
+        target: KafkaTarget,
+        tasks: int = 1,
+        offsets_topic: str | None = None,
+        transaction_boundary: str = "poll",
+        transaction_boundary_interval_s: float = 1.0,
+        exactly_once: ExactlyOnce = "requested",
+        group: str = "rayconnect",
+        commit_timeout_s: float = 30.0,
+        producer_properties: dict[str, str] | None = None,
+    ) -> None:
+        if isinstance(task, type) and issubclass(task, SourceTask):
+            task = task()
+        if not isinstance(task, SourceTask):
+            raise ConfigError(f"task must be a rayconnect.SourceTask, not {type(task).__name__}")
+        if not isinstance(target, KafkaTarget):
+            raise ConfigError("target must be a rayconnect.KafkaTarget")
+        self.task = task
+        self.settings = SourceSettings(
+            name=name,
+            target=target,
+            tasks=tasks,
+            offsets_topic=offsets_topic,
+            transaction_boundary=transaction_boundary,  # type: ignore[arg-type]
+            transaction_boundary_interval_s=transaction_boundary_interval_s,
+            exactly_once=exactly_once,
+            group=group,
+            commit_timeout_s=commit_timeout_s,
+            producer_properties=dict(producer_properties or {}),
+        )
+        try:
+            from ray import cloudpickle
+
+            cloudpickle.dumps(task)
+        except Exception as e:
+            raise ConfigError(f"task {task!r} cannot be sent to a Ray worker: {e}") from e
+
+    def prepare(self) -> tuple[bool, str | None]:
+        """Steps 2-5 of the module docstring, minus the actors: (transactional, warning)."""
+        return run_sync(prepare_generation(self.settings))
+
+    def start(
+        self, *, address: str | None = None, timeout_s: float = 120.0
+    ) -> SourcePipelineHandle:
+        from rayconnect.actors.task import SourceTaskActor
+
+        s = self.settings
+        _ensure_ray(address)
+        if task_actor_names(s.name):
+            raise _pipeline_error()(
+                f"source pipeline {s.name!r} is already running: use attach_source({s.name!r})"
+            )
+        transactional, warning = self.prepare()
+        detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
+        actors = [
+            SourceTaskActor.options(name=names.task(s.name, i), **detached).remote(
+                s, i, self.task, transactional, warning
+            )
+            for i in range(s.tasks)
+        ]
+        try:
+            ray.get([a.ready.remote(timeout_s) for a in actors], timeout=timeout_s + 10)
+        except Exception:
+            handle = SourcePipelineHandle(s.name)
+            handle.stop(timeout_s=10)
+            raise
+        return SourcePipelineHandle(s.name)
+
+
+async def prepare_generation(settings: SourceSettings) -> tuple[bool, str | None]:
+    """Probe, create the offsets topics, fence the old generation, record the new one."""
+    from rayconnect.kafka.discovery import client_properties
+    from rayconnect.kafka.offsets_store import (
+        ensure_offsets_topic,
+        read_offsets,
+        task_count_key,
+        task_count_value,
+    )
+    from rayconnect.kafka.transactions import (
+        TransactionsUnsupported,
+        fence,
+        init_transactions,
+        probe,
+        producer,
+        stop_quietly,
+    )
+
+    s = settings
+    bootstrap = s.target.bootstrap_servers
+    client = client_properties(s.target.properties)
+    transactional, warning = True, None
+    try:
+        await probe(bootstrap, s.transactional_id(0), **client)
+    except TransactionsUnsupported as e:
+        reason = f"target {bootstrap} has no usable transactions: {e}"
+        if s.exactly_once == "required":
+            raise _pipeline_error()(
+                f"source pipeline {s.name!r}: exactly_once='required' but {reason}"
+            ) from e
+        transactional = False
+        warning = f"exactly-once disabled (at-least-once): {reason}"
+        log.warning("source pipeline %s: %s", s.name, warning)
+    for topic in {s.own_offsets_topic, s.global_offsets_topic}:
+        await ensure_offsets_topic(bootstrap, topic, **client)
+    own = await read_offsets(bootstrap, s.own_offsets_topic, s.name, **client)
+    if transactional:
+        old = own.task_count or 0
+        await fence(bootstrap, [s.transactional_id(i) for i in range(max(old, s.tasks))], **client)
+    p = producer(bootstrap, None, **client)
+    await init_transactions(p, s.commit_timeout_s)
+    try:
+        await p.send_and_wait(
+            s.own_offsets_topic,
+            task_count_value(s.tasks, own.generation + 1),
+            key=task_count_key(s.name),
+        )
+    finally:
+        await stop_quietly(p)
+    return transactional, warning
+
+
+def attach_source(name: str, *, address: str | None = None) -> SourcePipelineHandle:
+    """A handle on a running source pipeline, from any process connected to the same Ray."""
+    _ensure_ray(address or "auto")
+    if not task_actor_names(name):
+        raise _pipeline_error()(f"no running source pipeline named {name!r}")
+    return SourcePipelineHandle(name)
+
+
+class SourcePipelineHandle:
+    """Watch and stop a running source pipeline; holds only its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def status(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Per task: state, transactions committed/aborted, records, last error, offsets."""
+        tasks: dict[int, Any] = {}
+        for actor_name in task_actor_names(self.name):
+            index = int(actor_name.rsplit("/", 1)[1])
+            actor = _actor(actor_name)
+            try:
+                tasks[index] = ray.get(actor.status.remote(), timeout=timeout_s)
+            except Exception as e:  # a task restarting is a state, not an error
+                tasks[index] = {"state": "unavailable", "error": f"{type(e).__name__}: {e}"}
+        done = [t for t in tasks.values() if "records_committed" in t]
+        return {
+            "pipeline": self.name,
+            "tasks": tasks,
+            "records_committed": sum(t["records_committed"] for t in done),
+            "transactions_committed": sum(t["transactions_committed"] for t in done),
+            "transactions_aborted": sum(t["transactions_aborted"] for t in done),
+            "warnings": sorted({t["warning"] for t in done if t.get("warning")}),
+        }
+
+    def wait_for(self, predicate, timeout_s: float = 120.0, poll_s: float = 0.5) -> dict[str, Any]:
+        """Poll ``status()`` until ``predicate(status)`` holds; raise TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                last = self.status()
+                if predicate(last):
+                    return last
+            time.sleep(poll_s)
+        raise TimeoutError(f"source pipeline {self.name!r}: not met in {timeout_s} s: {last}")
+
+    def stop(self, *, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Each task commits its open transaction (``connector``: aborts it), then ends."""
+        actors = [(n, _actor(n)) for n in task_actor_names(self.name)]
+        actors = [(n, a) for n, a in actors if a is not None]
+        refs = {n: a.close.remote(timeout_s) for n, a in actors}
+        final: dict[str, Any] = {}
+        for n, ref in refs.items():
+            try:
+                final[n] = ray.get(ref, timeout=timeout_s + 5)
+            except Exception as e:
+                final[n] = {"error": f"{type(e).__name__}: {e}"}
+        for _, a in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a, no_restart=True)
+        _wait_gone(self.name, 10.0)
+        return final
+
+
+def _wait_gone(pipeline: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while task_actor_names(pipeline) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+__all__ = [
+    "SourcePipeline",
+    "SourcePipelineError",
+    "SourcePipelineHandle",
+    "attach_source",
+    "prepare_generation",
+    "task_actor_names",
+]
