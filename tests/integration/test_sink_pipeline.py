@@ -27,11 +27,12 @@ pytestmark = [pytest.mark.integration]
 CLUSTER = "local"
 
 
-def _pipeline(name, bootstrap, topic, table, **settings) -> rc.SinkPipeline:
+def _pipeline(name, bootstrap, topic, table, source=None, **settings) -> rc.SinkPipeline:
     meta = rc.StaticMetadataService(
         (rc.KafkaStream(topic, {CLUSTER: rc.ClusterMetadata(bootstrap, (topic,))}),)
     )
-    return rc.SinkPipeline(name, rc.KafkaSource(meta), rc.DeltaSink(str(table)), **settings)
+    kafka = rc.KafkaSource(meta, **(source or {}))
+    return rc.SinkPipeline(name, kafka, rc.DeltaSink(str(table)), **settings)
 
 
 class Produced:
@@ -231,6 +232,7 @@ def test_a_full_buffer_flushes_and_asks_for_an_early_commit(ray_session, kafka_b
     produced.more(12000)
     handle = _pipeline(
         "kip89", kafka_broker.bootstrap_servers, "kip89", tmp_path / "t",
+        source={"max_poll_records": 500},  # a steady stream of batches, not one big one
         commit_interval_s=600, write_timeout_s=60,
         flush_max_records=1000, request_commit_after_flushes=2,
     ).start()
