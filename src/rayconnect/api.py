@@ -52,7 +52,7 @@ def pipeline_actor_names(pipeline: str) -> list[str]:
         for a in ray.util.list_named_actors(all_namespaces=True)
         if a["namespace"] == names.NAMESPACE and names.pipeline_of(a["name"]) == pipeline
     ]
-    order = {"coordinator": 0, "reader": 1, "participant": 2, "writer": 3}
+    order = {"enumerator": 0, "coordinator": 1, "reader": 2, "participant": 3, "writer": 4}
     return sorted(found, key=lambda n: (order.get(n.split("/")[1], 9), n))
 
 
@@ -99,21 +99,31 @@ class SinkPipeline:
         return self
 
     def discover(self) -> dict[str, list[TopicPartition]]:
-        """Cluster id -> partitions of the subscribed topics; raises DiscoveryError."""
+        """Cluster id -> partitions of the subscribed topics, as the metadata service has
+        them now. Raises ConfigError for a failing service, DiscoveryError for a cluster
+        that cannot be reached or lacks a topic: before any actor starts."""
         from rayconnect.kafka.discovery import discover_partitions
+        from rayconnect.metadata import poll_service
+
+        source = self.config.source
+        _, error = run_sync(poll_service(source.metadata))
+        if error is not None and not source.streams():
+            raise ConfigError(f"source.metadata: {error}")
+        clusters = source.clusters()
+        if not clusters:
+            raise ConfigError(f"pipeline {self.config.name!r}: no stream is subscribed")
 
         async def all_clusters() -> dict[str, list[TopicPartition]]:
-            return {
-                cid: await discover_partitions(cid, meta)
-                for cid, meta in self.config.source.clusters().items()
-            }
+            return {cid: await discover_partitions(cid, meta) for cid, meta in clusters.items()}
 
         return run_sync(all_clusters())
 
     def start(self, *, address: str | None = None, timeout_s: float = 300.0) -> PipelineHandle:
+        """Validate, then start the writer, participants, coordinator and enumerator (which
+        starts the readers); returns once every reader reads."""
         from rayconnect.actors.coordinator import CoordinatorActor
-        from rayconnect.actors.participant import ParticipantActor
-        from rayconnect.actors.reader import ReaderActor
+        from rayconnect.actors.enumerator import EnumeratorActor
+        from rayconnect.actors.participant import start_participants
         from rayconnect.actors.writer import start_writer
         from rayconnect.spark_bridge.session import require_java
 
@@ -128,9 +138,7 @@ class SinkPipeline:
             raise PipelineError(
                 f"pipeline {cfg.name!r} is already running: use rayconnect.attach({cfg.name!r})"
             )
-
         detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
-        clusters = cfg.source.clusters()
         start_writer(
             names.writer(cfg.name),
             executors=cfg.spark.executors,
@@ -138,43 +146,18 @@ class SinkPipeline:
             memory=cfg.spark.executor_memory,
             timeout_s=timeout_s,
         )
-        splits = {  # reader name -> its partitions: tps[i::n] over n readers per cluster
-            names.reader(cfg.name, cluster_id, i): [tp.key for tp in tps[i::n]]
-            for cluster_id, tps in by_cluster.items()
-            for n in [min(cfg.source.readers_per_cluster, len(tps))]
-            for i in range(n)
-        }
-        reader_of = {key: reader for reader, keys in splits.items() for key in keys}
-        participants = [
-            ParticipantActor.options(name=names.participant(cfg.name, tp.key), **detached).remote(
-                cfg.name,
-                tp.key,
-                cfg.sink.path,
-                cfg.commit,
-                clusters[tp.cluster],
-                cfg.source.starting_offsets,
-                reader_of[tp.key],
-            )
-            for tps in by_cluster.values()
-            for tp in tps
-        ]
+        # The partitions known now get their participants before the first START; the
+        # enumerator adds and retires partitions from then on.
+        participants = start_participants(cfg, keys, cfg.source.clusters())
         ray.get([p.status.remote() for p in participants], timeout=timeout_s)
         coordinator = CoordinatorActor.options(name=names.coordinator(cfg.name), **detached).remote(
             cfg, keys
         )
         ray.get(coordinator.ready.remote(), timeout=timeout_s)
-        readers = [
-            ReaderActor.options(name=reader, **detached).remote(
-                cfg.name,
-                TopicPartition.from_key(keys[0]).cluster,
-                clusters[TopicPartition.from_key(keys[0]).cluster],
-                keys,
-                cfg.source.max_poll_records,
-            )
-            for reader, keys in splits.items()
-        ]
-        ray.get([r.ready.remote() for r in readers], timeout=timeout_s)
-        return PipelineHandle(cfg.name)
+        EnumeratorActor.options(name=names.enumerator(cfg.name), **detached).remote(cfg)
+        handle = PipelineHandle(cfg.name)
+        handle.wait_for(lambda s: s["readers_ready"], timeout_s=timeout_s, poll_s=0.2)
+        return handle
 
 
 def attach(name: str, *, address: str | None = None) -> PipelineHandle:
@@ -200,6 +183,10 @@ class PipelineHandle:
     def status(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """State, table version, committed offsets per partition, rounds, readers' lag."""
         status = ray.get(self._coordinator().status.remote(), timeout=timeout_s)
+        enumerator = _get_actor(names.enumerator(self.name))
+        status["discovery"] = (
+            ray.get(enumerator.status.remote(), timeout=timeout_s) if enumerator else None
+        )
         readers = {}
         for name in pipeline_actor_names(self.name):
             if "/reader/" in name and (actor := _get_actor(name)) is not None:
@@ -208,6 +195,12 @@ class PipelineHandle:
                 except Exception as e:  # a reader restarting is a state, not an error
                     readers[name] = {"error": f"{type(e).__name__}: {e}"}
         status["readers"] = readers
+        expected = set((status["discovery"] or {}).get("splits_per_reader", {}))
+        status["readers_ready"] = bool(expected) and all(
+            names.reader_of(self.name, r) in readers
+            and readers[names.reader_of(self.name, r)].get("metadata_updates", 0) > 0
+            for r in expected
+        )
         lag = {}
         for r in readers.values():
             for key, p in r.get("partitions", {}).items():

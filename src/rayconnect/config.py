@@ -8,11 +8,17 @@ raised, naming the bad field, before any actor starts.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import msgspec
 
+from rayconnect.metadata.file_service import FileMetadataService
+from rayconnect.metadata.single_cluster import SingleClusterMetadataService
+from rayconnect.properties import check_client_properties
+from rayconnect.protocol.streams import MetadataError, clusters_of, select_streams
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
+from rayconnect.redact import redacted_repr
 
 StartingOffsets = Literal["earliest", "latest"]
 
@@ -30,6 +36,8 @@ class StaticMetadataService(msgspec.Struct, frozen=True, tag="static"):
     """Streams fixed at construction (FLIP-246's simplest KafkaMetadataService)."""
 
     streams: tuple[KafkaStream, ...]
+
+    __repr__ = redacted_repr  # Kafka properties hold credentials: masked in every repr
 
     def __post_init__(self) -> None:
         _require(bool(self.streams), "metadata.streams: give at least one KafkaStream")
@@ -49,6 +57,10 @@ class StaticMetadataService(msgspec.Struct, frozen=True, tag="static"):
                     bool(cluster.bootstrap_servers),
                     f"stream {stream.stream_id!r} cluster {cluster_id!r}: bootstrap_servers is empty",
                 )
+                for problem in check_client_properties(cluster.properties):
+                    raise ConfigError(
+                        f"stream {stream.stream_id!r} cluster {cluster_id!r} properties: {problem}"
+                    )
 
     def get_all_streams(self) -> tuple[KafkaStream, ...]:
         return self.streams
@@ -65,17 +77,34 @@ class KafkaSource(msgspec.Struct, frozen=True):
     start (``earliest``, ``latest`` or an explicit ``{"cluster/topic/partition": offset}``).
     Offsets committed in the table always win over ``starting_offsets``."""
 
-    metadata: StaticMetadataService
+    metadata: StaticMetadataService | FileMetadataService | SingleClusterMetadataService
     stream_ids: tuple[str, ...] | None = None
+    stream_pattern: str | None = None
     starting_offsets: StartingOffsets | dict[str, int] = "earliest"
     readers_per_cluster: int = 1
     max_poll_records: int = 50_000
     properties: dict[str, str] = {}
+    discovery_interval_s: float = 30.0
+    discovery_failure_threshold: int = 5
+
+    __repr__ = redacted_repr
 
     def __post_init__(self) -> None:
         _require(self.readers_per_cluster >= 1, "source.readers_per_cluster must be >= 1")
         _require(self.max_poll_records >= 1, "source.max_poll_records must be >= 1")
-        if self.stream_ids is not None:
+        for problem in check_client_properties(self.properties):
+            raise ConfigError(f"source.properties: {problem}")
+        _require(self.discovery_interval_s > 0, "source.discovery_interval_s must be > 0")
+        _require(
+            self.discovery_failure_threshold >= 1, "source.discovery_failure_threshold must be >= 1"
+        )
+        if self.stream_pattern is not None:
+            try:
+                re.compile(self.stream_pattern)
+            except re.error as e:
+                raise ConfigError(f"source.stream_pattern {self.stream_pattern!r}: {e}") from None
+        if self.stream_ids is not None and isinstance(self.metadata, StaticMetadataService):
+            # Dynamic services may gain a stream later; a static one never will.
             known = {s.stream_id for s in self.metadata.streams}
             missing = [s for s in self.stream_ids if s not in known]
             _require(not missing, f"source.stream_ids: unknown streams {missing}, known {sorted(known)}")
@@ -85,30 +114,17 @@ class KafkaSource(msgspec.Struct, frozen=True):
                 _require(offset >= 0, f"source.starting_offsets[{key!r}] must be >= 0")
 
     def streams(self) -> tuple[KafkaStream, ...]:
-        all_streams = self.metadata.get_all_streams()
-        if self.stream_ids is None:
-            return all_streams
-        return tuple(s for s in all_streams if s.stream_id in self.stream_ids)
+        """The subscribed streams, as the metadata service has them now."""
+        return select_streams(
+            self.metadata.get_all_streams(), self.stream_ids, self.stream_pattern
+        )
 
     def clusters(self) -> dict[str, ClusterMetadata]:
         """Cluster id -> its metadata, with the topics of all subscribed streams merged."""
-        merged: dict[str, ClusterMetadata] = {}
-        for stream in self.streams():
-            for cluster_id, meta in stream.clusters.items():
-                prev = merged.get(cluster_id)
-                if prev is None:
-                    merged[cluster_id] = meta
-                    continue
-                _require(
-                    prev.bootstrap_servers == meta.bootstrap_servers,
-                    f"cluster {cluster_id!r} has two bootstrap addresses: "
-                    f"{prev.bootstrap_servers!r} and {meta.bootstrap_servers!r}",
-                )
-                topics = tuple(dict.fromkeys(prev.topics + meta.topics))
-                merged[cluster_id] = ClusterMetadata(
-                    prev.bootstrap_servers, topics, {**prev.properties, **meta.properties}
-                )
-        return merged
+        try:
+            return clusters_of(self.streams())
+        except MetadataError as e:
+            raise ConfigError(f"source.metadata: {e}") from None
 
 
 class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
@@ -158,6 +174,8 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
     sink: DeltaSink
     commit: CommitSettings = CommitSettings()
     spark: SparkSettings = SparkSettings()
+
+    __repr__ = redacted_repr
 
     def __post_init__(self) -> None:
         try:

@@ -23,6 +23,7 @@ import ray
 
 from rayconnect.actors import names
 from rayconnect.config import SinkPipelineConfig
+from rayconnect.metrics import SinkMetrics
 from rayconnect.protocol.coordinator import Coordinator, CoordinatorConfig
 from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, Ready, ReloadTable, Send
 from rayconnect.protocol.messages import Message, RequestCommit
@@ -48,16 +49,19 @@ class CoordinatorActor:
                 write_timeout_s=config.commit.write_timeout_s,
             ),
         )
-        self.participants = {
-            key: ray.get_actor(names.participant(config.name, key), namespace=names.NAMESPACE)
-            for key in partitions
-        }
+        self.participants: dict[str, Any] = {}  # key -> handle, looked up by name lazily
+        # Partitions leaving (FLIP-246 removal): key -> the first txn whose END goes out
+        # after the request. They stay in the rounds until such a round has finished, so
+        # what they read is committed first; then they leave and their actors end.
+        self._retiring: dict[str, int] = {}
+        self._finished_txn = 0
         self.started_at = time.time()
         self.table_version: int | None = None
         self.round_durations: collections.deque[float] = collections.deque(maxlen=1000)
         self.commit_latencies: collections.deque[float] = collections.deque(maxlen=1000)
         self.records_committed = 0
         self.fenced: str | None = None
+        self._metrics = SinkMetrics(config.name)  # dashboard metrics (rayconnect.metrics)
         self._recovered = asyncio.Event()
         self._error: str | None = None
         self._last_vacuum = time.monotonic()
@@ -79,6 +83,7 @@ class CoordinatorActor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, min(wait, MAX_TICK_S)))
             await self._apply(lambda: self.machine.tick(time.monotonic()))
+            self._metrics.rounds(self.machine.status())  # dashboard metrics
 
     async def _claim_until_done(self) -> tuple[int, dict[str, int]]:
         """Claim a new epoch and read the offsets; a table that cannot be reached yet is
@@ -96,7 +101,9 @@ class CoordinatorActor:
     def _claim(self) -> tuple[int, dict[str, int], int]:
         self.committer.ensure_table()
         epoch = self.committer.claim_epoch()
-        offsets = self.committer.committed_offsets(self.participants)
+        # Every partition this pipeline ever committed: one that joins later (a topic added
+        # back) must start from the table, not from the starting-offset policy.
+        offsets = self.committer.committed_offsets(None)
         return epoch, offsets, self.committer.version()
 
     async def ready(self, timeout_s: float = 120.0) -> bool:
@@ -113,6 +120,48 @@ class CoordinatorActor:
         """WRITE-STATUS or REQUEST-COMMIT from a participant."""
         await self._recovered.wait()
         await self._apply(lambda: self.machine.step(message, time.monotonic()))
+
+    async def add_partitions(self, keys: list[str]) -> None:
+        """Partitions join (their participants exist): they are in the next START."""
+        await self._recovered.wait()
+        for key in keys:
+            self._retiring.pop(key, None)  # re-added before it left: it simply stays
+        current = set(self.machine.status().partitions)
+        if not set(keys) <= current:
+            await self._apply(
+                lambda: self.machine.set_partitions(current | set(keys), time.monotonic())
+            )
+
+    async def retire_partitions(self, keys: list[str]) -> None:
+        """Partitions leave once a round whose END goes out after now has finished."""
+        await self._recovered.wait()
+        status = self.machine.status()
+        first_txn = status.txn_id if status.state == "started" else status.txn_id + 1
+        for key in keys:
+            if key in status.partitions:
+                self._retiring.setdefault(key, first_txn)
+
+    async def _retire_finished(self) -> None:
+        done = [k for k, txn in self._retiring.items() if txn <= self._finished_txn]
+        if not done:
+            return
+        for key in done:
+            del self._retiring[key]
+        keep = set(self.machine.status().partitions) - set(done)
+        await self._apply(lambda: self.machine.set_partitions(keep, time.monotonic()))
+        for key in done:
+            handle = self.participants.pop(key, None) or self._participant(key)
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+        log.info("coordinator %s: retired %s", self.config.name, done)
+
+    def _participant(self, key: str) -> Any:
+        handle = self.participants.get(key)
+        if handle is None:
+            handle = self.participants[key] = ray.get_actor(
+                names.participant(self.config.name, key), namespace=names.NAMESPACE
+            )
+        return handle
 
     async def shutdown(self, commit: bool = True, timeout_s: float = 60.0) -> dict[str, Any]:
         """End the open round now and wait for its commit (if ``commit``), then stop ticking."""
@@ -139,15 +188,25 @@ class CoordinatorActor:
 
     async def _apply(self, step) -> None:
         async with self._lock:
+            txn, before = self.machine.txn_id, self._rounds_finished()
             await self._carry_out(step())
+            if self._rounds_finished() > before:  # committed, partially or fully, or empty
+                self._finished_txn = max(self._finished_txn, txn)
+        if self._retiring:
+            await self._retire_finished()
+
+    def _rounds_finished(self) -> int:
+        status = self.machine.status()
+        return status.rounds_committed + status.rounds_empty
 
     async def _carry_out(self, ready: Ready) -> None:
         for effect in ready:
-            if isinstance(effect, Broadcast):
-                for key in effect.to:
-                    self.participants[key].deliver.remote(effect.message)
-            elif isinstance(effect, Send):
-                self.participants[effect.to].deliver.remote(effect.message)
+            if isinstance(effect, Broadcast | Send):
+                for key in effect.to if isinstance(effect, Broadcast) else (effect.to,):
+                    try:
+                        self._participant(key).deliver.remote(effect.message)
+                    except ValueError:  # not created yet, or retired: the round copes
+                        log.warning("coordinator %s: no participant %s", self.config.name, key)
             elif isinstance(effect, CommitTable):
                 asyncio.get_running_loop().create_task(self._commit(effect))
             elif isinstance(effect, ReloadTable):
@@ -185,6 +244,12 @@ class CoordinatorActor:
         duration = self.machine.status().last_round_duration_s
         if duration is not None:
             self.round_durations.append(duration)
+        self._metrics.committed(  # dashboard metrics
+            commit.offsets,
+            sum(f.records for f in commit.files),
+            self.commit_latencies[-1],
+            duration,
+        )
         if time.monotonic() - self._last_vacuum > VACUUM_EVERY_S:
             self._last_vacuum = time.monotonic()
             asyncio.get_running_loop().create_task(self._vacuum())
@@ -204,7 +269,7 @@ class CoordinatorActor:
 
     def _read_table(self) -> tuple[dict[str, int], int, int]:
         return (
-            self.committer.committed_offsets(self.participants),
+            self.committer.committed_offsets(None),
             self.committer.epoch(),
             self.committer.version(),
         )

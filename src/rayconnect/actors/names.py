@@ -35,3 +35,13 @@ def pipeline_of(actor_name: str) -> str | None:
     """The pipeline an actor name belongs to, or None for an actor that is not ours."""
     head, sep, _ = actor_name.partition("/")
     return head if sep else None
+
+
+def enumerator(pipeline: str) -> str:
+    return f"{pipeline}/enumerator"
+
+
+def reader_of(pipeline: str, reader_id: str) -> str:
+    """Actor name of the enumerator's reader id ``"<cluster>/<i>"``."""
+    cluster, index = reader_id.rsplit("/", 1)
+    return reader(pipeline, cluster, int(index))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -48,7 +49,6 @@ class ParticipantActor:
         commit: CommitSettings,
         cluster: ClusterMetadata,
         starting_offsets: StartingOffsets | dict[str, int] = "earliest",
-        reader_name: str | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.key = key
@@ -65,19 +65,17 @@ class ParticipantActor:
             ),
         )
         self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
-        # The reader serving this partition. Known by name, so that a restarted participant
-        # finds it again; a reader that (re)starts also announces itself (reader_attached).
+        # The reader serving this partition: it announces itself (reader_attached) when it
+        # (re)starts; a restarted participant asks the enumerator which reader it is.
         self.reader: Any = None
-        self.reader_name = reader_name
         self._coordinator: Any = None
         self._lock = asyncio.Lock()
         self.records_in = 0
         self.flushes = 0
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
-        if self._reader() is not None:
-            # A fresh machine is paused until START: stop the reader pushing batches that
-            # this incarnation would drop anyway.
-            self._reader().pause.remote(key)
+        # A fresh machine is paused until START: stop the reader pushing batches that this
+        # incarnation would drop anyway.
+        asyncio.get_running_loop().create_task(self._pause_reader())
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -138,8 +136,13 @@ class ParticipantActor:
             else:
                 raise TypeError(f"participant cannot carry out {effect!r}")
 
+    async def _pause_reader(self) -> None:
+        reader = await self._reader()
+        if reader is not None:
+            await reader.pause.remote(self.key)
+
     async def _steer_reader(self, effect: Seek | SeekToPolicy | Pause | Resume) -> None:
-        reader = self._reader()
+        reader = await self._reader()
         if isinstance(effect, SeekToPolicy):
             offset = await self._policy_offset()
             if reader is not None:
@@ -154,12 +157,17 @@ class ParticipantActor:
         else:
             await reader.resume.remote(self.key)
 
-    def _reader(self) -> Any:
-        if self.reader is None and self.reader_name is not None:
+    async def _reader(self) -> Any:
+        if self.reader is None:
             try:
-                self.reader = ray.get_actor(self.reader_name, namespace=names.NAMESPACE)
-            except ValueError:
-                return None  # not created yet
+                enumerator = ray.get_actor(
+                    names.enumerator(self.pipeline), namespace=names.NAMESPACE
+                )
+                name = await enumerator.reader_of.remote(self.key)
+                if name is not None:
+                    self.reader = ray.get_actor(name, namespace=names.NAMESPACE)
+            except (ValueError, ray.exceptions.RayError):
+                return None  # no reader yet: it will attach itself when it starts
         return self.reader
 
     async def _flush(self, flush: Flush) -> None:
@@ -192,3 +200,27 @@ class ParticipantActor:
         if policy == "latest":
             return (await high_watermarks(self.cluster, [tp]))[self.key]
         return (await beginning_offsets(self.cluster, [tp]))[self.key]
+
+
+def start_participants(
+    config: Any, keys: Iterable[str], clusters: dict[str, ClusterMetadata]
+) -> list[Any]:
+    """Create (or find) the named, detached participants of ``keys`` for the sink pipeline
+    ``config`` (a SinkPipelineConfig); ``clusters`` is the current metadata per cluster id.
+    Returns their handles; callers wait for them (``status``) as suits them."""
+    return [
+        ParticipantActor.options(
+            name=names.participant(config.name, key),
+            namespace=names.NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+        ).remote(
+            config.name,
+            key,
+            config.sink.path,
+            config.commit,
+            clusters[TopicPartition.from_key(key).cluster],
+            config.source.starting_offsets,
+        )
+        for key in keys
+    ]

@@ -1,13 +1,17 @@
 """Reader actor ``<pipeline>/reader/<cluster>/<i>``: one aiokafka consumer over its splits.
 
-It owns no protocol state. Participants steer it (``seek``, ``pause``, ``resume``): a
-partition is paused until its participant, which knows the round's offsets, resumes it. Each
-poll becomes one Arrow batch per partition in the object store, handed to the participant
-as a ref. The reader owns those objects (Ray 2.56 removed ``ray.put(_owner=...)``): when it
-dies, the refs its participants buffered die too, their flushes fail and those partitions'
-open round is not reported - the next START re-reads them from the table's offsets, so
-nothing is lost or doubled. A restarted reader asks each participant where to resume
-(``reader_attached``).
+It owns no protocol state. Its splits come from the enumerator (FLIP-246): at start-up it asks
+``GetMetadataUpdateEvent`` and reads nothing until the answer, a ``MetadataUpdateEvent`` with
+its complete split set, arrives; later events add splits and drop those the metadata no longer
+has. Participants steer each split (``seek``, ``pause``, ``resume``): a partition is paused
+until its participant, which knows the round's offsets, resumes it.
+
+Each poll becomes one Arrow batch per partition in the object store, handed to the
+participant as a ref. The reader owns those objects (Ray 2.56 removed
+``ray.put(_owner=...)``): when it dies, the refs its participants buffered die too, their
+flushes fail and those partitions' open round is not reported - the next START re-reads them
+from the table's offsets, so nothing is lost or doubled. A (re)started reader asks each
+participant where to resume (``reader_attached``).
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import ray
 
 from rayconnect.actors import names
 from rayconnect.kafka.discovery import client_properties
+from rayconnect.metrics import SinkMetrics
+from rayconnect.protocol.messages import GetMetadataUpdateEvent, MetadataUpdateEvent
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
-
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
@@ -34,17 +39,20 @@ class ReaderActor:
         pipeline: str,
         cluster_id: str,
         cluster: ClusterMetadata,
-        partitions: list[str],
+        reader_id: str,
         max_poll_records: int = 50_000,
     ) -> None:
         self.pipeline = pipeline
         self.cluster_id = cluster_id
         self.cluster = cluster
-        self.keys = list(partitions)
+        self.reader_id = reader_id
         self.max_poll_records = max_poll_records
         self.started_at = time.time()
         self.records_read = 0
         self.bytes_read = 0
+        self.metadata_updates = 0
+        self.last_update_at: float | None = None
+        self._metrics = SinkMetrics(pipeline)  # dashboard metrics (rayconnect.metrics)
         self._consumer: Any = None
         self._tps: dict[str, Any] = {}
         self._participants: dict[str, Any] = {}
@@ -56,34 +64,42 @@ class ReaderActor:
         # Seeks per partition: a poll that was in flight across a seek returns records of
         # the old position, which must not be labelled with the new one.
         self._seeks: dict[str, int] = {}
-        self._attached = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._lock = asyncio.Lock()
         self._error: str | None = None
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
         self._task = asyncio.get_running_loop().create_task(self._main())
 
     async def _main(self) -> None:
-        while not self._attached.is_set():
+        while self._consumer is None:
             try:
-                await self._attach()
-            except Exception as e:  # broker down, participant restarting: retry
-                self._error = f"attach failed: {type(e).__name__}: {e}"
-                log.warning("reader %s/%s: %s", self.pipeline, self.cluster_id, self._error)
-                if self._consumer is not None:
-                    await self._consumer.stop()
-                    self._consumer = None
+                await self._connect()
+            except Exception as e:  # broker down: retry, and say so in status
+                self._error = f"connect failed: {type(e).__name__}: {e}"
+                log.warning("reader %s/%s: %s", self.pipeline, self.reader_id, self._error)
+                await asyncio.sleep(1.0)
+        while not self._ready.is_set():
+            try:  # the answer arrives as a metadata_update call
+                enumerator = ray.get_actor(
+                    names.enumerator(self.pipeline), namespace=names.NAMESPACE
+                )
+                await enumerator.get_metadata_update.remote(
+                    GetMetadataUpdateEvent(reader_id=self.reader_id)
+                )
+                await asyncio.wait_for(self._ready.wait(), 10.0)
+            except Exception as e:
+                self._error = f"waiting for metadata: {type(e).__name__}: {e}"
                 await asyncio.sleep(1.0)
         self._error = None
         await self._run()
 
-    async def _attach(self) -> None:
-        """Connect, assign every split paused, then ask each participant where to resume."""
+    async def _connect(self) -> None:
         from aiokafka import AIOKafkaConsumer
-        from aiokafka import TopicPartition as KafkaTP
 
         from rayconnect.kafka import compat
 
         compat.apply()
-        self._consumer = AIOKafkaConsumer(
+        consumer = AIOKafkaConsumer(
             bootstrap_servers=self.cluster.bootstrap_servers,
             enable_auto_commit=False,
             isolation_level="read_committed",
@@ -91,47 +107,73 @@ class ReaderActor:
             fetch_max_bytes=32 * 1024 * 1024,
             **client_properties(self.cluster.properties),
         )
-        await self._consumer.start()
-        for key in self.keys:
-            tp = TopicPartition.from_key(key)
-            self._tps[key] = KafkaTP(tp.topic, tp.partition)
-            self._participants[key] = ray.get_actor(
-                names.participant(self.pipeline, key), namespace=names.NAMESPACE
+        await consumer.start()
+        self._consumer = consumer
+
+    async def metadata_update(self, event: MetadataUpdateEvent) -> None:
+        """The enumerator's answer: ``event.splits`` is this reader's complete split set."""
+        from aiokafka import TopicPartition as KafkaTP
+
+        async with self._lock:
+            while self._consumer is None:
+                await asyncio.sleep(0.1)
+            wanted = {s.partition.key for s in event.splits}
+            for key in set(self._tps) - wanted:  # the metadata no longer has it: drop
+                self._resumed.discard(key)
+                for d in (self._tps, self._participants, self._next, self._seeks):
+                    d.pop(key, None)
+            added = sorted(wanted - set(self._tps))
+            for key in added:
+                tp = TopicPartition.from_key(key)
+                self._tps[key] = KafkaTP(tp.topic, tp.partition)
+                self._participants[key] = ray.get_actor(
+                    names.participant(self.pipeline, key), namespace=names.NAMESPACE
+                )
+            self._consumer.assign(list(self._tps.values()))
+            # assign() forgets the positions and pause flags of the splits it keeps: restore
+            # them (a seek also voids what a poll in flight fetched from before).
+            for key in self._tps:
+                if key not in self._resumed:
+                    self._consumer.pause(self._tps[key])
+                if key in self._next:
+                    await self.seek(key, self._next[key])
+            me = ray.get_runtime_context().current_actor
+            answers = await asyncio.gather(
+                *(self._participants[k].reader_attached.remote(me) for k in added)
             )
-        self._consumer.assign(list(self._tps.values()))
-        self._consumer.pause(*self._tps.values())
-        me = ray.get_runtime_context().current_actor
-        keys = list(self._participants)
-        answers = await asyncio.gather(
-            *(self._participants[k].reader_attached.remote(me) for k in keys)
-        )
-        for key, (offset, resume) in zip(keys, answers, strict=True):
-            if offset is not None:
-                await self.seek(key, offset)
-            if resume:
-                await self.resume(key)
-        self._attached.set()
+            for key, (offset, resume) in zip(added, answers, strict=True):
+                if offset is not None:
+                    await self.seek(key, offset)
+                if resume:
+                    await self.resume(key)
+            self.metadata_updates += 1
+            self.last_update_at = time.time()
+            self._ready.set()
 
     async def ready(self, timeout_s: float = 60.0) -> bool:
-        """Wait until the reader is attached to its participants."""
+        """Wait until the reader holds its splits from fresh metadata."""
         try:
-            await asyncio.wait_for(self._attached.wait(), timeout_s)
+            await asyncio.wait_for(self._ready.wait(), timeout_s)
         except TimeoutError:
-            raise RuntimeError(f"reader not attached after {timeout_s} s: {self._error}") from None
+            raise RuntimeError(f"reader not ready after {timeout_s} s: {self._error}") from None
         return True
 
     async def seek(self, key: str, offset: int) -> None:
+        if key not in self._tps:
+            return  # not (or no longer) ours
         self._consumer.seek(self._tps[key], offset)
         self._next[key] = offset
         self._seeks[key] = self._seeks.get(key, 0) + 1
 
     async def pause(self, key: str) -> None:
         self._resumed.discard(key)
-        self._consumer.pause(self._tps[key])
+        if key in self._tps:
+            self._consumer.pause(self._tps[key])
 
     async def resume(self, key: str) -> None:
-        self._resumed.add(key)
-        self._consumer.resume(self._tps[key])
+        if key in self._tps:
+            self._resumed.add(key)
+            self._consumer.resume(self._tps[key])
 
     async def _run(self) -> None:
         from rayconnect.kafka.to_arrow import records_to_batch
@@ -150,8 +192,8 @@ class ReaderActor:
                     if not records:
                         continue
                     key = TopicPartition(self.cluster_id, tp.topic, tp.partition).key
-                    if self._seeks.get(key) != seeks_before.get(key):
-                        continue  # moved meanwhile: the consumer reads from the new place
+                    if key not in self._tps or self._seeks.get(key) != seeks_before.get(key):
+                        continue  # dropped or moved meanwhile: read from the new place
                     if key not in self._resumed:
                         # Paused meanwhile: rewind, so the consumer stays where the
                         # participant believes this partition is.
@@ -164,13 +206,20 @@ class ReaderActor:
                     self._next[key] = records[-1].offset + 1
                     self.records_read += len(records)
                     self.bytes_read += batch.nbytes
+                    self._metrics.read(  # dashboard metrics
+                        key,
+                        len(records),
+                        batch.nbytes,
+                        high_watermark=self._consumer.highwater(tp),
+                        next_offset=self._next[key],
+                    )
                     call = self._participants[key].records.remote(
                         first, self._next[key], len(records), batch.nbytes, [ref]
                     )
                     handed.append((key, first, call))
                 results = await asyncio.gather(*(c for _, _, c in handed), return_exceptions=True)
                 for (key, first, _), result in zip(handed, results, strict=True):
-                    if isinstance(result, BaseException):
+                    if isinstance(result, BaseException) and key in self._tps:
                         # Not handed over (the participant is restarting): read it again.
                         self._error = f"{key}: {type(result).__name__}: {result}"
                         if self._seeks.get(key) == seeks_before.get(key):
@@ -180,7 +229,7 @@ class ReaderActor:
                 raise
             except Exception as e:  # keep reading; the participant/coordinator recover
                 self._error = f"{type(e).__name__}: {e}"
-                log.exception("reader %s/%s poll failed", self.pipeline, self.cluster_id)
+                log.exception("reader %s/%s poll failed", self.pipeline, self.reader_id)
                 # What this poll fetched was not handed over: read it again.
                 for key, offset in self._next.items():
                     self._consumer.seek(self._tps[key], offset)
@@ -190,25 +239,25 @@ class ReaderActor:
         lag: dict[str, dict[str, int | None]] = {}
         for key, tp in self._tps.items():
             hw = self._consumer.highwater(tp) if self._consumer else None
-            try:
-                pos = await self._consumer.position(tp) if key in self._resumed else None
-            except Exception:
-                pos = None
-            lag[key] = {"position": pos, "high_watermark": hw}
+            lag[key] = {"position": self._next.get(key), "high_watermark": hw}
         return {
+            "reader_id": self.reader_id,
             "cluster": self.cluster_id,
-            "splits": self.keys,
+            "bootstrap_servers": self.cluster.bootstrap_servers,
+            "splits": sorted(self._tps),
             "resumed": sorted(self._resumed),
             "records_read": self.records_read,
             "bytes_read": self.bytes_read,
+            "metadata_updates": self.metadata_updates,
+            "last_update_at": self.last_update_at,
             "started_at": self.started_at,
             "error": self._error,
             "partitions": lag,
         }
 
     async def close(self) -> None:
+        """Stop reading for good: nothing is delivered after this returns."""
         self._task.cancel()
+        self._resumed.clear()
         if self._consumer:
             await self._consumer.stop()
-
-

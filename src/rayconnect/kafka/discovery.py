@@ -10,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rayconnect.properties import (
+    INT_PROPERTIES,
+    SSL_CHECK_HOSTNAME,
+    SSL_FILES,
+)
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
 
 
@@ -18,8 +23,33 @@ class DiscoveryError(RuntimeError):
 
 
 def client_properties(properties: dict[str, str]) -> dict[str, Any]:
-    """Kafka client properties (Java-style dotted names) -> aiokafka keyword arguments."""
-    return {k.replace(".", "_"): v for k, v in properties.items()}
+    """Kafka client properties (Java-style dotted names) -> aiokafka keyword arguments.
+
+    SASL settings pass through unchanged (``sasl.plain.password`` -> ``sasl_plain_password``);
+    ``ssl.cafile``/``ssl.certfile``/``ssl.keyfile``/``ssl.password``/``ssl.check.hostname``
+    become one ``ssl_context``; millisecond settings become ints.
+    """
+    kwargs: dict[str, Any] = {}
+    ssl_args: dict[str, str] = {}
+    check_hostname: bool | None = None
+    for key, value in properties.items():
+        name = key.replace(".", "_")
+        if name in SSL_FILES:
+            ssl_args[SSL_FILES[name]] = value
+        elif name == SSL_CHECK_HOSTNAME:
+            check_hostname = str(value).lower() == "true"
+        elif name in INT_PROPERTIES and str(value).strip().isdigit():
+            kwargs[name] = int(value)
+        else:
+            kwargs[name] = value
+    if ssl_args or check_hostname is not None:
+        from aiokafka.helpers import create_ssl_context
+
+        context = create_ssl_context(**ssl_args)
+        if check_hostname is not None:
+            context.check_hostname = check_hostname
+        kwargs["ssl_context"] = context
+    return kwargs
 
 
 async def discover_partitions(

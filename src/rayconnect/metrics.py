@@ -1,0 +1,158 @@
+"""Pipeline metrics for the Ray dashboard and Prometheus (``ray.util.metrics``).
+
+Every metric is named ``rayconnect_*`` (Prometheus shows it as ``ray_rayconnect_*``: Ray adds
+its prefix) and tagged with ``pipeline``; per-partition metrics also carry ``cluster``,
+``topic`` and ``partition``. Tags never hold Kafka properties or any other credential.
+
+| metric                          | type      | tags            | recorded by |
+|---------------------------------|-----------|-----------------|-------------|
+| rayconnect_records_read         | counter   | per partition   | reader      |
+| rayconnect_bytes_read           | counter   | per partition   | reader (Arrow bytes) |
+| rayconnect_high_watermark       | gauge     | per partition   | reader      |
+| rayconnect_read_lag             | gauge     | per partition   | reader: high watermark - next offset to read |
+| rayconnect_committed_offset     | gauge     | per partition   | coordinator: next offset, as committed in the table |
+| rayconnect_records_written      | counter   | pipeline        | coordinator: records in committed table versions |
+| rayconnect_rounds_committed     | counter   | pipeline        | coordinator (partial rounds included) |
+| rayconnect_rounds_discarded     | counter   | pipeline        | coordinator |
+| rayconnect_round_duration_s     | histogram | pipeline        | coordinator: START to committed |
+| rayconnect_commit_latency_s     | histogram | pipeline        | coordinator: the table commit alone |
+| rayconnect_dead_letter_records  | counter   | per partition   | whoever routes a record to a dead-letter queue |
+
+Lag behind the table, per partition, is ``high_watermark - committed_offset`` (a PromQL
+expression; ``rayconnect status`` shows it computed).
+
+Metrics are reported by each worker to its node's metrics agent every
+``metrics_report_interval_ms`` (Ray's default 10 s) and served in Prometheus text format on the
+node's metrics export port (``ray start --metrics-export-port=8080``; ``ray.init`` picks one
+and records it as ``metrics_export_port`` of the node in ``ray.nodes()``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+PARTITION_TAGS = ("pipeline", "cluster", "topic", "partition")
+PIPELINE_TAGS = ("pipeline",)
+
+# seconds: a round is ~commit_interval_s (default 10 s), a commit ~10 ms - 1 s
+ROUND_BOUNDARIES = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300]
+COMMIT_BOUNDARIES = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+
+_lock = threading.Lock()
+_metrics: dict[str, Any] = {}
+
+
+def _registry() -> dict[str, Any]:
+    """One instance of each metric per process (created on first use, in a Ray worker)."""
+    with _lock:
+        if _metrics:
+            return _metrics
+        from ray.util.metrics import Counter, Gauge, Histogram
+
+        def counter(name: str, doc: str, tags=PARTITION_TAGS) -> None:
+            _metrics[name] = Counter(f"rayconnect_{name}", doc, tag_keys=tags)
+
+        def gauge(name: str, doc: str, tags=PARTITION_TAGS) -> None:
+            _metrics[name] = Gauge(f"rayconnect_{name}", doc, tag_keys=tags)
+
+        counter("records_read", "Kafka records read, per partition")
+        counter("bytes_read", "Bytes read (Arrow batch size), per partition")
+        gauge("high_watermark", "High watermark of the partition, as last fetched")
+        gauge("read_lag", "Records in Kafka not read yet: high watermark - next offset")
+        gauge("committed_offset", "Next offset to read, as committed in the table")
+        counter("records_written", "Records in committed table versions", PIPELINE_TAGS)
+        counter("rounds_committed", "Rounds committed as a table version", PIPELINE_TAGS)
+        counter("rounds_discarded", "Rounds discarded (commit failed or refused)", PIPELINE_TAGS)
+        counter("dead_letter_records", "Records routed to a dead-letter queue")
+        _metrics["round_duration_s"] = Histogram(
+            "rayconnect_round_duration_s",
+            "Round duration, START-COMMIT to committed, seconds",
+            boundaries=ROUND_BOUNDARIES,
+            tag_keys=PIPELINE_TAGS,
+        )
+        _metrics["commit_latency_s"] = Histogram(
+            "rayconnect_commit_latency_s",
+            "Table commit latency, seconds",
+            boundaries=COMMIT_BOUNDARIES,
+            tag_keys=PIPELINE_TAGS,
+        )
+        return _metrics
+
+
+def _partition_tags(pipeline: str, key: str) -> dict[str, str]:
+    cluster, topic, partition = key.rsplit("/", 2)
+    return {"pipeline": pipeline, "cluster": cluster, "topic": topic, "partition": partition}
+
+
+class SinkMetrics:
+    """The metrics of one sink pipeline, as seen from one actor. Never raises: a metric that
+    cannot be recorded must not stop a pipeline."""
+
+    def __init__(self, pipeline: str) -> None:
+        self.pipeline = pipeline
+        self._tags = {"pipeline": pipeline}
+        self._seen_rounds: dict[str, int] = {}
+
+    def _do(self, name: str, method: str, value: float, tags: dict[str, str]) -> None:
+        try:
+            getattr(_registry()[name], method)(value, tags=tags)
+        except Exception:  # pragma: no cover - metrics are best effort
+            import logging
+
+            logging.getLogger(__name__).debug("metric %s not recorded", name, exc_info=True)
+
+    # -- reader --------------------------------------------------------------------------
+
+    def read(
+        self,
+        key: str,
+        records: int,
+        nbytes: int,
+        *,
+        high_watermark: int | None = None,
+        next_offset: int | None = None,
+    ) -> None:
+        """A batch of ``records`` was read from partition ``key`` (cluster/topic/partition)."""
+        tags = _partition_tags(self.pipeline, key)
+        self._do("records_read", "inc", records, tags)
+        self._do("bytes_read", "inc", nbytes, tags)
+        if high_watermark is not None:
+            self._do("high_watermark", "set", high_watermark, tags)
+            if next_offset is not None:
+                self._do("read_lag", "set", max(high_watermark - next_offset, 0), tags)
+
+    # -- coordinator ---------------------------------------------------------------------
+
+    def committed(
+        self,
+        offsets: dict[str, int],
+        records: int,
+        commit_latency_s: float,
+        round_duration_s: float | None,
+    ) -> None:
+        """A round was committed: its partitions' new offsets and its records."""
+        for key, offset in offsets.items():
+            self._do("committed_offset", "set", offset, _partition_tags(self.pipeline, key))
+        if records:
+            self._do("records_written", "inc", records, self._tags)
+        self._do("commit_latency_s", "observe", commit_latency_s, self._tags)
+        if round_duration_s is not None:
+            self._do("round_duration_s", "observe", round_duration_s, self._tags)
+
+    def rounds(self, status: Any) -> None:
+        """Turn the coordinator's cumulative round counts into counter increments."""
+        counts = {
+            "rounds_committed": status.rounds_committed,
+            "rounds_discarded": status.rounds_discarded,
+        }
+        for name, total in counts.items():
+            delta = total - self._seen_rounds.get(name, 0)
+            if delta > 0:
+                self._do(name, "inc", delta, self._tags)
+            self._seen_rounds[name] = total
+
+    # -- dead letters --------------------------------------------------------------------
+
+    def dead_letter(self, key: str, records: int = 1) -> None:
+        self._do("dead_letter_records", "inc", records, _partition_tags(self.pipeline, key))
