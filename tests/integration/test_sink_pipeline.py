@@ -204,22 +204,28 @@ def test_a_second_coordinator_fences_the_first_which_never_commits_again(
 
 
 @pytest.mark.timeout(600)
-def test_an_idle_partition_does_not_delay_a_round_and_a_dead_one_is_left_behind(
+def test_idle_partitions_do_not_delay_a_round_and_a_round_is_one_spark_job(
     ray_session, kafka_broker, tmp_path
 ):
     bootstrap = kafka_broker.bootstrap_servers
-    asyncio.run(create_topic(bootstrap, "idle", 3))
-    # only partition 0 gets data: 1 and 2 are idle
-    asyncio.run(produce_demo_records(bootstrap, "idle", 1000, [0]))
+    asyncio.run(create_topic(bootstrap, "idle", 8))
+    busy = [0, 1, 2, 3, 4, 5]  # 6 and 7 stay idle
+    asyncio.run(produce_demo_records(bootstrap, "idle", 6000, busy))
+    want = {f"{CLUSTER}/idle/{p}": 1000 for p in busy}
     table = tmp_path / "t"
     handle = _pipeline("idle", bootstrap, "idle", table,
-                       commit_interval_s=1, write_timeout_s=60).start()
+                       commit_interval_s=2, write_timeout_s=60).start()
     try:
-        status = handle.wait_for(lambda s: s["offsets"].get(f"{CLUSTER}/idle/0") == 1000,
-                                 timeout_s=120)
+        status = handle.wait_for(
+            lambda s: all(s["offsets"].get(k) == v for k, v in want.items()), timeout_s=120
+        )
         # idle partitions answered END at once: no round waited for write_timeout_s
         assert status["rounds_partial"] == 0
         assert status["round_s_max"] < 30
+        # all partitions flush at END; the writer gathers them into ONE Spark job per round
+        writer = ray.get_actor(names.writer("idle"), namespace="rayconnect")
+        stats = ray.get(writer.stats.remote())
+        assert stats["spark_jobs"] == status["rounds_committed"]
     finally:
         handle.stop(commit=False)
 

@@ -81,7 +81,8 @@ class WriterActor:
         cores: int = 1,
         memory: str = "1GB",
         warm_up: bool = True,
-        gather_window_s: float = 0.02,
+        gather_window_s: float = 0.05,
+        gather_max_s: float = 0.5,
     ) -> None:
         # A fresh Spark app name per actor *incarnation*: RayDP names an actor
         # "<app>_SPARK_MASTER", and a restarted writer must not collide with its predecessor.
@@ -90,6 +91,7 @@ class WriterActor:
         self._spark_args = {"executors": executors, "cores": cores, "memory": memory}
         self._warm_up = warm_up
         self._gather_window_s = gather_window_s
+        self._gather_max_s = gather_max_s
         self._spark: Any = None
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spark")
         self._start_task: asyncio.Task[None] | None = None
@@ -184,7 +186,7 @@ class WriterActor:
         while True:
             await self._wakeup.wait()
             # Let the other flushes of the same END-COMMIT arrive: ms here vs ~0.5 s a job.
-            await asyncio.sleep(self._gather_window_s)
+            await self._gather()
             self._wakeup.clear()
             batch, self._pending = self._pending, []
             by_table: dict[str, list[_Request]] = {}
@@ -196,6 +198,18 @@ class WriterActor:
                 except Exception as exc:  # never let the loop die: callers would hang
                     log.exception("writer %s: unexpected error", self._app_name)
                     self._fail(requests, exc)
+
+    async def _gather(self) -> None:
+        """Wait while flushes keep arriving: the participants' END-COMMIT flushes reach us
+        spread over tens of ms (more with more partitions), and each Spark job costs
+        ~0.5 s, so one job per round needs a debounce, not a fixed window. Capped at
+        ``gather_max_s`` so a steady stream of flushes is still written."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        seen = -1
+        while len(self._pending) != seen and loop.time() - started < self._gather_max_s:
+            seen = len(self._pending)
+            await asyncio.sleep(self._gather_window_s)
 
     async def _write_requests(self, table_path: str, requests: list[_Request]) -> None:
         try:
