@@ -22,6 +22,8 @@ _EXPORTS = {
     "CommitSettings": "rayconnect.config",
     "SparkSettings": "rayconnect.config",
     "ConfigError": "rayconnect.config",
+    "FileMetadataService": "rayconnect.metadata",
+    "SingleClusterMetadataService": "rayconnect.metadata",
     "KafkaStream": "rayconnect.protocol.types",
     "ClusterMetadata": "rayconnect.protocol.types",
     "TopicPartition": "rayconnect.protocol.types",
