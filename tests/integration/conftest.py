@@ -14,13 +14,16 @@ import pytest
 import ray
 
 RAY_TMP = Path("/tmp/ray")
+_DASHBOARD: str | None = None  # this module's Ray: others may run on the machine too
 
 
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
     """A local Ray for one test module; removes what this Ray left under /tmp/ray."""
     before = set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()
-    ray.init(namespace="rayconnect", log_to_driver=False, include_dashboard=True)
+    context = ray.init(namespace="rayconnect", log_to_driver=False, include_dashboard=True)
+    global _DASHBOARD
+    _DASHBOARD = f"http://{context.dashboard_url}"
     try:
         yield
     finally:
@@ -43,7 +46,9 @@ def actor_pid(name: str, namespace: str = "rayconnect", timeout_s: float = 30.0)
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        alive = list_actors(filters=[("name", "=", name), ("state", "=", "ALIVE")])
+        alive = list_actors(
+            address=_DASHBOARD, filters=[("name", "=", name), ("state", "=", "ALIVE")]
+        )
         alive = [a for a in alive if a.ray_namespace == namespace and a.pid]
         if alive:
             return int(alive[0].pid)
