@@ -180,7 +180,7 @@ def test_clusters_and_topics_come_and_go_without_a_restart(
                 edited,
             )
         print(
-            f"\\nmetadata change -> readers: median {statistics.median(propagation):.2f} s "
+            f"\nmetadata change -> readers: median {statistics.median(propagation):.2f} s "
             f"over {len(propagation)} changes, max {max(propagation):.2f} s"
         )
 
