@@ -20,7 +20,11 @@ _DASHBOARD: str | None = None  # this module's Ray: others may run on the machin
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
     """A local Ray for one test module; removes what this Ray left under /tmp/ray."""
+    from rayconnect.spark_bridge.session import spark_tmp_dir
+
+    spark_tmp = Path(spark_tmp_dir())
     before = set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()
+    spark_before = set(spark_tmp.iterdir())
     context = ray.init(namespace="rayconnect", log_to_driver=False, include_dashboard=True)
     global _DASHBOARD
     _DASHBOARD = f"http://{context.dashboard_url}"
@@ -32,6 +36,11 @@ def ray_session() -> Iterator[None]:
         for path in (set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()) - before:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
+        for path in set(spark_tmp.iterdir()) - spark_before:  # the JVMs' scratch files
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
         # Ray (and RayDP's Java agent, which writes its logs through it) follows
         # session_latest; a link to a removed session breaks the next Spark start.
         for link in ("session_latest", "prom_metrics_service_discovery.json"):

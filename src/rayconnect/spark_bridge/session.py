@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -100,10 +101,18 @@ def require_java(min_version: int = 17) -> int:
     return major
 
 
+def spark_tmp_dir() -> str:
+    """Where Spark's JVMs put scratch files (block managers, native libraries they unpack):
+    one folder of ours instead of hundreds of entries straight in /tmp, so it can be cleaned."""
+    path = os.path.join(tempfile.gettempdir(), "rayconnect-spark")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 def java_options() -> str:
     """JVM options every Spark JVM of the session needs on Java 17."""
     opens = " ".join(f"--add-opens=java.base/{pkg}=ALL-UNNAMED" for pkg in ADD_OPENS_PACKAGES)
-    return f"-XX:+IgnoreUnrecognizedVMOptions {opens}"
+    return f"-XX:+IgnoreUnrecognizedVMOptions {opens} -Djava.io.tmpdir={spark_tmp_dir()}"
 
 
 def spark_configs() -> dict[str, str]:
@@ -122,6 +131,7 @@ def spark_configs() -> dict[str, str]:
         "spark.sql.shuffle.partitions": "1",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        "spark.local.dir": spark_tmp_dir(),
     }
 
 
