@@ -1,7 +1,28 @@
 """The ``rayconnect`` command line.
 
-Exit codes: 0 success, 1 the work ran but failed its check (e.g. the demo's table does not
-match what was produced), 2 bad usage or configuration, 3 a missing requirement (Java).
+Commands::
+
+    rayconnect run FILE [--address ADDR] [--detach] [--interval S]
+                        [--embedded-broker [--partitions P] [--demo-records N] [--demo-rate R]]
+    rayconnect list [--address ADDR] [--json]
+    rayconnect status NAME [--address ADDR] [--watch] [--interval S] [--json]
+    rayconnect stop NAME [--address ADDR] [--no-commit] [--timeout S]
+    rayconnect demo [--records N] [--partitions P] [--table PATH]
+
+``run`` starts the pipeline a pipeline file describes (see ``rayconnect.pipeline_file``): in
+the foreground it prints progress and, on Ctrl-C/SIGTERM, commits what was read and stops;
+with ``--detach`` it returns once the pipeline runs. ``list``, ``status`` and ``stop`` find
+pipelines by name in the Ray cluster (``--address``, default ``auto``: the local cluster).
+Inside ``ray job submit`` the job's cluster is used. Credentials never appear in any output.
+
+Exit codes:
+  0  success
+  1  the work ran but failed: the demo's table does not match what was produced; the last
+     round of a stop could not be committed
+  2  bad usage or configuration: bad arguments, an invalid pipeline file (the message names
+     file, line and field), a missing topic or an unreachable Kafka cluster
+  3  a missing requirement: Java 17, or no Ray cluster to connect to
+  4  no pipeline of that name is running (status, stop), or it already runs (run)
 """
 
 from __future__ import annotations
@@ -9,7 +30,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REQUIREMENT = 0, 1, 2, 3
+from rayconnect.commands import (  # noqa: F401 - re-exported
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_REQUIREMENT,
+    EXIT_USAGE,
+)
 
 
 def _positive(value: str) -> int:
@@ -40,7 +67,132 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--table", default=None, help="new folder for the Delta table (default: a temp folder)"
     )
+    _add_pipeline_commands(sub)
     return parser
+
+
+def _interval(value: str) -> float:
+    v = float(value)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return v
+
+
+def _non_negative(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return n
+
+
+def _address(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster to use: host:port of its GCS, or 'auto' (default: the job's cluster "
+        "under ray job submit, else the local one)",
+    )
+
+
+def _add_pipeline_commands(sub) -> None:
+    run = sub.add_parser(
+        "run",
+        help="start a pipeline from a pipeline file; show progress until Ctrl-C",
+        description=(
+            "Validates FILE (errors name file, line and field; nothing starts on an error), "
+            "checks Java and every Kafka cluster and topic, then starts the pipeline's named, "
+            "detached actors. In the foreground it prints a progress line every --interval "
+            "seconds; Ctrl-C or SIGTERM commits what was read in one last round and stops "
+            "every actor (a second Ctrl-C stops without it). If the pipeline is stopped from "
+            "elsewhere (rayconnect stop), run exits 0. ${VAR} in FILE is read from the "
+            "environment."
+        ),
+    )
+    run.add_argument(
+        "file", metavar="FILE", help="pipeline file (YAML), e.g. examples/orders-sink.yaml"
+    )
+    _address(run)
+    run.add_argument(
+        "--detach", action="store_true", help="return once the pipeline runs; it keeps running"
+    )
+    run.add_argument(
+        "--interval", type=_interval, default=2.0, help="seconds between progress lines (default 2)"
+    )
+    embedded = run.add_argument_group(
+        "embedded broker (try a pipeline file without Kafka; single machine)"
+    )
+    embedded.add_argument(
+        "--embedded-broker",
+        action="store_true",
+        help="start a local tansu broker per cluster of FILE instead of its bootstrap_servers, "
+        "create FILE's topics and produce demo records into them",
+    )
+    embedded.add_argument(
+        "--partitions", type=_positive, default=4, help="partitions per topic (default 4)"
+    )
+    embedded.add_argument(
+        "--demo-records",
+        type=_non_negative,
+        default=10_000,
+        help="records produced before start (default 10000)",
+    )
+    embedded.add_argument(
+        "--demo-rate",
+        type=_non_negative,
+        default=0,
+        help="records/s produced while running (default 0)",
+    )
+
+    lst = sub.add_parser(
+        "list",
+        help="list the pipelines running in the Ray cluster",
+        description="One line per pipeline: name, state, actors, partitions, table.",
+    )
+    _address(lst)
+    lst.add_argument("--json", action="store_true", help="print JSON")
+
+    status = sub.add_parser(
+        "status",
+        help="a pipeline's partitions, rounds and actors",
+        description=(
+            "Per partition: committed offset (in the table), high watermark and lag; the "
+            "current round, the last round's duration, rounds committed/partial/discarded/"
+            "empty; every actor with its state, pid and restarts. Credentials are masked. "
+            "Exit 4 if no pipeline NAME runs."
+        ),
+    )
+    status.add_argument("name", metavar="NAME")
+    _address(status)
+    status.add_argument(
+        "--watch", action="store_true", help="refresh every --interval seconds until Ctrl-C"
+    )
+    status.add_argument(
+        "--interval", type=_interval, default=2.0, help="seconds between refreshes (default 2)"
+    )
+    status.add_argument(
+        "--json", action="store_true", help="print JSON (one line per refresh with --watch)"
+    )
+
+    stop = sub.add_parser(
+        "stop",
+        help="commit one last round, then end every actor of a pipeline",
+        description=(
+            "Ends the open round early and commits it, then ends every actor. Nothing is lost "
+            "either way: what was not committed is read again on the next run. Exit 4 if no "
+            "pipeline NAME runs."
+        ),
+    )
+    stop.add_argument("name", metavar="NAME")
+    _address(stop)
+    stop.add_argument(
+        "--no-commit", dest="commit", action="store_false", help="stop without the last round"
+    )
+    stop.add_argument(
+        "--timeout",
+        type=_interval,
+        default=120.0,
+        help="seconds to wait for the last round (default 120)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +210,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rayconnect: {e}", file=sys.stderr)
             return EXIT_USAGE
         return EXIT_OK if result.ok else EXIT_FAILED
+    if args.command == "run":
+        from rayconnect.commands.run import run_command
+
+        return run_command(args)
+    if args.command in ("list", "status", "stop"):
+        from rayconnect.commands import inspect
+
+        return getattr(inspect, f"{args.command}_command")(args)
     return EXIT_USAGE
 
 

@@ -29,6 +29,7 @@ and records it as ``metrics_export_port`` of the node in ``ray.nodes()``).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -39,8 +40,38 @@ PIPELINE_TAGS = ("pipeline",)
 ROUND_BOUNDARIES = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300]
 COMMIT_BOUNDARIES = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
+# Ray drops a gauge series that was not set again within 2 report intervals (its TTL), so
+# the last value of every gauge this process set is set again every GAUGE_REFRESH_S by one
+# daemon thread: a partition with no new data keeps showing its offsets.
+GAUGE_REFRESH_S = 2.0
+
 _lock = threading.Lock()
 _metrics: dict[str, Any] = {}
+_gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+_refresher: threading.Thread | None = None
+
+
+def _refresh_forever() -> None:
+    import time
+
+    while True:
+        time.sleep(GAUGE_REFRESH_S)
+        with _lock:
+            items = list(_gauges.items())
+        for (name, tags), value in items:
+            with contextlib.suppress(Exception):  # best effort
+                _metrics[name].set(value, tags=dict(tags))
+
+
+def _remember_gauge(name: str, value: float, tags: dict[str, str]) -> None:
+    global _refresher
+    with _lock:
+        _gauges[(name, tuple(sorted(tags.items())))] = value
+        if _refresher is None:
+            _refresher = threading.Thread(
+                target=_refresh_forever, name="rayconnect-gauges", daemon=True
+            )
+            _refresher.start()
 
 
 def _registry() -> dict[str, Any]:
@@ -97,6 +128,8 @@ class SinkMetrics:
     def _do(self, name: str, method: str, value: float, tags: dict[str, str]) -> None:
         try:
             getattr(_registry()[name], method)(value, tags=tags)
+            if method == "set":
+                _remember_gauge(name, value, tags)
         except Exception:  # pragma: no cover - metrics are best effort
             import logging
 

@@ -46,9 +46,7 @@ class Produced:
     def more(self, n: int) -> None:
         start = sum(self.counts.values())
         counts = asyncio.run(
-            produce_demo_records(
-                self.bootstrap, self.topic, n, self.partitions, start_index=start
-            )
+            produce_demo_records(self.bootstrap, self.topic, n, self.partitions, start_index=start)
         )
         self.counts.update(counts)
 
@@ -56,9 +54,7 @@ class Produced:
         return {f"{CLUSTER}/{self.topic}/{p}": n for p, n in self.counts.items() if n}
 
     def rows(self) -> set[tuple[str, str, int, int]]:
-        return {
-            (CLUSTER, self.topic, p, o) for p, n in self.counts.items() for o in range(n)
-        }
+        return {(CLUSTER, self.topic, p, o) for p, n in self.counts.items() for o in range(n)}
 
 
 def table_rows(path) -> list[tuple[str, str, int, int]]:
@@ -98,8 +94,13 @@ def test_exactly_once_while_every_role_is_killed_mid_round(
     produced = Produced(kafka_broker.bootstrap_servers, "orders", 4)
     produced.more(4000)
     pipeline = _pipeline(
-        "kills", kafka_broker.bootstrap_servers, "orders", tmp_path / "t",
-        commit_interval_s=3, write_timeout_s=20, flush_max_records=1500,
+        "kills",
+        kafka_broker.bootstrap_servers,
+        "orders",
+        tmp_path / "t",
+        commit_interval_s=3,
+        write_timeout_s=20,
+        flush_max_records=1500,
     )
     handle = pipeline.start()
     victims = [
@@ -137,8 +138,9 @@ def test_stop_and_start_from_a_new_driver_resumes_from_the_table(
     produced = Produced(kafka_broker.bootstrap_servers, "resume", 3)
     produced.more(3000)
     table = tmp_path / "t"
-    handle = _pipeline("resume", kafka_broker.bootstrap_servers, "resume", table,
-                       commit_interval_s=2).start()
+    handle = _pipeline(
+        "resume", kafka_broker.bootstrap_servers, "resume", table, commit_interval_s=2
+    ).start()
     try:
         handle.wait_for(_caught_up(produced), timeout_s=120)
     finally:
@@ -174,8 +176,14 @@ def test_a_second_coordinator_fences_the_first_which_never_commits_again(
     produced = Produced(kafka_broker.bootstrap_servers, "fence", 2)
     produced.more(2000)
     table = tmp_path / "t"
-    pipeline = _pipeline("fence", kafka_broker.bootstrap_servers, "fence", table,
-                         commit_interval_s=1, write_timeout_s=5)
+    pipeline = _pipeline(
+        "fence",
+        kafka_broker.bootstrap_servers,
+        "fence",
+        table,
+        commit_interval_s=1,
+        write_timeout_s=5,
+    )
     handle = pipeline.start()
     intruder = None
     try:
@@ -191,7 +199,8 @@ def test_a_second_coordinator_fences_the_first_which_never_commits_again(
         assert f"fenced by epoch {old_epoch + 1}" in status["fenced"]
         # no table version after the claim was committed by the old epoch
         late = [
-            h for h in DeltaTable(str(table)).history()
+            h
+            for h in DeltaTable(str(table)).history()
             if h["version"] > claimed and h.get("rayconnect.epoch") == str(old_epoch)
         ]
         assert late == []
@@ -213,8 +222,9 @@ def test_idle_partitions_do_not_delay_a_round_and_a_round_is_one_spark_job(
     asyncio.run(produce_demo_records(bootstrap, "idle", 6000, busy))
     want = {f"{CLUSTER}/idle/{p}": 1000 for p in busy}
     table = tmp_path / "t"
-    handle = _pipeline("idle", bootstrap, "idle", table,
-                       commit_interval_s=2, write_timeout_s=60).start()
+    handle = _pipeline(
+        "idle", bootstrap, "idle", table, commit_interval_s=2, write_timeout_s=60
+    ).start()
     try:
         status = handle.wait_for(
             lambda s: all(s["offsets"].get(k) == v for k, v in want.items()), timeout_s=120
@@ -237,10 +247,15 @@ def test_a_full_buffer_flushes_and_asks_for_an_early_commit(ray_session, kafka_b
     produced = Produced(kafka_broker.bootstrap_servers, "kip89", 2)
     produced.more(12000)
     handle = _pipeline(
-        "kip89", kafka_broker.bootstrap_servers, "kip89", tmp_path / "t",
+        "kip89",
+        kafka_broker.bootstrap_servers,
+        "kip89",
+        tmp_path / "t",
         source={"max_poll_records": 500},  # a steady stream of batches, not one big one
-        commit_interval_s=600, write_timeout_s=60,
-        flush_max_records=1000, request_commit_after_flushes=2,
+        commit_interval_s=600,
+        write_timeout_s=60,
+        flush_max_records=1000,
+        request_commit_after_flushes=2,
     ).start()
     try:
         status = handle.wait_for(_caught_up(produced), timeout_s=240)
@@ -264,13 +279,21 @@ def test_a_dead_participant_holds_the_others_back_no_longer_than_the_write_timeo
     produced = Produced(kafka_broker.bootstrap_servers, "partial", 3)
     produced.more(3000)
     table = tmp_path / "t"
-    handle = _pipeline("partial", kafka_broker.bootstrap_servers, "partial", table,
-                       commit_interval_s=1, write_timeout_s=3).start()
+    handle = _pipeline(
+        "partial",
+        kafka_broker.bootstrap_servers,
+        "partial",
+        table,
+        commit_interval_s=1,
+        write_timeout_s=3,
+    ).start()
     try:
         handle.wait_for(_caught_up(produced), timeout_s=120)
         dead = f"{CLUSTER}/partial/2"
-        ray.kill(ray.get_actor(names.participant("partial", dead), namespace="rayconnect"),
-                 no_restart=True)
+        ray.kill(
+            ray.get_actor(names.participant("partial", dead), namespace="rayconnect"),
+            no_restart=True,
+        )
         before = dict(produced.counts)
         produced.more(3000)
         alive = {k: v for k, v in produced.offsets().items() if k != dead}

@@ -1,0 +1,114 @@
+"""rayconnect's metrics reach Ray's Prometheus endpoint with the values recorded and the
+pipeline/cluster/topic/partition tags (and nothing else of ours as a tag)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+
+import pytest
+import ray
+
+pytestmark = [pytest.mark.integration]
+
+
+def scrape(port: int) -> dict[str, dict[tuple, float]]:
+    """``{metric: {labels: value}}`` for ``ray_rayconnect_*`` (``_total`` suffix dropped)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, dict[tuple, float]] = defaultdict(dict)
+    for line in text.splitlines():
+        m = re.match(r"^(ray_rayconnect_\w+?)(?:\{(.*)\})? ([0-9.eE+-]+|NaN)$", line)
+        if m:
+            labels = tuple(
+                kv
+                for kv in sorted(re.findall(r'(\w+)="([^"]*)"', m[2] or ""))
+                if kv[0] in ("pipeline", "cluster", "topic", "partition", "le")
+            )
+            name = m[1].removesuffix("_total")
+            out[name][labels] = out[name].get(labels, 0.0) + float(m[3])
+    return out
+
+
+@ray.remote(num_cpus=0)
+class Recorder:
+    def record(self) -> None:
+        from rayconnect.metrics import SinkMetrics
+        from rayconnect.protocol.coordinator import CoordinatorStatus
+
+        m = SinkMetrics("mx")
+        m.read("c0/orders/0", 100, 4000, high_watermark=150, next_offset=100)
+        m.read("c0/orders/0", 50, 2000, high_watermark=150, next_offset=150)
+        m.read("c0/orders/1", 7, 280, high_watermark=10, next_offset=7)
+        m.committed({"c0/orders/0": 150, "c0/orders/1": 7}, 157, 0.02, 3.0)
+        m.dead_letter("c0/orders/1", 2)
+        fields = CoordinatorStatus.__struct_fields__
+        base = dict.fromkeys(fields, 0)
+        base.update(
+            pipeline="mx",
+            state="x",
+            partitions=(),
+            waiting_for=(),
+            offsets={},
+            last_round_duration_s=None,
+            last_error=None,
+        )
+        m.rounds(CoordinatorStatus(**{**base, "rounds_committed": 2, "rounds_discarded": 1}))
+        m.rounds(CoordinatorStatus(**{**base, "rounds_committed": 3, "rounds_discarded": 1}))
+
+
+@pytest.mark.timeout(120)
+def test_metrics_reach_prometheus_with_their_values_and_tags():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    temp_dir = tempfile.mkdtemp(prefix="rc-m-", dir="/tmp")
+    was = ray.is_initialized()
+    if was:
+        pytest.skip("needs its own Ray (metrics export port)")
+    ray.init(
+        namespace="rayconnect-metrics-test",
+        num_cpus=1,
+        include_dashboard=True,
+        _temp_dir=temp_dir,
+        _metrics_export_port=port,
+        _system_config={"metrics_report_interval_ms": 1000},
+        log_to_driver=False,
+    )
+    try:
+        recorder = Recorder.remote()  # stays alive: its gauges must stay visible
+        ray.get(recorder.record.remote(), timeout=60)
+        deadline = time.monotonic() + 45
+        while True:
+            m = scrape(port)
+            if "ray_rayconnect_rounds_committed" in m or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        time.sleep(5)  # > 2 report intervals: Ray's TTL for a gauge not set again
+        m = scrape(port)
+        p0 = (("cluster", "c0"), ("partition", "0"), ("pipeline", "mx"), ("topic", "orders"))
+        p1 = (("cluster", "c0"), ("partition", "1"), ("pipeline", "mx"), ("topic", "orders"))
+        pipe = (("pipeline", "mx"),)
+        print({k: dict(v) for k, v in m.items() if "_bucket" not in k})
+        assert m["ray_rayconnect_records_read"] == {p0: 150, p1: 7}
+        assert m["ray_rayconnect_bytes_read"] == {p0: 6000, p1: 280}
+        assert m["ray_rayconnect_high_watermark"] == {p0: 150, p1: 10}
+        assert m["ray_rayconnect_read_lag"] == {p0: 0, p1: 3}
+        assert m["ray_rayconnect_committed_offset"] == {p0: 150, p1: 7}
+        assert m["ray_rayconnect_records_written"] == {pipe: 157}
+        assert m["ray_rayconnect_rounds_committed"] == {pipe: 3}
+        assert m["ray_rayconnect_rounds_discarded"] == {pipe: 1}
+        assert m["ray_rayconnect_dead_letter_records"] == {p1: 2}
+        assert m["ray_rayconnect_round_duration_s_count"] == {pipe: 1}
+        # Ray estimates a histogram's sum from bucket midpoints: 3.0 lies in (2, 5]
+        assert 2 < m["ray_rayconnect_round_duration_s_sum"][pipe] <= 5
+        assert m["ray_rayconnect_commit_latency_s_count"] == {pipe: 1}
+        assert m["ray_rayconnect_round_duration_s_bucket"][(("le", "5.0"), *pipe)] == 1
+        assert m["ray_rayconnect_round_duration_s_bucket"][(("le", "2.0"), *pipe)] == 0
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)

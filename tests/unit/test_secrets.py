@@ -1,0 +1,158 @@
+"""Credentials in Kafka properties reach aiokafka unchanged, and nowhere else: not in the
+repr of a configuration, not in status output (text or JSON), not in metric tags."""
+
+from __future__ import annotations
+
+import json
+import ssl
+
+import pytest
+
+import rayconnect as rc
+from rayconnect.commands.inspect import render_status
+from rayconnect.kafka.discovery import client_properties
+from rayconnect.metrics import PARTITION_TAGS, PIPELINE_TAGS
+from rayconnect.redact import MASK, is_secret_key, redact, redact_properties
+
+pytestmark = [pytest.mark.timeout(30)]
+
+PASSWORD = "pa55-w0rd-xyz"
+JAAS = f'org.apache.kafka.common.security.plain.PlainLoginModule required password="{PASSWORD}";'
+PROPS = {
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.plain.username": "rayconnect",
+    "sasl.plain.password": PASSWORD,
+    "client.id": "orders",
+    "metadata.max.age.ms": "60000",
+}
+
+
+def test_sasl_properties_reach_aiokafka_unchanged():
+    kwargs = client_properties(PROPS)
+    assert kwargs == {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "rayconnect",
+        "sasl_plain_password": PASSWORD,
+        "client_id": "orders",
+        "metadata_max_age_ms": 60000,
+    }
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    # every key is a keyword both clients accept
+    for cls in (AIOKafkaConsumer, AIOKafkaProducer):
+        import inspect
+
+        assert set(kwargs) <= set(inspect.signature(cls.__init__).parameters)
+
+
+def test_tls_properties_become_one_ssl_context(tmp_path):
+    import certifi  # shipped with the stack (requests); a real CA bundle
+
+    kwargs = client_properties(
+        {"security.protocol": "SSL", "ssl.cafile": certifi.where(), "ssl.check.hostname": "false"}
+    )
+    assert kwargs["security_protocol"] == "SSL"
+    context = kwargs["ssl_context"]
+    assert isinstance(context, ssl.SSLContext) and context.check_hostname is False
+    assert context.cert_store_stats()["x509_ca"] > 0
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sasl.plain.password",
+        "sasl.jaas.config",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "ssl.password",
+        "sasl_plain_password",
+        "basic.auth.user.info.secret",
+        "oauth.token",
+        "ssl.keyfile.password",
+        "api_key",
+    ],
+)
+def test_secret_keys(key):
+    assert is_secret_key(key)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.plain.username",
+        "client.id",
+        "ssl.cafile",
+        "bootstrap_servers",
+    ],
+)
+def test_not_secret_keys(key):
+    assert not is_secret_key(key)
+
+
+def _config():
+    meta = rc.StaticMetadataService(
+        (rc.KafkaStream("orders", {"east": rc.ClusterMetadata("h:9093", ("orders",), PROPS)}),)
+    )
+    return rc.SinkPipeline("orders", rc.KafkaSource(meta), rc.DeltaSink("/t")).config
+
+
+def test_repr_and_str_of_configs_mask_credentials():
+    config = _config()
+    for shown in (repr(config), str(config), repr(config.source), repr(config.source.metadata)):
+        assert PASSWORD not in shown
+        assert "'sasl.plain.password': '***'" in shown
+        assert "SCRAM-SHA-512" in shown  # the rest is still there
+    # the real value is still what the pipeline uses
+    assert config.source.clusters()["east"].properties["sasl.plain.password"] == PASSWORD
+
+
+def test_redact_any_depth():
+    data = {"a": [{"properties": {**PROPS, "sasl.jaas.config": JAAS}}], "sasl_plain_password": "x"}
+    out = redact(data)
+    text = json.dumps(out)
+    assert PASSWORD not in text and '"x"' not in text
+    assert out["a"][0]["properties"]["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert redact_properties(PROPS)["sasl.plain.password"] == MASK
+    assert (
+        redact(_config())["source"]["metadata"]["streams"][0]["clusters"]["east"]["properties"][
+            "sasl.plain.password"
+        ]
+        == MASK
+    )
+
+
+def test_status_text_and_json_never_show_credentials():
+    status = {
+        "pipeline": "orders",
+        "state": "writing",
+        "epoch": 1,
+        "txn_id": 3,
+        "table": "/t",
+        "table_version": 2,
+        "last_round_duration_s": 1.5,
+        "rounds_committed": 2,
+        "rounds_partial": 0,
+        "rounds_discarded": 0,
+        "rounds_empty": 0,
+        "records_committed": 10,
+        "error": None,
+        # a status that (wrongly) carried a config must still not leak it
+        "config": {"properties": {"sasl.plain.password": PASSWORD, "sasl.jaas.config": JAAS}},
+        "partition_status": {
+            "east/orders/0": {"committed_offset": 5, "high_watermark": 7, "lag": 2}
+        },
+        "actors": [{"name": "orders/coordinator", "state": "ALIVE", "pid": 1, "restarts": 0}],
+    }
+    safe = redact(status)
+    assert PASSWORD not in json.dumps(safe)
+    text = render_status(safe)
+    assert PASSWORD not in text and "east/orders/0" in text and "ALIVE" in text
+
+
+def test_metric_tags_are_names_only():
+    assert set(PARTITION_TAGS) == {"pipeline", "cluster", "topic", "partition"}
+    assert set(PIPELINE_TAGS) == {"pipeline"}
