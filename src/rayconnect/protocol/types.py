@@ -15,6 +15,8 @@ import re
 
 import msgspec
 
+from rayconnect.redact import redacted_repr
+
 _CLUSTER_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
@@ -68,11 +70,15 @@ class DataFile(msgspec.Struct, frozen=True):
 
 
 class ClusterMetadata(msgspec.Struct, frozen=True):
-    """How to reach one Kafka cluster and which of its topics belong to a stream (FLIP-246)."""
+    """How to reach one Kafka cluster and which of its topics belong to a stream (FLIP-246).
+
+    ``properties`` may hold credentials (SASL passwords): its repr masks them."""
 
     bootstrap_servers: str
     topics: tuple[str, ...] = ()
     properties: dict[str, str] = {}
+
+    __repr__ = redacted_repr
 
 
 class KafkaStream(msgspec.Struct, frozen=True):
