@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from rayconnect.protocol.coordinator import TRANSITIONS, Coordinator, CoordinatorConfig, State
-from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, ReloadTable
+from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, ReloadTable, Send
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.messages import (
     AckCommit,
     EndCommit,
+    ParticipantStarted,
     RequestCommit,
+    RoundLost,
     StartCommit,
     WriteStatus,
 )
@@ -242,3 +244,42 @@ def test_the_transition_table_covers_every_state() -> None:
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError):
         CoordinatorConfig(commit_interval_s=0)
+
+
+def test_a_lost_participant_is_not_waited_for_after_end() -> None:
+    coord = ended()
+    assert coord.step(RoundLost(7, 1, B, "flush failed"), now=11.0) == []  # A still awaited
+    ready = coord.step(status(A, 10, 15), now=11.5)
+    [commit] = ready  # at once, not after write_timeout_s
+    assert isinstance(commit, CommitTable)
+    assert commit.offsets == {A: 15}  # B keeps its offset
+    assert commit.metadata["rayconnect.partial"] == "true"
+
+
+def test_a_round_lost_of_another_round_is_ignored() -> None:
+    coord = ended()
+    assert coord.step(RoundLost(7, 2, B, "old"), now=11.0) == []
+    assert coord.step(status(A, 10, 15), now=11.5) == []  # still waits for B
+
+
+def test_a_fresh_participant_rejoins_a_running_round() -> None:
+    coord = Coordinator("p", [A, B], CoordinatorConfig(commit_interval_s=10, write_timeout_s=4))
+    coord.recover(7, {A: 10, B: 20}, now=0.0)
+    assert coord.step(ParticipantStarted(B), now=1.0) == [
+        Send(to=B, message=StartCommit(7, 1, {A: 10, B: 20}))
+    ]
+    assert coord.state is State.STARTED
+
+
+def test_a_fresh_participant_after_end_is_not_waited_for() -> None:
+    coord = ended()
+    coord.step(status(A, 10, 15), now=11.0)
+    [commit] = coord.step(ParticipantStarted(B), now=11.5)
+    assert isinstance(commit, CommitTable) and commit.offsets == {A: 15}
+
+
+def test_a_lost_partition_with_no_data_elsewhere_is_an_empty_round() -> None:
+    coord = ended()
+    coord.step(status(A, 10, 10), now=11.0)
+    [start] = coord.step(RoundLost(7, 1, B, "x"), now=11.5)
+    assert start == Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20}))

@@ -14,7 +14,13 @@ from rayconnect.protocol.effects import (
     Send,
 )
 from rayconnect.protocol.errors import ProtocolError
-from rayconnect.protocol.messages import AckCommit, EndCommit, RequestCommit, StartCommit
+from rayconnect.protocol.messages import (
+    AckCommit,
+    EndCommit,
+    RequestCommit,
+    RoundLost,
+    StartCommit,
+)
 from rayconnect.protocol.participant import (
     TRANSITIONS,
     Participant,
@@ -196,10 +202,13 @@ def test_ack_of_a_partial_commit_without_us_closes_our_round() -> None:
     assert p.step(StartCommit(1, 2, {KEY: 100}), now=3.0) == [Seek(100), Resume()]
 
 
-def test_flush_failure_abandons_the_round() -> None:
+def test_flush_failure_abandons_the_round_and_says_so() -> None:
     p = writing(100)
     [flush] = feed(p, 100, 10)
-    assert p.flush_failed(flush.flush_id, "disk full", now=1.0) == [Pause()]  # type: ignore[union-attr]
+    assert p.flush_failed(flush.flush_id, "disk full", now=1.0) == [  # type: ignore[union-attr]
+        Pause(),
+        Send(to=COORDINATOR, message=RoundLost(1, 1, KEY, "disk full")),
+    ]
     assert p.state is State.PAUSED
     assert p.step(EndCommit(1, 1), now=2.0) == []  # cannot report this round
     assert p.status().last_error is not None

@@ -46,7 +46,7 @@ from rayconnect.protocol.effects import (
     SeekToPolicy,
     Send,
 )
-from rayconnect.protocol.messages import Message, StartCommit
+from rayconnect.protocol.messages import Message, ParticipantStarted, StartCommit
 from rayconnect.protocol.participant import Participant, ParticipantConfig
 from rayconnect.protocol.types import DataFile
 
@@ -151,6 +151,8 @@ class PipelineSim(RuleBasedStateMachine):
                 self.jobs.append(partial(self.finish_commit, coord, eff))
             elif isinstance(eff, ReloadTable):
                 self.jobs.append(partial(self.finish_reload, coord))
+            elif isinstance(eff, Send):  # a round's START again, to a fresh participant
+                self.net.append((eff.to, eff.message))
             elif isinstance(eff, Fenced):
                 self.coords.remove(coord)
             else:
@@ -338,6 +340,7 @@ class PipelineSim(RuleBasedStateMachine):
         if kind == "participant":
             key = self.keys[k % len(self.keys)]
             self.parts[key] = Part(Participant(key, PCFG), self.parts[key].incarnation + 1)
+            self.net.append((COORDINATOR, ParticipantStarted(key)))  # as the actor does
         elif self.table.epoch < 5 and len(self.coords) < 3:
             if kind == "coordinator":
                 self.coords.pop()

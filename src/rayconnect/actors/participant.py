@@ -11,6 +11,7 @@ table's offsets (I2) - so nothing the dead incarnation buffered is ever reported
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -30,7 +31,7 @@ from rayconnect.protocol.effects import (
     SeekToPolicy,
     Send,
 )
-from rayconnect.protocol.messages import Message
+from rayconnect.protocol.messages import Message, ParticipantStarted
 from rayconnect.protocol.participant import Participant, ParticipantConfig, State
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
 
@@ -73,9 +74,7 @@ class ParticipantActor:
         self.records_in = 0
         self.flushes = 0
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
-        # A fresh machine is paused until START: stop the reader pushing batches that this
-        # incarnation would drop anyway.
-        asyncio.get_running_loop().create_task(self._pause_reader())
+        asyncio.get_running_loop().create_task(self._announce())
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -136,10 +135,16 @@ class ParticipantActor:
             else:
                 raise TypeError(f"participant cannot carry out {effect!r}")
 
-    async def _pause_reader(self) -> None:
+    async def _announce(self) -> None:
+        """A fresh machine knows no round and is paused until START: stop the reader pushing
+        batches it would drop, and tell the coordinator (PARTICIPANT-STARTED), which sends a
+        running round's START again or stops waiting for an ended one."""
         reader = await self._reader()
         if reader is not None:
             await reader.pause.remote(self.key)
+        # No coordinator yet (the pipeline is starting): its first START reaches us anyway.
+        with contextlib.suppress(ValueError):
+            self._coordinator_handle().deliver.remote(ParticipantStarted(self.key))
 
     async def _steer_reader(self, effect: Seek | SeekToPolicy | Pause | Resume) -> None:
         reader = await self._reader()

@@ -49,6 +49,9 @@ class CommitState:
         self.write_timeout_s = write_timeout_s
         self.commit_requested = False
         self.statuses: dict[str, WriteStatus] = {}
+        # Partitions that told us they cannot report (ROUND-LOST, or restarted after END):
+        # not waited for; their offsets stay where the round started.
+        self.lost: set[str] = set()
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -78,6 +81,8 @@ class CommitState:
             return "partition not in the round"
         if key in self.statuses:
             return "duplicate"
+        if key in self.lost:
+            return "lost"
         start = self.start_offsets.get(key)
         if start is not None and status.first_offset != start:
             return f"first_offset {status.first_offset} != round start {start}"
@@ -94,6 +99,13 @@ class CommitState:
             self.statuses[status.partition] = status
         return reason
 
+    def mark_lost(self, key: str) -> bool:
+        """``key`` will not report this round; True if that changes anything."""
+        if key not in self.partitions or key in self.statuses or key in self.lost:
+            return False
+        self.lost.add(key)
+        return True
+
     def retire(self, keys: Iterable[str]) -> None:
         """Partitions left the pipeline: stop waiting for them, drop what they reported."""
         gone = self.partitions.intersection(keys)
@@ -101,6 +113,7 @@ class CommitState:
         for key in gone:
             self.start_offsets.pop(key, None)
             self.statuses.pop(key, None)
+            self.lost.discard(key)
 
     # -- predicates ------------------------------------------------------------------------
 
@@ -115,11 +128,11 @@ class CommitState:
         )
 
     def missing(self) -> frozenset[str]:
-        """Partitions of the round that have not (validly) reported yet."""
-        return self.partitions - self.statuses.keys()
+        """Partitions of the round still awaited: not (validly) reported, not lost."""
+        return self.partitions - self.statuses.keys() - self.lost
 
     def is_commit_ready(self) -> bool:
-        """Every partition reported: the round can be committed in full."""
+        """Every partition reported or is lost: nothing more to wait for."""
         return self.is_ended and not self.missing()
 
     def is_commit_timed_out(self, now: float) -> bool:
@@ -157,7 +170,7 @@ class CommitState:
                 "rayconnect.pipeline": pipeline,
                 "rayconnect.epoch": str(self.epoch),
                 "rayconnect.txn_id": str(self.txn_id),
-                "rayconnect.partial": str(bool(self.missing())).lower(),
+                "rayconnect.partial": str(bool(self.missing() or self.lost)).lower(),
                 "rayconnect.records": str(sum(s.records for s in statuses)),
             },
         )

@@ -30,6 +30,10 @@ Rules
   next round starts at once. It is counted as ``rounds_empty``.
 - Partitions may change at run time (``set_partitions``): new ones join at the next START;
   retired ones leave the current round at once, so it never waits for them.
+- A participant that cannot report (ROUND-LOST after a failed flush, or a fresh one after
+  END: PARTICIPANT-STARTED) is not waited for: the round commits the others at once, and it
+  starts the next round from its old offset. A fresh participant in a running round is sent
+  that round's START again and simply joins it.
 - Messages from the network that do not fit (another epoch or txn, a duplicate, an unknown
   partition, a message in a state that does not expect it) are ignored and counted. Local
   inputs that do not fit the table (a second ``recover``, a commit result with no commit
@@ -47,14 +51,23 @@ from typing import Final
 import msgspec
 
 from rayconnect.protocol.commit_state import CommitState
-from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, Ready, ReloadTable
+from rayconnect.protocol.effects import (
+    Broadcast,
+    CommitTable,
+    Fenced,
+    Ready,
+    ReloadTable,
+    Send,
+)
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.machine import TransitionTable
 from rayconnect.protocol.messages import (
     AckCommit,
     EndCommit,
     Message,
+    ParticipantStarted,
     RequestCommit,
+    RoundLost,
     StartCommit,
     WriteStatus,
 )
@@ -89,6 +102,8 @@ class Input(enum.Enum):
     COMMIT_FAILED = "commit_failed"
     TABLE_RELOADED = "table_reloaded"
     SET_PARTITIONS = "set_partitions"
+    ROUND_LOST = "round_lost"
+    PARTICIPANT_STARTED = "participant_started"
 
 
 _S = State
@@ -108,6 +123,8 @@ TRANSITIONS: Final = TransitionTable[State, Input](
             _I.TICK: {_S.STARTED, _S.ENDED},
             _I.REQUEST_COMMIT: {_S.STARTED, _S.ENDED},
             _I.SET_PARTITIONS: {_S.STARTED},
+            _I.ROUND_LOST: {_S.STARTED},  # noted; END will not wait for it
+            _I.PARTICIPANT_STARTED: {_S.STARTED},  # it gets this round's START again
         },
         _S.ENDED: {
             # still waiting | commit (full or partial) | empty: next START |
@@ -115,6 +132,9 @@ TRANSITIONS: Final = TransitionTable[State, Input](
             _I.WRITE_STATUS: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
             _I.TICK: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
             _I.SET_PARTITIONS: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
+            # the last one awaited will never report: evaluate as if it had
+            _I.ROUND_LOST: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
+            _I.PARTICIPANT_STARTED: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
         },
         _S.COMMITTING: {
             _I.COMMIT_SUCCEEDED: {_S.STARTED},
@@ -132,7 +152,7 @@ TRANSITIONS: Final = TransitionTable[State, Input](
             _I.SET_PARTITIONS: {_S.FENCED},
         },
     },
-    ignorable={_I.WRITE_STATUS, _I.REQUEST_COMMIT},
+    ignorable={_I.WRITE_STATUS, _I.REQUEST_COMMIT, _I.ROUND_LOST, _I.PARTICIPANT_STARTED},
 )
 
 
@@ -242,11 +262,18 @@ class Coordinator:
         return self._drive(Input.RECOVER, handle)
 
     def step(self, message: Message, now: float) -> Ready:
-        """A message from a participant: WRITE-STATUS or REQUEST-COMMIT."""
+        """A message from a participant: WRITE-STATUS, REQUEST-COMMIT, ROUND-LOST or
+        PARTICIPANT-STARTED."""
         if isinstance(message, WriteStatus):
             return self._drive(Input.WRITE_STATUS, lambda: self._on_status(message, now))
         if isinstance(message, RequestCommit):
             return self._drive(Input.REQUEST_COMMIT, lambda: self._on_request(message, now))
+        if isinstance(message, RoundLost):
+            return self._drive(Input.ROUND_LOST, lambda: self._on_lost(message, now))
+        if isinstance(message, ParticipantStarted):
+            return self._drive(
+                Input.PARTICIPANT_STARTED, lambda: self._on_participant_started(message, now)
+            )
         raise ProtocolError(f"coordinator does not take {type(message).__name__} messages")
 
     def tick(self, now: float) -> Ready:
@@ -339,6 +366,32 @@ class Coordinator:
             self._rejected += 1
             self._last_error = f"WRITE-STATUS of {status.partition} rejected: {reason}"
             return []
+        return self._evaluate(now)
+
+    def _on_lost(self, message: RoundLost, now: float) -> Ready:
+        rnd = self._round
+        assert rnd is not None
+        if not rnd.is_current(message.epoch, message.txn_id) or not rnd.mark_lost(
+            message.partition
+        ):
+            return self._ignore()
+        self._last_error = f"txn {rnd.txn_id}: {message.partition} lost: {message.reason}"
+        return self._evaluate(now) if self._state is State.ENDED else []
+
+    def _on_participant_started(self, message: ParticipantStarted, now: float) -> Ready:
+        """A fresh participant knows no round. While the round runs it can still join it
+        (the START's offsets are the table's); once END went out it cannot report, so the
+        round stops waiting for it."""
+        rnd = self._round
+        assert rnd is not None
+        key = message.partition
+        if key not in rnd.partitions:
+            return self._ignore()
+        if self._state is State.STARTED:
+            start = StartCommit(epoch=self._epoch, txn_id=rnd.txn_id, offsets=rnd.start_offsets)
+            return [Send(to=key, message=start)]
+        if not rnd.mark_lost(key):
+            return self._ignore()
         return self._evaluate(now)
 
     def _on_request(self, message: RequestCommit, now: float) -> Ready:

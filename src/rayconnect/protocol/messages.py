@@ -71,6 +71,24 @@ class RequestCommit(_Message, tag="REQUEST-COMMIT"):
     partition: str
 
 
+class RoundLost(_Message, tag="ROUND-LOST"):
+    """Participant -> coordinator: I cannot report this round (a flush failed, so data it
+    accepted is gone). Do not wait ``write_timeout_s`` for me: commit the others now."""
+
+    epoch: int
+    txn_id: int
+    partition: str
+    reason: str = ""
+
+
+class ParticipantStarted(_Message, tag="PARTICIPANT-STARTED"):
+    """Participant -> coordinator, from a fresh (e.g. restarted) participant: it knows no
+    round. In a running round the coordinator sends it the round's START again; in an
+    ended one it stops waiting for it."""
+
+    partition: str
+
+
 class MetadataUpdateEvent(_Message, tag="METADATA-UPDATE"):
     """Enumerator -> readers: the current streams, and the splits of the receiving reader."""
 
@@ -90,6 +108,8 @@ Message = (
     | WriteStatus
     | AckCommit
     | RequestCommit
+    | RoundLost
+    | ParticipantStarted
     | MetadataUpdateEvent
     | GetMetadataUpdateEvent
 )

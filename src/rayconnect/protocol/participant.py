@@ -30,7 +30,8 @@ Rules
   leave holes in offsets, and a hole would look like a lost batch (Seek, forever).
 - An idle partition reports at once on END, with no files: it never stalls a round.
 - A failed flush loses data that the round accepted: the round cannot be reported. The
-  participant pauses and waits for the next START; the coordinator's write timeout copes.
+  participant pauses, tells the coordinator (ROUND-LOST, so the round does not wait for it)
+  and waits for the next START.
 - After ``request_commit_after_flushes`` size-triggered flushes in one round the buffer is
   "staying full": REQUEST-COMMIT once per round, so the coordinator ends the round early.
 
@@ -61,7 +62,14 @@ from rayconnect.protocol.effects import (
 )
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.machine import TransitionTable
-from rayconnect.protocol.messages import AckCommit, EndCommit, Message, RequestCommit, StartCommit
+from rayconnect.protocol.messages import (
+    AckCommit,
+    EndCommit,
+    Message,
+    RequestCommit,
+    RoundLost,
+    StartCommit,
+)
 from rayconnect.protocol.types import DataFile
 from rayconnect.protocol.write_state import WriteState
 
@@ -378,6 +386,9 @@ class Participant:
             return self._ignore()
         self._last_error = f"flush {flush_id} of txn {txn.txn_id} failed: {reason}"
         effects: Ready = [Pause()] if self._state is State.WRITING else []
+        # Tell the coordinator now, so the round does not wait write_timeout_s for us.
+        lost = RoundLost(epoch=txn.epoch, txn_id=txn.txn_id, partition=self.key, reason=reason)
+        effects.append(Send(to=COORDINATOR, message=lost))
         self._close()
         return effects
 
