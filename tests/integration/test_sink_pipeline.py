@@ -150,9 +150,10 @@ def test_stop_and_start_from_a_new_driver_resumes_from_the_table(
     )
     produced.more(2500)
     # a new driver process starts the pipeline again and exits; the actors keep running
+    address = ray.get_runtime_context().gcs_address  # not "auto": other Rays may run here
     script = textwrap.dedent(f"""
         import ray, rayconnect as rc
-        ray.init(address="auto", namespace="rayconnect")
+        ray.init(address="{address}", namespace="rayconnect")
         meta = rc.StaticMetadataService((rc.KafkaStream("resume", {{"{CLUSTER}":
             rc.ClusterMetadata("{kafka_broker.bootstrap_servers}", ("resume",))}}),))
         rc.SinkPipeline("resume", rc.KafkaSource(meta), rc.DeltaSink("{table}"),

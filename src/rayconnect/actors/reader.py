@@ -239,7 +239,11 @@ class ReaderActor:
         lag: dict[str, dict[str, int | None]] = {}
         for key, tp in self._tps.items():
             hw = self._consumer.highwater(tp) if self._consumer else None
-            lag[key] = {"position": self._next.get(key), "high_watermark": hw}
+            lag[key] = {
+                "position": self._next.get(key),
+                "consumer_position": self._consumer_position(tp),
+                "high_watermark": hw,
+            }
         return {
             "reader_id": self.reader_id,
             "cluster": self.cluster_id,
@@ -254,6 +258,14 @@ class ReaderActor:
             "error": self._error,
             "partitions": lag,
         }
+
+    def _consumer_position(self, tp: Any) -> int | None:
+        """Where aiokafka will fetch next (None while it has no position)."""
+        try:
+            state = self._consumer._subscription.subscription.assignment.state_value(tp)
+            return state.position if state is not None and state.has_valid_position else None
+        except AttributeError:  # aiokafka internals moved: the check is diagnostic only
+            return None
 
     async def close(self) -> None:
         """Stop reading for good: nothing is delivered after this returns."""
