@@ -103,6 +103,10 @@ class ReaderActor:
             bootstrap_servers=self.cluster.bootstrap_servers,
             enable_auto_commit=False,
             isolation_level="read_committed",
+            # Never move on its own: a reset racing a participant's seek once put the
+            # consumer at the high watermark while we believed it elsewhere (a stall). Only
+            # seeks move it; a position it cannot use raises, and we seek back.
+            auto_offset_reset="none",
             max_partition_fetch_bytes=4 * 1024 * 1024,
             fetch_max_bytes=32 * 1024 * 1024,
             **client_properties(self.cluster.properties),
@@ -137,6 +141,9 @@ class ReaderActor:
                     self._consumer.pause(self._tps[key])
                 if key in self._next:
                     await self.seek(key, self._next[key])
+                else:  # a placeholder position, so aiokafka starts no reset of its own;
+                    # the participant seeks to the real one before it resumes the split
+                    self._consumer.seek(self._tps[key], 0)
             me = ray.get_runtime_context().current_actor
             answers = await asyncio.gather(
                 *(self._participants[k].reader_attached.remote(me) for k in added)
@@ -200,9 +207,12 @@ class ReaderActor:
                         if key in self._next:
                             self._consumer.seek(tp, self._next[key])
                         continue
+                    first = self._next.get(key, records[0].offset)
+                    if records[0].offset < first:  # not where we are: put it back there
+                        self._consumer.seek(tp, first)
+                        continue
                     batch = records_to_batch(self.cluster_id, records)
                     ref = ray.put(batch)
-                    first = self._next.get(key, records[0].offset)
                     self._next[key] = records[-1].offset + 1
                     self.records_read += len(records)
                     self.bytes_read += batch.nbytes

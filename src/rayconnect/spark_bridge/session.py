@@ -132,6 +132,9 @@ def spark_configs() -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.local.dir": spark_tmp_dir(),
+        # A failed write is retried by the protocol (the round is lost, the data re-read),
+        # not by Spark: retrying a task whose object refs died only delays that by ~25 s.
+        "spark.task.maxFailures": "1",
     }
 
 
