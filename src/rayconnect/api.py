@@ -160,12 +160,18 @@ class SinkPipeline:
         return handle
 
 
-def attach(name: str, *, address: str | None = None) -> PipelineHandle:
-    """A handle on a running pipeline, from any process connected to the same Ray."""
+def attach(name: str, *, address: str | None = None) -> Any:
+    """A handle on a running pipeline, from any process connected to the same Ray: a
+    ``PipelineHandle`` for a sink pipeline (found by its coordinator), else a
+    ``SourcePipelineHandle`` for a source pipeline (found by its tasks)."""
     ensure_ray(address or "auto")
-    if _get_actor(names.coordinator(name)) is None:
-        raise PipelineError(f"no running pipeline named {name!r}")
-    return PipelineHandle(name)
+    if _get_actor(names.coordinator(name)) is not None:
+        return PipelineHandle(name)
+    from rayconnect.source_pipeline import attach_source, task_actor_names
+
+    if task_actor_names(name):
+        return attach_source(name, address=address)
+    raise PipelineError(f"no running pipeline named {name!r}")
 
 
 class PipelineHandle:

@@ -9,10 +9,13 @@ Commands::
     rayconnect stop NAME [--address ADDR] [--no-commit] [--timeout S]
     rayconnect demo [--records N] [--partitions P] [--table PATH]
 
-``run`` starts the pipeline a pipeline file describes (see ``rayconnect.pipeline_file``): in
-the foreground it prints progress and, on Ctrl-C/SIGTERM, commits what was read and stops;
-with ``--detach`` it returns once the pipeline runs. ``list``, ``status`` and ``stop`` find
-pipelines by name in the Ray cluster (``--address``, default ``auto``: the local cluster).
+``run`` starts the pipeline a pipeline file describes (see ``rayconnect.pipeline_file``): a
+sink pipeline (``kind: sink``, Kafka -> Delta) or a source pipeline (``kind: source``, any
+source -> Kafka, KIP-618). In the foreground it prints progress and, on Ctrl-C/SIGTERM,
+commits what was read (a source pipeline: each task's open transaction) and stops; with
+``--detach`` it returns once the pipeline runs. ``list``, ``status`` and ``stop`` find
+pipelines of either kind by name in the Ray cluster (``--address``, default ``auto``: the
+local cluster).
 Inside ``ray job submit`` the job's cluster is used. Credentials never appear in any output.
 
 Exit codes:
@@ -103,7 +106,9 @@ def _add_pipeline_commands(sub) -> None:
             "checks Java and every Kafka cluster and topic, then starts the pipeline's named, "
             "detached actors. In the foreground it prints a progress line every --interval "
             "seconds; Ctrl-C or SIGTERM commits what was read in one last round and stops "
-            "every actor (a second Ctrl-C stops without it). If the pipeline is stopped from "
+            "every actor (a second Ctrl-C stops without it). A source pipeline (kind: source) "
+            "shows transactions committed/aborted and records; on Ctrl-C each task commits "
+            "its open transaction. If the pipeline is stopped from "
             "elsewhere (rayconnect stop), run exits 0. ${VAR} in FILE is read from the "
             "environment."
         ),
@@ -125,7 +130,8 @@ def _add_pipeline_commands(sub) -> None:
         "--embedded-broker",
         action="store_true",
         help="start a local tansu broker per cluster of FILE instead of its bootstrap_servers, "
-        "create FILE's topics and produce demo records into them",
+        "create FILE's topics and produce demo records into them (kind: source: one broker "
+        "for the target, the task's topic created, no demo records)",
     )
     embedded.add_argument(
         "--partitions", type=_positive, default=4, help="partitions per topic (default 4)"
@@ -146,7 +152,10 @@ def _add_pipeline_commands(sub) -> None:
     lst = sub.add_parser(
         "list",
         help="list the pipelines running in the Ray cluster",
-        description="One line per pipeline: name, state, actors, partitions, table.",
+        description=(
+            "One line per pipeline: name, kind (sink/source), state, actors, partitions "
+            "(source: source partitions with committed offsets), table (source: -)."
+        ),
     )
     _address(lst)
     lst.add_argument("--json", action="store_true", help="print JSON")
@@ -157,8 +166,9 @@ def _add_pipeline_commands(sub) -> None:
         description=(
             "Per partition: committed offset (in the table), high watermark and lag; the "
             "current round, the last round's duration, rounds committed/partial/discarded/"
-            "empty; every actor with its state, pid and restarts. Credentials are masked. "
-            "Exit 4 if no pipeline NAME runs."
+            "empty; every actor with its state, pid and restarts. A source pipeline: per "
+            "task its state, transactions committed/aborted, records, last error. "
+            "Credentials are masked. Exit 4 if no pipeline NAME runs."
         ),
     )
     status.add_argument("name", metavar="NAME")
@@ -177,7 +187,8 @@ def _add_pipeline_commands(sub) -> None:
         "stop",
         help="commit one last round, then end every actor of a pipeline",
         description=(
-            "Ends the open round early and commits it, then ends every actor. Nothing is lost "
+            "Ends the open round early and commits it, then ends every actor (a source "
+            "pipeline: every task commits its open transaction, then ends). Nothing is lost "
             "either way: what was not committed is read again on the next run. Exit 4 if no "
             "pipeline NAME runs."
         ),

@@ -23,6 +23,21 @@ YAML, plus ``kind``::
     commit: {commit_interval_s: 5}  # rc.CommitSettings
     spark: {executors: 1}           # rc.SparkSettings
 
+A source pipeline (KIP-618: any source -> Kafka) is ``rc.SourcePipeline``'s keyword
+arguments (``rayconnect.source.config.SourcePipelineConfig``), with the task as a tagged
+mapping - ``type`` is one of ``files`` (rc.FileSource), ``delta`` (rc.DeltaTableSource),
+``generator`` (rc.GeneratorSource), each with its constructor's parameters, or ``python``
+for any SourceTask subclass, imported when the file is read::
+
+    kind: source
+    name: numbers
+    task: {type: generator, topic: numbers, partitions: 4}
+    # task: {type: python, class: "mypkg.tasks:Counter", args: {topic: numbers}}
+    target: {bootstrap_servers: "127.0.0.1:9092"}   # rc.KafkaTarget
+    tasks: 2
+    transaction_boundary: poll      # poll | interval | connector
+    exactly_once: required          # requested | required
+
 Rules:
 
 - Every error is a ``PipelineFileError`` (a ``ConfigError``) naming the file, the line, the path
@@ -52,14 +67,14 @@ import msgspec
 import yaml
 
 from rayconnect.config import ConfigError, SinkPipelineConfig
+from rayconnect.source.config import SourcePipelineConfig
 
 __all__ = ["KINDS", "PipelineFileError", "load_pipeline_file", "loads_pipeline"]
 
-PipelineConfig = SinkPipelineConfig
+PipelineConfig = SinkPipelineConfig | SourcePipelineConfig
 
-# kind -> config type. Source pipelines (KIP-618) will add "source" once their settings and
-# task choice are one msgspec type.
-KINDS: dict[str, type] = {"sink": SinkPipelineConfig}
+# kind -> config type
+KINDS: dict[str, type] = {"sink": SinkPipelineConfig, "source": SourcePipelineConfig}
 
 
 class PipelineFileError(ConfigError):
@@ -103,12 +118,19 @@ def _interpolate(value: Any, env: Mapping[str, str], path: str, errors: list) ->
     return value
 
 
+_STRING_MAPS = ("properties", "producer_properties", "storage_options")
+
+
 def _stringify_properties(value: Any) -> Any:
-    """Kafka properties are strings: accept YAML numbers and booleans for them."""
+    """Kafka properties are strings: accept YAML numbers and booleans for them. A python
+    task's ``args`` are passed on as written."""
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            if k == "properties" and isinstance(v, dict):
+            if k == "args":
+                out[k] = v
+                continue
+            if k in _STRING_MAPS and isinstance(v, dict):
                 v = {
                     pk: (str(pv).lower() if isinstance(pv, bool) else str(pv))
                     if isinstance(pv, bool | int | float)
@@ -157,6 +179,15 @@ def _path_of(segments: list[Any]) -> str:
     return path
 
 
+def _fields(tp: type) -> dict[str, Any]:
+    """A Struct's fields by their name in files (``class`` for ``class_``) -> type."""
+    hints = typing.get_type_hints(tp)
+    return {
+        encoded: hints[name]
+        for name, encoded in zip(tp.__struct_fields__, tp.__struct_encode_fields__, strict=True)
+    }
+
+
 def _child_type(tp: Any, key: Any) -> Any:
     """The Python type at ``key`` inside ``tp`` (Struct field, dict value, sequence item)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -169,7 +200,7 @@ def _child_type(tp: Any, key: Any) -> Any:
                 return found
         return None
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-        return typing.get_type_hints(tp).get(key) if isinstance(key, str) else None
+        return _fields(tp).get(key) if isinstance(key, str) else None
     if origin is dict:
         return args[1]
     if origin in (tuple, list):
@@ -228,6 +259,11 @@ def _line_of(node: Any, segments: list[Any]) -> int | None:
 # -- tagged unions (metadata: static | file | single_cluster) --------------------------------
 
 
+def _tag_required(members: list[type]) -> bool:
+    """A union whose members say ``tag_required`` has no default member (``task``)."""
+    return bool(getattr(members[0], "tag_required", False))
+
+
 def _tagged_members(tp: Any) -> list[type]:
     if typing.get_origin(tp) not in (typing.Union, types.UnionType):
         return []
@@ -245,11 +281,13 @@ def _fill_default_tags(raw: Any, tp: Any) -> Any:
     if members and isinstance(raw, dict):
         field = members[0].__struct_config__.tag_field
         if field not in raw:
+            if _tag_required(members):
+                return raw  # reported by _unknown_fields
             raw = {field: members[0].__struct_config__.tag, **raw}
         chosen = [m for m in members if m.__struct_config__.tag == raw[field]]
         return _fill_default_tags(raw, chosen[0]) if chosen else raw
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct) and isinstance(raw, dict):
-        hints = typing.get_type_hints(tp)
+        hints = _fields(tp)
         return {k: _fill_default_tags(v, hints[k]) if k in hints else v for k, v in raw.items()}
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
@@ -280,6 +318,9 @@ def _unknown_fields(raw: Any, tp: Any, segments: list[Any]) -> tuple[list[Any], 
         field = members[0].__struct_config__.tag_field
         tags = [m.__struct_config__.tag for m in members]
         chosen = [m for m in members if m.__struct_config__.tag == raw.get(field)]
+        if not chosen and _tag_required(members):
+            got = "missing" if field not in raw else f"got {raw[field]!r}"
+            return [*segments, field], f"{got}; expected one of: {', '.join(map(str, tags))}"
         if not chosen:
             return [*segments, field], (
                 f"expected one of: {', '.join(map(str, tags))} (default {tags[0]}), "
@@ -298,7 +339,8 @@ def _unknown_fields(raw: Any, tp: Any, segments: list[Any]) -> tuple[list[Any], 
         return None
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct) and isinstance(raw, dict):
         config = tp.__struct_config__
-        known = list(tp.__struct_fields__)
+        fields = _fields(tp)
+        known = list(fields)
         for key, value in raw.items():
             if config.tag_field is not None and key == config.tag_field:
                 if value != config.tag:
@@ -308,7 +350,7 @@ def _unknown_fields(raw: Any, tp: Any, segments: list[Any]) -> tuple[list[Any], 
                 close = difflib.get_close_matches(str(key), known, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 return [*segments, key], f"unknown field; {hint}expected one of: {', '.join(known)}"
-            found = _unknown_fields(value, typing.get_type_hints(tp)[key], [*segments, key])
+            found = _unknown_fields(value, fields[key], [*segments, key])
             if found:
                 return found
         return None
@@ -336,8 +378,50 @@ def _expected(message: str) -> str:
     )
 
 
+_FIELD_PREFIX = re.compile(
+    r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*): (.+)$", re.DOTALL
+)
+
+
+def _field_of_message(message: str, tp: Any, segments: list[Any]) -> tuple[list[Any], str]:
+    """A check failing as ``"field: problem"`` on a Struct that has ``field``: point at the
+    field (``$.target.properties``) rather than the Struct, and drop the prefix."""
+    m = _FIELD_PREFIX.match(message)
+    if not m:
+        return segments, message
+    for seg in segments:
+        tp = _child_type(tp, seg)
+    extra = []
+    for part in m[1].split("."):
+        members = _tagged_members(tp) or [tp]
+        owners = [
+            t
+            for t in members
+            if isinstance(t, type) and issubclass(t, msgspec.Struct) and part in _fields(t)
+        ]
+        if not owners:
+            return segments, message
+        extra.append(part)
+        tp = _fields(owners[0])[part]
+    return [*segments, *extra], m[2]
+
+
+def _literal_choices(message: str, tp: Any, segments: list[Any]) -> str:
+    """msgspec's ``Invalid enum value 'x'`` for a Literal field -> the values it accepts."""
+    if not message.startswith("Invalid enum value"):
+        return message
+    for seg in segments:
+        tp = _child_type(tp, seg)
+    choices = [a for a in typing.get_args(tp) if isinstance(a, str)]
+    if typing.get_origin(tp) is not typing.Literal or not choices:
+        return message
+    got = message.removeprefix("Invalid enum value").strip()
+    return f"expected one of: {', '.join(choices)}, got {got}"
+
+
 def loads_pipeline(text: str, file: str = "<string>", env: Mapping[str, str] | None = None) -> Any:
-    """Decode a pipeline file's text into its config type (``SinkPipelineConfig``...)."""
+    """Decode a pipeline file's text into its config type (``SinkPipelineConfig`` for
+    ``kind: sink``, ``SourcePipelineConfig`` for ``kind: source``)."""
     env = os.environ if env is None else env
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -351,7 +435,7 @@ def loads_pipeline(text: str, file: str = "<string>", env: Mapping[str, str] | N
         raise PipelineFileError(
             file,
             "$",
-            f"expected a mapping with kind, name, source, sink..., got {type(raw).__name__}",
+            f"expected a mapping with kind, name, ... (see examples/), got {type(raw).__name__}",
             1,
         )
     kinds = ", ".join(sorted(KINDS))
@@ -383,6 +467,8 @@ def loads_pipeline(text: str, file: str = "<string>", env: Mapping[str, str] | N
         m = _AT.match(str(e))
         message, path = (m["msg"], m["path"]) if m else (str(e), "$")
         segments = _resolve(body, config_type, _segments(path))
+        message = _literal_choices(message, config_type, segments)
+        segments, message = _field_of_message(message, config_type, segments)
         raise PipelineFileError(
             file, _path_of(segments), _expected(message), _line_of(node, segments)
         ) from None

@@ -66,3 +66,160 @@ def test_no_ray_at_the_address_exits_3_at_once(command, capsys):
         port = s.getsockname()[1]
     assert main([*command, "--address", f"127.0.0.1:{port}"]) == EXIT_REQUIREMENT
     assert "no Ray cluster" in capsys.readouterr().err
+
+
+# -- source pipelines (kind: source) ---------------------------------------------------------
+
+SOURCE_EXAMPLE = str(Path(__file__).parents[2] / "examples" / "numbers-source.yaml")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_bad_source_file_exits_2_naming_file_and_field(tmp_path, capsys):
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "kind: source\nname: s\ntask: {type: generator, topic: t, partitons: 2}\n"
+        "target: {bootstrap_servers: 'h:9092'}\n"
+    )
+    assert main(["run", str(f)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"{f}:3: $.task.partitons: unknown field; did you mean 'partitions'?" in err
+
+
+def test_source_file_with_missing_python_class_exits_2(tmp_path, capsys):
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "kind: source\nname: s\ntask: {type: python, class: 'no_such_mod_x:Task'}\n"
+        "target: {bootstrap_servers: 'h:9092'}\n"
+    )
+    assert main(["run", str(f)]) == EXIT_USAGE
+    assert f"{f}:3: $.task: class 'no_such_mod_x:Task': cannot import" in capsys.readouterr().err
+
+
+def test_source_embedded_broker_cannot_detach(capsys):
+    assert main(["run", SOURCE_EXAMPLE, "--embedded-broker", "--detach"]) == EXIT_USAGE
+    assert "cannot be combined with --detach" in capsys.readouterr().err
+
+
+def test_unreachable_source_target_exits_2_before_ray(monkeypatch, capsys):
+    import ray
+
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", f"127.0.0.1:{_free_port()}")
+    assert main(["run", SOURCE_EXAMPLE, "--detach"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "$.target.bootstrap_servers: Kafka unreachable" in err
+    assert not ray.is_initialized()
+
+
+def test_source_task_that_cannot_be_built_exits_2_before_ray(tmp_path, monkeypatch, capsys):
+    import socket
+
+    import ray
+
+    (tmp_path / "rc_cli_broken_task.py").write_text(
+        "import rayconnect as rc\n\n\nclass Broken(rc.SourceTask):\n"
+        "    def __init__(self, topic):\n        raise RuntimeError('no source')\n"
+    )
+    monkeypatch.setattr("sys.path", [str(tmp_path), *__import__("sys").path])
+    with socket.socket() as server:  # a "broker" that accepts connections
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        f = tmp_path / "s.yaml"
+        f.write_text(
+            "kind: source\nname: s\n"
+            "task: {type: python, class: 'rc_cli_broken_task:Broken', args: {topic: t}}\n"
+            f"target: {{bootstrap_servers: '127.0.0.1:{server.getsockname()[1]}'}}\n"
+        )
+        assert main(["run", str(f)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "$.task: rc_cli_broken_task:Broken(**args) failed: RuntimeError: no source" in err
+    assert not ray.is_initialized()
+
+
+class _FakeSourceHandle:
+    """Counts records up on every status(); ``on_status(n)`` runs at the n-th call."""
+
+    name = "numbers"
+
+    def __init__(self, on_status=None) -> None:
+        self.calls, self.stopped, self.on_status = 0, False, on_status or (lambda n: None)
+
+    def status(self):
+        self.calls += 1
+        self.on_status(self.calls)
+        n = 100 * self.calls
+        task = {
+            "state": "polling",
+            "records_committed": n,
+            "transactions_committed": self.calls,
+            "transactions_aborted": 0,
+            "last_error": None,
+            "committed_offsets": {'{"generator":0}': {"seq": n - 1}},
+        }
+        return {
+            "pipeline": self.name,
+            "tasks": {0: task},
+            "records_committed": n,
+            "transactions_committed": self.calls,
+            "transactions_aborted": 0,
+            "warnings": [],
+        }
+
+    def stop(self, timeout_s: float = 60.0):
+        self.stopped = True
+        s = self.status()["tasks"][0]
+        return {"numbers/task/0": {**s, "state": "closed"}}
+
+
+def test_source_foreground_stops_cleanly_on_sigint(capsys):
+    import os
+    import signal
+
+    from rayconnect.commands.run import _stop_signals, source_loop
+
+    before = signal.getsignal(signal.SIGINT)
+    handle = _FakeSourceHandle(lambda n: n == 3 and os.kill(os.getpid(), signal.SIGINT))
+    with _stop_signals() as stop_requested:
+        assert source_loop(handle, 0.01, stop_requested) == EXIT_OK
+    assert signal.getsignal(signal.SIGINT) is before  # handlers restored
+    out = capsys.readouterr().out
+    assert handle.stopped
+    assert "numbers: 1 task(s) polling, transactions 2 committed / 0 aborted, records 200" in out
+    assert "SIGINT: committing open transactions, then stopping..." in out
+    assert "stopped numbers: 1 task(s), 400 records in 4 transactions committed" in out
+
+
+def test_source_foreground_notices_a_stop_from_elsewhere(capsys):
+    from rayconnect.commands.run import source_loop
+
+    class Gone(_FakeSourceHandle):
+        def status(self):
+            return {"pipeline": self.name, "tasks": {}}
+
+    assert source_loop(Gone(), 0.01, []) == EXIT_OK
+    assert "pipeline 'numbers' was stopped" in capsys.readouterr().out
+
+
+def test_source_status_renders_tasks_without_secrets():
+    from rayconnect.commands.inspect import render_status
+    from rayconnect.redact import redact
+
+    status = _FakeSourceHandle().status()
+    status["tasks"][0]["last_error"] = "KafkaConnectionError: broker down"
+    status.update(
+        kind="source",
+        warnings=["exactly-once disabled (at-least-once): no transactions"],
+        config={"sasl.plain.password": "hunter2"},
+        actors=[{"name": "numbers/task/0", "state": "ALIVE", "pid": 7, "restarts": 1}],
+    )
+    text = render_status(redact(status))
+    assert "source pipeline numbers  tasks 1  records committed 100" in text
+    assert "warning: exactly-once disabled" in text
+    assert "KafkaConnectionError: broker down" in text and "numbers/task/0" in text
+    assert "hunter2" not in text

@@ -10,6 +10,13 @@ import pytest
 import rayconnect as rc
 from rayconnect.config import ConfigError, SinkPipelineConfig
 from rayconnect.pipeline_file import PipelineFileError, load_pipeline_file, loads_pipeline
+from rayconnect.source.config import (
+    DeltaTask,
+    FilesTask,
+    GeneratorTask,
+    PythonTask,
+    SourcePipelineConfig,
+)
 
 pytestmark = [pytest.mark.timeout(30)]
 
@@ -40,12 +47,13 @@ commit: {commit_interval_s: 5}
 
 def test_there_are_examples():
     assert any(p.name == "orders-sink.yaml" for p in EXAMPLES)
+    assert any(p.name == "numbers-source.yaml" for p in EXAMPLES)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_decodes(path):
     config = load_pipeline_file(path, env=EXAMPLE_ENV)
-    assert isinstance(config, SinkPipelineConfig)
+    assert isinstance(config, SinkPipelineConfig | SourcePipelineConfig)
     assert "s3cr3t-pw" not in repr(config)
 
 
@@ -156,3 +164,200 @@ def test_unsupported_kafka_property_is_refused_before_start():
     )
     e = _error(text)
     assert "sasl.mechanizm: not a supported Kafka client property" in e.message
+
+
+# -- kind: source --------------------------------------------------------------------------
+
+SOURCE = """\
+kind: source
+name: numbers
+task:
+  type: generator
+  topic: numbers
+  partitions: 3
+  batch_size: 50
+target:
+  bootstrap_servers: "127.0.0.1:9092"
+  properties: {security.protocol: PLAINTEXT}
+tasks: 2
+transaction_boundary: interval
+transaction_boundary_interval_s: 0.5
+exactly_once: required
+"""
+
+
+def test_source_file_builds_the_same_pipeline_as_the_python_api():
+    config = loads_pipeline(SOURCE, env={})
+    assert isinstance(config, SourcePipelineConfig)
+    assert config.task == GeneratorTask("numbers", partitions=3, batch_size=50)
+    api = rc.SourcePipeline(
+        "numbers",
+        task=rc.GeneratorSource("numbers", partitions=3, batch_size=50),
+        target=rc.KafkaTarget("127.0.0.1:9092", {"security.protocol": "PLAINTEXT"}),
+        tasks=2,
+        transaction_boundary="interval",
+        transaction_boundary_interval_s=0.5,
+        exactly_once="required",
+    )
+    built = config.to_pipeline()
+    assert built.settings == api.settings
+    assert type(built.task) is rc.GeneratorSource and vars(built.task) == vars(api.task)
+    assert config.task.topics() == ("numbers",)
+
+
+def test_every_builtin_task_type_decodes_to_its_source():
+    text = SOURCE.replace("  partitions: 3\n", "")
+    files = loads_pipeline(
+        text.replace("type: generator", "type: files\n  path: /in\n  pattern: '*.json'"), env={}
+    )
+    assert files.task == FilesTask("/in", "numbers", pattern="*.json", batch_size=50)
+    source = files.task.build()
+    assert isinstance(source, rc.FileSource) and source.pattern == "*.json"
+    text = text.replace("type: generator", "type: delta\n  path: /t\n  key_column: id")
+    text = text.replace("batch_size: 50", "storage_options: {AWS_SECRET_ACCESS_KEY: k3y, n: 1}")
+    delta = loads_pipeline(text, env={})
+    assert isinstance(delta.task, DeltaTask) and delta.task.key_column == "id"
+    assert delta.task.storage_options == {"AWS_SECRET_ACCESS_KEY": "k3y", "n": "1"}
+    assert "k3y" not in repr(delta)
+    source = delta.task.build()
+    assert isinstance(source, rc.DeltaTableSource) and source.key_column == "id"
+
+
+# (replace this, by that) -> path, line, part of the message
+SOURCE_ERRORS = [
+    ("  batch_size: 50", "  batch_sise: 50", "$.task.batch_sise", 7, "did you mean 'batch_size'"),
+    ("  type: generator\n", "", "$.task.type", 3, "missing; expected one of: files, delta"),
+    ("type: generator", "type: kafka", "$.task.type", 4, "got 'kafka'; expected one of"),
+    ("partitions: 3", "partitions: 0", "$.task.partitions", 6, "expected `int` >= 1"),
+    ("partitions: 3", "partitions: many", "$.task.partitions", 6, "expected `int`, got `str`"),
+    ("topic: numbers", "topic: a/b", "$.task.topic", 5, "invalid topic 'a/b'"),
+    ("name: numbers", "name: a/b", "$.name", 2, "invalid pipeline name 'a/b'"),
+    ("tasks: 2", "tasks: 0", "$.tasks", 11, "expected `int` >= 1"),
+    ("tasks: 2", "taks: 2", "$.taks", 11, "did you mean 'tasks'"),
+    ("boundary: interval", "boundary: never", "$.transaction_boundary", 12, "poll, interval"),
+    ("once: required", "once: maybe", "$.exactly_once", 14, "requested, required, got 'maybe'"),
+    ("interval_s: 0.5", "interval_s: 0", "$.transaction_boundary_interval_s", 13, "> 0.0"),
+    ('"127.0.0.1:9092"', '""', "$.target", 8, "bootstrap_servers is empty"),
+    ("security.protocol: PLAINTEXT", "sasl.mechanizm: PLAIN", "$.target.properties", 10, "not a"),
+    ("tasks: 2", "producer_properties: {retry.backoff.ms: x}", "$.producer_properties", 11, "ms:"),
+    ("tasks: 2", "group: ''", "$.group", 11, "must not be empty"),
+    ("target:\n", "targets:\n", "$.targets", 8, "did you mean 'target'"),
+]
+
+
+@pytest.mark.parametrize("old, new, path, line, message", SOURCE_ERRORS)
+def test_source_errors_name_file_line_path_and_expectation(old, new, path, line, message):
+    assert old in SOURCE
+    e = _error(SOURCE.replace(old, new))
+    assert (e.path, e.line) == (path, line), str(e)
+    assert message in e.message
+    assert str(e).startswith(f"p.yaml:{line}: {path}: ")
+
+
+def test_source_missing_fields_and_kinds():
+    assert "missing required field `target`" in str(_error(SOURCE.split("target:")[0]))
+    e = _error(SOURCE.replace("  topic: numbers\n", ""))
+    assert e.path == "$.task" and "missing required field `topic`" in e.message
+    assert "expected one of: sink, source" in str(_error(GOOD.replace("kind: sink", "kind: x")))
+
+
+def test_source_environment_interpolation_and_secrets():
+    text = SOURCE.replace(
+        "properties: {security.protocol: PLAINTEXT}",
+        "properties:\n    security.protocol: SASL_PLAINTEXT\n    sasl.mechanism: PLAIN\n"
+        "    sasl.plain.password: ${PW}",
+    ).replace('"127.0.0.1:9092"', "${BOOT:-127.0.0.1:9093}")
+    config = loads_pipeline(text, env={"PW": "hunter2"})
+    assert config.target.bootstrap_servers == "127.0.0.1:9093"
+    assert config.target.properties["sasl.plain.password"] == "hunter2"
+    assert "hunter2" not in repr(config)
+    e = _error(text)
+    assert e.path == "$.target.properties['sasl.plain.password']" and e.line == 13
+    assert "environment variable PW is not set" in e.message
+
+
+# -- type: python ----------------------------------------------------------------------------
+
+TASKS_MODULE = """\
+import rayconnect as rc
+
+
+class Counter(rc.SourceTask):
+    def __init__(self, topic, step=1):
+        self.topic, self.step = topic, step
+
+    async def poll(self):
+        return []
+
+
+class Broken(rc.SourceTask):
+    def __init__(self, topic):
+        raise RuntimeError("no connection")
+
+
+class NotATask:
+    pass
+
+
+def function():
+    pass
+"""
+
+
+def _python_task(cls: str, args: str = "{topic: numbers, step: 2}") -> str:
+    return (
+        "kind: source\nname: p\ntask:\n  type: python\n"
+        f"  class: {cls}\n  args: {args}\ntarget: {{bootstrap_servers: 'h:9092'}}\n"
+    )
+
+
+@pytest.fixture
+def tasks_module(tmp_path, monkeypatch):
+    import sys
+
+    name = f"rc_tasks_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(TASKS_MODULE)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # restored afterwards
+    monkeypatch.chdir(tmp_path)  # found in the current folder, as `rayconnect run` would
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_python_task_is_imported_and_built(tasks_module):
+    config = loads_pipeline(_python_task(f"{tasks_module}:Counter"), env={})
+    assert config.task == PythonTask(f"{tasks_module}:Counter", {"topic": "numbers", "step": 2})
+    assert config.task.topics() == ("numbers",)
+    task = config.task.build()
+    assert isinstance(task, rc.SourceTask) and (task.topic, task.step) == ("numbers", 2)
+    # a built-in by import path works too
+    text = _python_task("rayconnect.source:GeneratorSource", "{topic: t, partitions: 2}")
+    assert isinstance(loads_pipeline(text, env={}).task.build(), rc.GeneratorSource)
+
+
+@pytest.mark.parametrize(
+    "cls, args, message",
+    [
+        ("nope_no_such_module:X", None, "cannot import 'nope_no_such_module'"),
+        ("{m}", None, "class must be written 'package.module:ClassName'"),
+        ("{m}:Missing", None, "has no 'Missing'"),
+        ("{m}:NotATask", None, "not a rayconnect.SourceTask subclass (it is 'NotATask')"),
+        ("{m}:function", None, "not a rayconnect.SourceTask subclass (it is 'function')"),
+        ("{m}:Counter", "{topik: numbers}", "no argument 'topik'; did you mean 'topic'?"),
+        ("{m}:Counter", "{}", "missing a required argument: 'topic'"),
+    ],
+)
+def test_python_task_errors_before_anything_starts(tasks_module, cls, args, message):
+    e = _error(_python_task(cls.format(m=tasks_module), *([args] if args else [])))
+    assert e.path.startswith("$.task") and e.line in (3, 6), str(e)
+    assert message in e.message
+
+
+def test_python_task_whose_constructor_fails_is_a_config_error(tasks_module):
+    config = loads_pipeline(_python_task(f"{tasks_module}:Broken", "{topic: t}"), env={})
+    with pytest.raises(ConfigError, match="Broken.*RuntimeError: no connection"):
+        config.task.build()
+
+
+def test_python_task_class_field_is_spelled_class():
+    e = _error(_python_task("x:Y").replace("class:", "klass:"))
+    assert e.path == "$.task.klass" and "expected one of: class, args" in e.message

@@ -1,4 +1,8 @@
-"""``rayconnect list``, ``status NAME [--watch] [--json]`` and ``stop NAME``."""
+"""``rayconnect list``, ``status NAME [--watch] [--json]`` and ``stop NAME``.
+
+Both kinds of pipeline are found by their actors' names in namespace ``rayconnect``: a sink
+pipeline has ``<pipeline>/coordinator``, a source pipeline ``<pipeline>/task/<i>``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from rayconnect.commands import EXIT_NOT_FOUND, EXIT_OK, EXIT_REQUIREMENT, connect
+from rayconnect.commands import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_REQUIREMENT, connect
 from rayconnect.redact import redact
 
 
@@ -50,6 +54,29 @@ def _actors(pipeline: str) -> list[dict[str, Any]]:
     return out
 
 
+def pipeline_kind(name: str) -> str | None:
+    """``"sink"``, ``"source"`` or None (no such pipeline runs)."""
+    from rayconnect.actors import names
+    from rayconnect.api import _get_actor
+    from rayconnect.source_pipeline import task_actor_names
+
+    if _get_actor(names.coordinator(name)) is not None:
+        return "sink"
+    if task_actor_names(name):
+        return "source"
+    return None
+
+
+def source_pipeline_status(name: str) -> dict[str, Any]:
+    """A source pipeline's status (per task) with its actors, credentials masked."""
+    from rayconnect.source_pipeline import SourcePipelineHandle
+
+    status = SourcePipelineHandle(name).status()
+    status["kind"] = "source"
+    status["actors"] = _actors(name)
+    return redact(status)
+
+
 def pipeline_status(name: str) -> dict[str, Any]:
     """Everything ``status`` shows, as one JSON-able dict, credentials masked."""
     from rayconnect.api import PipelineHandle
@@ -69,6 +96,7 @@ def pipeline_status(name: str) -> dict[str, Any]:
         }
     status["partition_status"] = partitions
     status["actors"] = _actors(name)
+    status.setdefault("kind", "sink")
     return redact(status)
 
 
@@ -77,6 +105,8 @@ def _n(value: Any) -> str:
 
 
 def render_status(s: dict[str, Any]) -> str:
+    if s.get("kind") == "source":
+        return render_source_status(s)
     lines = []
     total_lag = sum(p["lag"] or 0 for p in s["partition_status"].values())
     lines.append(
@@ -106,12 +136,43 @@ def render_status(s: dict[str, Any]) -> str:
             f"{_n(p['lag']):>10}"
         )
     lines.append("")
-    width = max([len(a["name"]) for a in s["actors"]] + [5])
-    lines.append(f"{'actor':<{width}}  {'state':<11}  {'pid':>8}  {'restarts':>8}")
-    for a in s["actors"]:
+    lines += _render_actors(s["actors"])
+    return "\n".join(lines)
+
+
+def _render_actors(actors: list[dict[str, Any]]) -> list[str]:
+    width = max([len(a["name"]) for a in actors] + [5])
+    lines = [f"{'actor':<{width}}  {'state':<11}  {'pid':>8}  {'restarts':>8}"]
+    for a in actors:
         lines.append(
             f"{a['name']:<{width}}  {a['state']:<11}  {_n(a['pid']):>8}  {_n(a['restarts']):>8}"
         )
+    return lines
+
+
+def render_source_status(s: dict[str, Any]) -> str:
+    tasks = s.get("tasks") or {}
+    lines = [
+        f"source pipeline {s.get('pipeline')}  tasks {len(tasks)}  "
+        f"records committed {_n(s.get('records_committed'))}  transactions "
+        f"{_n(s.get('transactions_committed'))} committed / "
+        f"{_n(s.get('transactions_aborted'))} aborted"
+    ]
+    lines += [f"warning: {w}" for w in s.get("warnings") or ()]
+    lines.append("")
+    lines.append(
+        f"{'task':>4}  {'state':<12}  {'committed':>9}  {'aborted':>7}  {'records':>12}  "
+        f"{'restarts':>8}  {'partitions':>10}  last error"
+    )
+    for index, t in sorted(tasks.items(), key=lambda kv: int(kv[0])):
+        lines.append(
+            f"{index!s:>4}  {str(t.get('state')):<12}  {_n(t.get('transactions_committed')):>9}  "
+            f"{_n(t.get('transactions_aborted')):>7}  {_n(t.get('records_committed')):>12}  "
+            f"{_n(t.get('restarts')):>8}  {len(t.get('committed_offsets') or {}):>10}  "
+            f"{t.get('last_error') or t.get('error') or '-'}"
+        )
+    lines.append("")
+    lines += _render_actors(s.get("actors") or [])
     return "\n".join(lines)
 
 
@@ -138,16 +199,16 @@ def _connect_or_exit(address: str | None) -> int | None:
 
 
 def status_command(args) -> int:
-    from rayconnect.actors import names
-    from rayconnect.api import PipelineError, _get_actor
+    from rayconnect.api import PipelineError
 
     if (code := _connect_or_exit(args.address)) is not None:
         return code
     while True:
-        if _get_actor(names.coordinator(args.name)) is None:
+        kind = pipeline_kind(args.name)
+        if kind is None:
             return _not_running(args.name)
         try:
-            s = pipeline_status(args.name)
+            s = pipeline_status(args.name) if kind == "sink" else source_pipeline_status(args.name)
         except PipelineError:
             return _not_running(args.name)
         if args.json:
@@ -182,6 +243,9 @@ def list_command(args) -> int:
     for pipeline, actor_names in sorted(by_pipeline.items()):
         row = {"name": pipeline, "actors": len(actor_names), "state": "-", "table": None}
         coordinator = _get_actor(names.coordinator(pipeline))
+        row["kind"] = "sink" if coordinator is not None else None
+        if coordinator is None and any(n.startswith(f"{pipeline}/task/") for n in actor_names):
+            row.update(kind="source", **_source_row(pipeline))
         if coordinator is not None:
             try:
                 s = ray.get(coordinator.status.remote(), timeout=10)
@@ -201,13 +265,36 @@ def list_command(args) -> int:
         print("no pipelines running")
         return EXIT_OK
     width = max(len(r["name"]) for r in rows + [{"name": "name"}])
-    print(f"{'name':<{width}}  {'state':<12}  {'actors':>6}  {'partitions':>10}  table")
+    print(
+        f"{'name':<{width}}  {'kind':<6}  {'state':<12}  {'actors':>6}  {'partitions':>10}  "
+        "table / target"
+    )
     for r in rows:
         print(
-            f"{r['name']:<{width}}  {str(r['state']):<12}  {r['actors']:>6}  "
-            f"{_n(r.get('partitions')):>10}  {r.get('table') or '-'}"
+            f"{r['name']:<{width}}  {r.get('kind') or '-':<6}  {str(r['state']):<12}  "
+            f"{r['actors']:>6}  {_n(r.get('partitions')):>10}  "
+            f"{r.get('table') or r.get('target') or '-'}"
         )
     return EXIT_OK
+
+
+def _source_row(pipeline: str) -> dict[str, Any]:
+    """``list``'s columns for a source pipeline: task states, source partitions, records."""
+    from rayconnect.source_pipeline import SourcePipelineHandle
+
+    try:
+        s = SourcePipelineHandle(pipeline).status(timeout_s=10)
+    except Exception as e:
+        return {"state": f"unreachable ({type(e).__name__})"}
+    tasks = s.get("tasks") or {}
+    states = sorted({str(t.get("state")) for t in tasks.values()})
+    return {
+        "state": "/".join(states) or "-",
+        "tasks": len(tasks),
+        "partitions": sum(len(t.get("committed_offsets") or {}) for t in tasks.values()),
+        "records_committed": s.get("records_committed"),
+        "transactions_committed": s.get("transactions_committed"),
+    }
 
 
 def stop_command(args) -> int:
@@ -216,6 +303,8 @@ def stop_command(args) -> int:
 
     if (code := _connect_or_exit(args.address)) is not None:
         return code
+    if _get_actor(names.coordinator(args.name)) is None and pipeline_kind(args.name) == "source":
+        return _stop_source(args)
     if _get_actor(names.coordinator(args.name)) is None and not pipeline_actor_names(args.name):
         return _not_running(args.name)
     what = "committing one last round, then stopping" if args.commit else "stopping"
@@ -231,3 +320,34 @@ def stop_command(args) -> int:
         + (", ".join(f"{k}={v}" for k, v in sorted(offsets.items())) or "-")
     )
     return EXIT_OK
+
+
+def _stop_source(args) -> int:
+    """Every task commits its open transaction (``connector``: aborts it) and ends; with
+    ``--no-commit`` the tasks are ended at once (the next start aborts what they left open)."""
+    from rayconnect.commands.run import kill_source
+    from rayconnect.source_pipeline import SourcePipelineHandle
+
+    if not args.commit:
+        print(f"rayconnect: {args.name}: stopping", file=sys.stderr, flush=True)
+        kill_source(args.name)
+        print(f"stopped {args.name}: open transactions not committed")
+        return EXIT_OK
+    print(
+        f"rayconnect: {args.name}: committing open transactions, then stopping...",
+        file=sys.stderr,
+        flush=True,
+    )
+    final = redact(SourcePipelineHandle(args.name).stop(timeout_s=args.timeout))
+    failed = False
+    for actor_name, f in sorted(final.items()):
+        if f.get("error"):
+            failed = True
+            print(f"rayconnect: {actor_name}: {f['error']}", file=sys.stderr)
+    print(
+        f"stopped {args.name}: {len(final)} task(s), "
+        f"{sum(f.get('records_committed', 0) for f in final.values()):,} records in "
+        f"{sum(f.get('transactions_committed', 0) for f in final.values()):,} transactions "
+        "committed"
+    )
+    return EXIT_FAILED if failed else EXIT_OK

@@ -9,6 +9,12 @@ commits what was read, then every actor ends. If the pipeline is stopped from el
 it: one broker per cluster id, the file's topics created (``--partitions``) and filled with
 ``--demo-records`` demo records, and ``--demo-rate`` more per second while it runs. The brokers
 live in this process, so it cannot be combined with ``--detach``.
+
+A source pipeline (``kind: source``) runs the same way: progress lines count transactions
+committed/aborted and records committed; Ctrl-C/SIGTERM makes every task commit its open
+transaction (``connector`` boundaries: abort it), then the tasks end. With
+``--embedded-broker`` one broker stands in for ``target`` and the task's topic is created;
+no demo records are produced (the source makes the records).
 """
 
 from __future__ import annotations
@@ -86,26 +92,31 @@ def _summary(status: dict[str, Any]) -> tuple[int, int | None]:
     return committed, (sum(lags) if lags else None)
 
 
+def _err(message: str) -> None:
+    print(f"rayconnect: {message}", file=sys.stderr, flush=True)
+
+
 def run_command(args) -> int:
     from rayconnect.api import PipelineError, SinkPipeline
     from rayconnect.config import ConfigError, SinkPipelineConfig
     from rayconnect.kafka.discovery import DiscoveryError
     from rayconnect.pipeline_file import load_pipeline_file
+    from rayconnect.source.config import SourcePipelineConfig
     from rayconnect.spark_bridge.session import JavaNotFoundError
 
-    def err(message: str) -> None:
-        print(f"rayconnect: {message}", file=sys.stderr, flush=True)
-
+    err = _err
     try:
         config = load_pipeline_file(args.file)
     except ConfigError as e:
         err(str(e))
         return EXIT_USAGE
-    if not isinstance(config, SinkPipelineConfig):
-        err(f"{args.file}: kind {type(config).__name__} cannot be run by this version yet")
-        return EXIT_USAGE
     if args.embedded_broker and args.detach:
         err("--embedded-broker cannot be combined with --detach: the brokers live in this process")
+        return EXIT_USAGE
+    if isinstance(config, SourcePipelineConfig):
+        return run_source(config, args)
+    if not isinstance(config, SinkPipelineConfig):
+        err(f"{args.file}: kind {type(config).__name__} cannot be run by this version yet")
         return EXIT_USAGE
 
     with contextlib.ExitStack() as stack:
@@ -160,9 +171,10 @@ def run_command(args) -> int:
     return EXIT_FAILED  # pragma: no cover - unreachable
 
 
-def _foreground(handle, args, producer) -> int:
-    from rayconnect.api import PipelineError
-
+@contextlib.contextmanager
+def _stop_signals():
+    """While inside: the first Ctrl-C/SIGTERM is recorded in the yielded list (the loop then
+    stops cleanly); a second one raises KeyboardInterrupt (stop at once)."""
     stop_requested: list[str] = []
 
     def on_signal(signum, _frame) -> None:
@@ -171,6 +183,21 @@ def _foreground(handle, args, producer) -> int:
         stop_requested.append(signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop_requested
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _foreground(handle, args, producer) -> int:
+    with _stop_signals() as stop_requested:
+        return _sink_loop(handle, args, producer, stop_requested)
+
+
+def _sink_loop(handle, args, producer, stop_requested: list[str]) -> int:
+    from rayconnect.api import PipelineError
+
     first: int | None = None
     last_t, last_committed = time.monotonic(), 0
     try:
@@ -223,6 +250,199 @@ def _foreground(handle, args, producer) -> int:
         print("interrupted again: stopping without a last round", flush=True)
         handle.stop(commit=False)
         return EXIT_FAILED
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+
+
+# -- source pipelines (kind: source) ----------------------------------------------------------
+
+
+def check_target(bootstrap_servers: str, timeout_s: float = 3.0) -> None:
+    """Raise ConnectionError unless one of the ``host:port`` bootstrap servers accepts."""
+    problems = []
+    for server in (s.strip() for s in bootstrap_servers.split(",")):
+        try:
+            check_reachable(server, timeout_s)
+            return
+        except ConnectionError as e:
+            problems.append(str(e))
+    raise ConnectionError("; ".join(problems) or f"no bootstrap server in {bootstrap_servers!r}")
+
+
+def _with_target(config, bootstrap_servers: str):
+    import msgspec
+
+    target = msgspec.structs.replace(config.target, bootstrap_servers=bootstrap_servers)
+    return msgspec.structs.replace(config, target=target)
+
+
+def start_source(config, address: str | None = None):
+    """Start the source pipeline of a ``kind: source`` file; the handle. What ``run`` does
+    between reading the file and watching: build the task (ConfigError), refuse a name that
+    runs already (PipelineError), then ``rc.SourcePipeline.start``."""
+    from rayconnect.actors import names
+    from rayconnect.api import PipelineError, _get_actor, ensure_ray
+    from rayconnect.source_pipeline import task_actor_names
+
+    pipeline = config.to_pipeline()  # imports and builds the task: before Ray
+    check_reachable(address)
+    ensure_ray(address)
+    if _get_actor(names.coordinator(config.name)) is not None or task_actor_names(config.name):
+        raise PipelineError(
+            f"pipeline {config.name!r} is already running: see `rayconnect status {config.name}`"
+        )
+    return pipeline.start(address=address)
+
+
+def run_source(config, args) -> int:
+    from rayconnect.api import PipelineError
+    from rayconnect.config import ConfigError
+
+    err = _err
+    with contextlib.ExitStack() as stack:
+        if args.embedded_broker:
+            from rayconnect.kafka.admin import create_topic
+            from rayconnect.kafka.embedded import EmbeddedBroker
+
+            broker = stack.enter_context(EmbeddedBroker("target"))
+            config = _with_target(config, broker.bootstrap_servers)
+            print(f"embedded broker 'target' at {broker.bootstrap_servers}", flush=True)
+            for topic in config.task.topics():
+                asyncio.run(
+                    create_topic(broker.bootstrap_servers, topic, args.partitions, exist_ok=True)
+                )
+                print(f"created topic {topic!r} ({args.partitions} partitions)", flush=True)
+        try:
+            check_target(config.target.bootstrap_servers)
+        except ConnectionError as e:
+            err(f"{args.file}: $.target.bootstrap_servers: Kafka unreachable: {e}")
+            return EXIT_USAGE
+
+        print(f"starting source pipeline {config.name!r} from {args.file} ...", flush=True)
+        started = time.monotonic()
+        try:
+            handle = start_source(config, args.address)
+        except ConfigError as e:
+            err(f"{args.file}: $.task: {e}")
+            return EXIT_USAGE
+        except ConnectionError as e:
+            err(f"cannot reach Ray at {args.address}: {e}")
+            return EXIT_REQUIREMENT
+        except PipelineError as e:
+            err(str(e))
+            return EXIT_NOT_FOUND if "already running" in str(e) else EXIT_USAGE
+        except Exception as e:  # the target refused: topics, transactions, authentication
+            err(
+                f"{args.file}: cannot start on target {config.target.bootstrap_servers}: "
+                f"{type(e).__name__}: {e}"
+            )
+            return EXIT_USAGE
+        status = _source_status_or_none(handle)
+        warnings = "; ".join((status or {}).get("warnings") or ())
+        print(
+            f"source pipeline {config.name!r} running ({time.monotonic() - started:.0f} s to "
+            f"start): {config.tasks} task(s) -> {', '.join(config.task.topics()) or 'Kafka'} "
+            f"at {config.target.bootstrap_servers}" + (f"; {warnings}" if warnings else ""),
+            flush=True,
+        )
+        if args.detach:
+            print(
+                f"detached: watch it with `rayconnect status {config.name} --watch`, "
+                f"stop it with `rayconnect stop {config.name}`",
+                flush=True,
+            )
+            return EXIT_OK
+        with _stop_signals() as stop_requested:
+            return source_loop(handle, args.interval, stop_requested)
+    return EXIT_FAILED  # pragma: no cover - unreachable
+
+
+def _source_status_or_none(handle) -> dict[str, Any] | None:
+    try:
+        return handle.status()
+    except Exception:
+        return None
+
+
+def source_progress(name: str, status: dict[str, Any], rate: float) -> str:
+    """One progress line of a running source pipeline."""
+    tasks = status.get("tasks") or {}
+    states = sorted({str(t.get("state")) for t in tasks.values()})
+    line = (
+        f"{time.strftime('%H:%M:%S')} {name}: {len(tasks)} task(s) {'/'.join(states) or '-'}, "
+        f"transactions {status.get('transactions_committed', 0):,} committed / "
+        f"{status.get('transactions_aborted', 0):,} aborted, "
+        f"records {status.get('records_committed', 0):,} committed ({rate:,.0f}/s)"
+    )
+    errors = sorted({str(t["last_error"]) for t in tasks.values() if t.get("last_error")})
+    if errors:
+        line += f", last error: {errors[-1]}"
+    return line
+
+
+def source_loop(handle, interval: float, stop_requested: list[str]) -> int:
+    """Print progress every ``interval`` s until ``stop_requested`` fills (a signal), then
+    stop the pipeline: every task commits its open transaction and ends."""
+    from rayconnect.redact import redact
+
+    last_t, last_records = time.monotonic(), None
+    seen: dict[str, Any] = {}
+    try:
+        while not stop_requested:
+            t0 = time.monotonic()
+            status = _source_status_or_none(handle)
+            if status is not None and not status.get("tasks"):
+                print(f"pipeline {handle.name!r} was stopped", flush=True)
+                return EXIT_OK
+            if status is None:  # Ray busy, an actor restarting: say so, keep watching
+                print(f"{time.strftime('%H:%M:%S')} status unavailable", flush=True)
+            else:
+                status = seen = redact(status)
+                records = status.get("records_committed", 0)
+                now = time.monotonic()
+                rate = (
+                    0.0
+                    if last_records is None
+                    else (records - last_records) / max(now - last_t, 1e-9)
+                )
+                last_t, last_records = now, records
+                print(source_progress(handle.name, status, rate), flush=True)
+            while not stop_requested and time.monotonic() - t0 < interval:
+                time.sleep(min(0.2, interval))
+        print(f"{stop_requested[0]}: committing open transactions, then stopping...", flush=True)
+        final = redact(handle.stop())
+        failed = {n: f["error"] for n, f in final.items() if isinstance(f, dict) and f.get("error")}
+        for n, e in failed.items():
+            _err(f"{n}: {e}")
+        if failed:  # the tasks' final counts are unknown: say what was last seen
+            print(
+                f"stopped {handle.name}: {len(failed)} of {len(final)} task(s) did not report; "
+                f"last seen {seen.get('records_committed', 0):,} records in "
+                f"{seen.get('transactions_committed', 0):,} transactions committed",
+                flush=True,
+            )
+            return EXIT_FAILED
+        print(
+            f"stopped {handle.name}: {len(final)} task(s), "
+            f"{sum(f.get('records_committed', 0) for f in final.values()):,} records in "
+            f"{sum(f.get('transactions_committed', 0) for f in final.values()):,} "
+            "transactions committed",
+            flush=True,
+        )
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("interrupted again: stopping without committing open transactions", flush=True)
+        kill_source(handle.name)
+        return EXIT_FAILED
+
+
+def kill_source(name: str) -> None:
+    """End a source pipeline's tasks at once: open transactions are not committed (the next
+    start fences and aborts them; read_committed consumers never see them)."""
+    import ray
+
+    from rayconnect.source_pipeline import _actor, task_actor_names
+
+    for actor_name in task_actor_names(name):
+        actor = _actor(actor_name)
+        if actor is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)

@@ -8,13 +8,22 @@ role of the Connect group id in ``transactional_id = <group>-<pipeline>-<task>``
 
 from __future__ import annotations
 
-from typing import Literal
+import difflib
+import importlib
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
 from rayconnect.config import ConfigError
+from rayconnect.properties import check_client_properties
 from rayconnect.protocol.source_task import BOUNDARIES, Boundary
 from rayconnect.protocol.types import check_name
+from rayconnect.redact import redacted_repr
+from rayconnect.source.base import SourceTask
 
 ExactlyOnce = Literal["requested", "required"]
 GLOBAL_OFFSETS_TOPIC = "rayconnect-offsets"
@@ -31,9 +40,13 @@ class KafkaTarget(msgspec.Struct, frozen=True):
     bootstrap_servers: str
     properties: dict[str, str] = {}
 
+    __repr__ = redacted_repr  # properties hold credentials
+
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
             raise ConfigError("target.bootstrap_servers is empty")
+        for problem in check_client_properties(self.properties):
+            raise ConfigError(f"properties: {problem}")
 
 
 class SourceSettings(msgspec.Struct, frozen=True):
@@ -79,3 +92,283 @@ class SourceSettings(msgspec.Struct, frozen=True):
 
     def transactional_id(self, task: int) -> str:
         return f"{self.group}-{self.name}-{task}"
+
+
+# -- pipeline files (``kind: source``) --------------------------------------------------------
+#
+# The task of a source pipeline is a Python object; a pipeline file names it with a tagged
+# ``task: {type: ...}`` mapping instead: one Struct per built-in source, with exactly the
+# parameters of its constructor, plus ``python`` for any SourceTask subclass by import path.
+
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class TaskConfig(msgspec.Struct, frozen=True, tag_field="type"):
+    """Base of the ``task:`` choices; ``type`` names one and, unlike ``source.metadata``'s,
+    must be written (there is no sensible default source)."""
+
+    tag_required: ClassVar[bool] = True
+
+    def build(self) -> SourceTask:
+        raise NotImplementedError
+
+    def topics(self) -> tuple[str, ...]:
+        """The Kafka topics the task writes to, when the config says (embedded broker)."""
+        topic = getattr(self, "topic", None)
+        return (topic,) if isinstance(topic, str) else ()
+
+
+class FilesTask(TaskConfig, frozen=True, tag="files"):
+    """``rc.FileSource``: the JSON lines of the files of a folder."""
+
+    path: str
+    topic: str
+    pattern: str = "*.jsonl"
+    batch_size: PositiveInt = 1000
+    idle_s: NonNegativeFloat = 0.2
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ConfigError("path: must not be empty")
+        _check_topic("topic", self.topic)
+
+    def build(self) -> SourceTask:
+        from rayconnect.source.files import FileSource
+
+        return FileSource(self.path, self.topic, self.pattern, self.batch_size, self.idle_s)
+
+
+class DeltaTask(TaskConfig, frozen=True, tag="delta"):
+    """``rc.DeltaTableSource``: the rows each new version of a Delta table added."""
+
+    path: str
+    topic: str
+    starting_version: NonNegativeInt = 0
+    key_column: str | None = None
+    partition: NonNegativeInt = 0
+    batch_size: PositiveInt = 1000
+    idle_s: NonNegativeFloat = 0.5
+    storage_options: dict[str, str] | None = None
+
+    __repr__ = redacted_repr  # storage options may hold cloud credentials
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ConfigError("path: must not be empty")
+        _check_topic("topic", self.topic)
+
+    def build(self) -> SourceTask:
+        from rayconnect.source.delta import DeltaTableSource
+
+        return DeltaTableSource(
+            self.path,
+            self.topic,
+            starting_version=self.starting_version,
+            key_column=self.key_column,
+            partition=self.partition,
+            batch_size=self.batch_size,
+            idle_s=self.idle_s,
+            storage_options=dict(self.storage_options) if self.storage_options else None,
+        )
+
+
+class GeneratorTask(TaskConfig, frozen=True, tag="generator"):
+    """``rc.GeneratorSource``: numbered demo records."""
+
+    topic: str
+    partitions: PositiveInt = 4
+    records_per_partition: NonNegativeInt | None = None
+    batch_size: PositiveInt = 1000
+    value_size: NonNegativeInt = 200
+    idle_s: NonNegativeFloat = 0.05
+    poll_delay_s: NonNegativeFloat = 0.0
+    tag: str = ""
+    commit_every: PositiveInt | None = None
+
+    def __post_init__(self) -> None:
+        _check_topic("topic", self.topic)
+
+    def build(self) -> SourceTask:
+        from rayconnect.source.generator import GeneratorSource
+
+        return GeneratorSource(
+            self.topic,
+            partitions=self.partitions,
+            records_per_partition=self.records_per_partition,
+            batch_size=self.batch_size,
+            value_size=self.value_size,
+            idle_s=self.idle_s,
+            poll_delay_s=self.poll_delay_s,
+            tag=self.tag,
+            commit_every=self.commit_every,
+        )
+
+
+class PythonTask(TaskConfig, frozen=True, tag="python"):
+    """Any ``rc.SourceTask`` subclass: ``class: "package.module:ClassName"``, built with
+    ``ClassName(**args)``. The class is imported when the file is read (a module in the
+    current folder is found too), so a wrong path or arguments fail before anything starts."""
+
+    class_: str = msgspec.field(name="class")
+    args: dict[str, Any] = {}
+
+    __repr__ = redacted_repr
+
+    def __post_init__(self) -> None:
+        cls = import_task_class(self.class_)
+        try:
+            signature = inspect.signature(cls)
+        except (TypeError, ValueError):  # no signature to inspect: checked when built
+            return
+        params = signature.parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            named = [
+                n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            ]
+            for key in self.args:
+                if key not in named:
+                    close = difflib.get_close_matches(str(key), named, n=1)
+                    hint = f"did you mean {close[0]!r}? " if close else ""
+                    raise ConfigError(
+                        f"args: {self.class_} takes no argument {key!r}; {hint}"
+                        f"it takes: {', '.join(named) or 'none'}"
+                    )
+        try:
+            signature.bind(**self.args)
+        except TypeError as e:
+            raise ConfigError(f"args: do not fit {self.class_}: {e}") from None
+
+    def build(self) -> SourceTask:
+        cls = import_task_class(self.class_)
+        if _pickle_by_value(cls.__module__):
+            from ray import cloudpickle
+
+            # a module of the user's folder, not installed: Ray workers may not find it
+            cloudpickle.register_pickle_by_value(sys.modules[cls.__module__])
+        try:
+            return cls(**self.args)
+        except Exception as e:
+            raise ConfigError(f"{self.class_}(**args) failed: {type(e).__name__}: {e}") from None
+
+    def topics(self) -> tuple[str, ...]:
+        topic = self.args.get("topic")
+        return (topic,) if isinstance(topic, str) else ()
+
+
+def import_task_class(spec: str) -> type[SourceTask]:
+    """``"package.module:ClassName"`` -> the class; ConfigError saying what is wrong."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"class must be written 'package.module:ClassName', got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        # console scripts do not put the current folder on sys.path: try it too
+        cwd = os.getcwd()
+        if e.name != module_name.split(".")[0] or cwd in sys.path:
+            raise ConfigError(f"class {spec!r}: cannot import {module_name!r}: {e}") from None
+        sys.path.append(cwd)
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as e2:
+            sys.path.remove(cwd)
+            raise ConfigError(
+                f"class {spec!r}: cannot import {module_name!r}: {type(e2).__name__}: {e2}"
+            ) from None
+    except Exception as e:
+        raise ConfigError(
+            f"class {spec!r}: importing {module_name!r} failed: {type(e).__name__}: {e}"
+        ) from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"class {spec!r}: {module_name!r} has no {attr!r}") from None
+    if not (isinstance(obj, type) and issubclass(obj, SourceTask)):
+        what = obj.__name__ if isinstance(obj, type) else type(obj).__name__
+        raise ConfigError(f"class {spec!r}: not a rayconnect.SourceTask subclass (it is {what!r})")
+    return obj
+
+
+def _pickle_by_value(module_name: str) -> bool:
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None)
+    if module_name.split(".")[0] == "rayconnect" or not file:
+        return False
+    return not any(part in ("site-packages", "dist-packages") for part in Path(file).parts)
+
+
+def _check_topic(field: str, topic: str) -> None:
+    try:
+        check_name("topic", topic)
+    except ValueError as e:
+        raise ConfigError(f"{field}: {e}") from None
+
+
+class SourcePipelineConfig(msgspec.Struct, frozen=True):
+    """A ``kind: source`` pipeline file: ``rc.SourcePipeline``'s arguments, with ``task`` as
+    a tagged ``{type: files | delta | generator | python, ...}`` mapping."""
+
+    name: str
+    task: FilesTask | DeltaTask | GeneratorTask | PythonTask
+    target: KafkaTarget
+    tasks: PositiveInt = 1
+    offsets_topic: str | None = None
+    transaction_boundary: Boundary = "poll"
+    transaction_boundary_interval_s: PositiveFloat = 1.0
+    exactly_once: ExactlyOnce = "requested"
+    group: str = "rayconnect"
+    commit_timeout_s: PositiveFloat = 30.0
+    producer_properties: dict[str, str] = {}
+
+    __repr__ = redacted_repr
+
+    def __post_init__(self) -> None:
+        # "field: problem", so that a pipeline file's error points at the field
+        try:
+            check_name("pipeline name", self.name)
+        except ValueError as e:
+            raise ConfigError(f"name: {e}") from None
+        if self.offsets_topic is not None:
+            _check_topic("offsets_topic", self.offsets_topic)
+        if not self.group:
+            raise ConfigError("group: must not be empty")
+        for problem in check_client_properties(self.producer_properties):
+            raise ConfigError(f"producer_properties: {problem}")
+        self.settings()  # and whatever else SourceSettings checks
+
+    def settings(self) -> SourceSettings:
+        return SourceSettings(
+            name=self.name,
+            target=self.target,
+            tasks=self.tasks,
+            offsets_topic=self.offsets_topic,
+            transaction_boundary=self.transaction_boundary,
+            transaction_boundary_interval_s=self.transaction_boundary_interval_s,
+            exactly_once=self.exactly_once,
+            group=self.group,
+            commit_timeout_s=self.commit_timeout_s,
+            producer_properties=dict(self.producer_properties),
+        )
+
+    def to_pipeline(self) -> Any:
+        """The ``rc.SourcePipeline`` this file describes (builds the task; imports Ray)."""
+        from rayconnect.source_pipeline import SourcePipeline
+
+        return SourcePipeline(
+            self.name,
+            task=self.task.build(),
+            target=self.target,
+            tasks=self.tasks,
+            offsets_topic=self.offsets_topic,
+            transaction_boundary=self.transaction_boundary,
+            transaction_boundary_interval_s=self.transaction_boundary_interval_s,
+            exactly_once=self.exactly_once,
+            group=self.group,
+            commit_timeout_s=self.commit_timeout_s,
+            producer_properties=dict(self.producer_properties),
+        )
