@@ -34,17 +34,28 @@ async def create_topic(
     replication_factor: int = 1,
     exist_ok: bool = False,
     timeout: float = 10.0,
+    topic_configs: dict[str, str] | None = None,
+    **client_kwargs: Any,
 ) -> None:
     """Create ``name`` with its final partition count and wait until metadata shows it.
 
     Final count, because tansu does not support CreatePartitions. Waiting for metadata
     means a producer started right after will not race the topic's creation.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs)
     await admin.start()
     try:
+        if exist_ok and name in await admin.list_topics():
+            return
         resp = await admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor)]
+            [
+                NewTopic(
+                    name,
+                    num_partitions=partitions,
+                    replication_factor=replication_factor,
+                    topic_configs=topic_configs or {},
+                )
+            ]
         )
         for topic, code, *_ in resp.topic_errors:
             err = for_code(code)

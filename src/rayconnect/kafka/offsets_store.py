@@ -17,14 +17,12 @@ transaction, and one partition keeps "read to the end" one fetch loop.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaTimeoutError, TopicAlreadyExistsError, for_code
+from aiokafka.errors import KafkaTimeoutError
 
 from rayconnect.kafka.admin import high_watermarks
 
@@ -58,24 +56,11 @@ def task_count_value(tasks: int, generation: int) -> bytes:
 
 async def ensure_offsets_topic(bootstrap: str, topic: str, **client: Any) -> None:
     """Create ``topic`` (compacted, one partition) unless it exists; wait for metadata."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client)
-    await admin.start()
-    try:
-        if topic in await admin.list_topics():
-            return
-        resp = await admin.create_topics(
-            [NewTopic(topic, 1, 1, topic_configs={"cleanup.policy": "compact"})]
-        )
-        for name, code, *_ in resp.topic_errors:
-            if code != 0 and for_code(code) is not TopicAlreadyExistsError:
-                raise for_code(code)(f"cannot create offsets topic {name!r}")
-        deadline = time.monotonic() + 10
-        while topic not in await admin.list_topics():
-            if time.monotonic() > deadline:
-                raise KafkaTimeoutError(f"offsets topic {topic!r} not visible in metadata")
-            await asyncio.sleep(0.02)
-    finally:
-        await admin.close()
+    from rayconnect.kafka.admin import create_topic
+
+    await create_topic(
+        bootstrap, topic, 1, exist_ok=True, topic_configs={"cleanup.policy": "compact"}, **client
+    )
 
 
 async def read_offsets(

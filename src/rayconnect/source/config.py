@@ -359,16 +359,6 @@ class SourcePipelineConfig(msgspec.Struct, frozen=True):
         """The ``rc.SourcePipeline`` this file describes (builds the task; imports Ray)."""
         from rayconnect.source_pipeline import SourcePipeline
 
-        return SourcePipeline(
-            self.name,
-            task=self.task.build(),
-            target=self.target,
-            tasks=self.tasks,
-            offsets_topic=self.offsets_topic,
-            transaction_boundary=self.transaction_boundary,
-            transaction_boundary_interval_s=self.transaction_boundary_interval_s,
-            exactly_once=self.exactly_once,
-            group=self.group,
-            commit_timeout_s=self.commit_timeout_s,
-            producer_properties=dict(self.producer_properties),
-        )
+        settings = msgspec.structs.asdict(self.settings())
+        del settings["global_offsets_topic"]  # not a SourcePipeline argument
+        return SourcePipeline(settings.pop("name"), task=self.task.build(), **settings)
