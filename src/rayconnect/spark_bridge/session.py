@@ -103,8 +103,11 @@ def require_java(min_version: int = 17) -> int:
 
 def spark_tmp_dir() -> str:
     """Where Spark's JVMs put scratch files (block managers, native libraries they unpack):
-    one folder of ours instead of hundreds of entries straight in /tmp, so it can be cleaned."""
-    path = os.path.join(tempfile.gettempdir(), "rayconnect-spark")
+    one folder of ours instead of hundreds of entries straight in /tmp, so it can be cleaned.
+    ``RAYCONNECT_SPARK_TMP`` overrides it (tests give each Ray session its own)."""
+    path = os.environ.get("RAYCONNECT_SPARK_TMP") or os.path.join(
+        tempfile.gettempdir(), "rayconnect-spark"
+    )
     os.makedirs(path, exist_ok=True)
     return path
 
