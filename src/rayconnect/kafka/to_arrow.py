@@ -31,9 +31,7 @@ def records_to_batch(cluster: str, records: Sequence[Any]) -> pa.RecordBatch:
         topic_col = pa.array(topics, pa.string())
     ts = np.fromiter((r.timestamp for r in records), dtype=np.int64, count=n) * 1000
     if any(r.headers for r in records):
-        headers = pa.array(
-            [[{"key": k, "value": v} for k, v in r.headers] for r in records], _HEADERS_TYPE
-        )
+        headers = _headers_column([r.headers for r in records])
     else:
         headers = pa.array([[]] * n, _HEADERS_TYPE)
     columns = [
@@ -47,3 +45,22 @@ def records_to_batch(cluster: str, records: Sequence[Any]) -> pa.RecordBatch:
         headers,
     ]
     return pa.RecordBatch.from_arrays(columns, schema=RAW_RECORD_SCHEMA)
+
+
+def _headers_column(headers: Sequence[Sequence[tuple[str, bytes | None]]]) -> pa.Array:
+    """list<struct<key, value>> built flat: one offsets array, one key and one value column.
+
+    ~12x faster than converting a list of lists of dicts (bench/micro_to_arrow.py: 1.7 us ->
+    0.14 us a record with one header), which matters once topics carry tracing headers.
+    """
+    offsets = np.zeros(len(headers) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, headers), dtype=np.int32, count=len(headers)), out=offsets[1:])
+    pairs = [kv for h in headers for kv in h]
+    entries = pa.StructArray.from_arrays(
+        [
+            pa.array([k for k, _ in pairs], pa.string()),
+            pa.array([v for _, v in pairs], pa.binary()),
+        ],
+        fields=list(_HEADERS_TYPE.value_type),
+    )
+    return pa.ListArray.from_arrays(pa.array(offsets), entries, type=_HEADERS_TYPE)

@@ -1,0 +1,127 @@
+"""The baseline: what a user would write without rayconnect - kafka-delta-ingest, plainly.
+
+    python bench/baseline.py BOOTSTRAP TOPIC TABLE EXPECTED [--flush-records N] [--flush-age S]
+
+One Python process, one asyncio loop: aiokafka -> pyarrow -> ``deltalake.write_deltalake``
+append. Every ``--flush-records`` records (or ``--flush-age`` seconds, whichever first) the
+buffer becomes one Parquet file and one Delta version that carries one txn action per
+partition (app id ``<topic>/<partition>``, version = next offset), so a restart resumes
+from the table exactly once (kafka-delta-ingest's design). Conversion is the obvious
+column-by-column ``from_pydict``. Prints READY once assigned, then one JSON line at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+
+import pyarrow as pa
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from rayconnect.schema import RAW_RECORD_SCHEMA
+
+SCHEMA = pa.schema([f.with_nullable(True) for f in RAW_RECORD_SCHEMA])
+
+
+def to_batch(cluster: str, records: list) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {
+            "cluster": [cluster] * len(records),
+            "topic": [r.topic for r in records],
+            "partition": [r.partition for r in records],
+            "offset": [r.offset for r in records],
+            "timestamp": [r.timestamp * 1000 for r in records],
+            "key": [r.key for r in records],
+            "value": [r.value for r in records],
+            "headers": [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+        },
+        schema=SCHEMA,
+    )
+
+
+async def main(a: argparse.Namespace) -> dict:
+    if not DeltaTable.is_deltatable(a.table):
+        DeltaTable.create(a.table, SCHEMA, mode="ignore")
+    dt = DeltaTable(a.table)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=a.bootstrap,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_bytes=32 * 1024 * 1024,
+    )
+    await consumer.start()
+    tps = [TopicPartition(a.topic, p) for p in sorted(consumer.partitions_for_topic(a.topic))]
+    consumer.assign(tps)
+    committed: dict[int, int] = {}
+    for tp in tps:  # resume from the table's txn versions (exactly once across restarts)
+        v = dt.transaction_version(f"{a.topic}/{tp.partition}")
+        committed[tp.partition] = v or 0
+        consumer.seek(tp, v or 0)
+    print("READY", flush=True)
+    t0_wall = None
+    buffered: list[pa.RecordBatch] = []
+    n_buffered = 0
+    next_offsets = dict(committed)
+    last_flush = time.monotonic()
+    t0 = None
+    versions = write_s = 0.0
+    total = 0
+    try:
+        while sum(committed.values()) < a.expected:
+            fetched = await consumer.getmany(timeout_ms=200, max_records=50_000)
+            for tp, records in fetched.items():
+                if not records:
+                    continue
+                if t0 is None:
+                    t0, t0_wall = time.perf_counter(), time.time()
+                buffered.append(to_batch("local", records))
+                n_buffered += len(records)
+                next_offsets[tp.partition] = records[-1].offset + 1
+            now = time.monotonic()
+            if n_buffered and (n_buffered >= a.flush_records or now - last_flush >= a.flush_age):
+                w0 = time.perf_counter()
+                moved = {p: o for p, o in next_offsets.items() if o != committed[p]}
+                write_deltalake(
+                    dt,
+                    pa.Table.from_batches(buffered, SCHEMA),
+                    mode="append",
+                    commit_properties=CommitProperties(
+                        app_transactions=[
+                            Transaction(f"{a.topic}/{p}", o) for p, o in moved.items()
+                        ]
+                    ),
+                )
+                dt.update_incremental()
+                write_s += time.perf_counter() - w0
+                versions += 1
+                total += n_buffered
+                committed.update(moved)
+                buffered, n_buffered, last_flush = [], 0, now
+        elapsed = time.perf_counter() - (t0 or time.perf_counter())
+    finally:
+        await consumer.stop()
+    return {
+        "records": total,
+        "seconds": elapsed,
+        "records_per_s": total / elapsed if elapsed else None,
+        "versions": int(versions),
+        "write_s": write_s,
+        "pid": os.getpid(),
+        "t0_wall": t0_wall,
+    }
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bootstrap")
+    ap.add_argument("topic")
+    ap.add_argument("table")
+    ap.add_argument("expected", type=int)
+    ap.add_argument("--flush-records", type=int, default=200_000)
+    ap.add_argument("--flush-age", type=float, default=5.0)
+    print(json.dumps(asyncio.run(main(ap.parse_args()))), flush=True)

@@ -1,0 +1,194 @@
+"""PNG plots of a results document (``bench/run.py``), matplotlib with the Agg backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+SYSTEMS = ("ceiling", "baseline", "rayconnect")
+COLORS = {"ceiling": "#9e9e9e", "baseline": "#1f77b4", "rayconnect": "#d62728"}
+
+
+def _bars(ax, labels, values, colors, fmt="{:,.0f}"):
+    bars = ax.bar(labels, values, color=colors)
+    for b, v in zip(bars, values, strict=True):
+        if v is not None:
+            ax.annotate(
+                fmt.format(v),
+                (b.get_x() + b.get_width() / 2, b.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+
+
+def plot_throughput(a, out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    vals = [a[s]["records_per_s"] for s in SYSTEMS]
+    _bars(ax, SYSTEMS, vals, [COLORS[s] for s in SYSTEMS])
+    ax.axhline(100_000, ls="--", color="k", lw=0.8, label="target 100k/s")
+    ax.set_ylabel("records/s")
+    ax.set_title(f"(a) throughput: {a['records']:,} records backlog, {a['partitions']} partitions")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path = out / "a_throughput.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_latency(b, out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.38
+    xs = range(len(SYSTEMS))
+    for i, p in enumerate(("p50", "p99")):
+        vals = [b[s]["latency_ms"][p] for s in SYSTEMS]
+        bars = ax.bar(
+            [x + (i - 0.5) * width for x in xs],
+            vals,
+            width,
+            label=p,
+            color=[COLORS[s] for s in SYSTEMS],
+            alpha=0.55 if p == "p50" else 1.0,
+        )
+        for bar, v in zip(bars, vals, strict=True):
+            ax.annotate(
+                f"{v:,.0f}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+    limit = (b["commit_interval_s"] + 1) * 1000
+    ax.axhline(limit, ls="--", color="k", lw=0.8, label=f"target p99 < {limit:.0f} ms")
+    ax.set_xticks(list(xs), SYSTEMS)
+    ax.set_ylabel("produce-to-visible, ms")
+    ax.set_title(f"(b) latency: {b['rate']:,}/s offered for {b['seconds']} s (light p50, dark p99)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "b_latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_scaling(c, out: Path) -> Path:
+    points = sorted(c["points"], key=int)
+    ps = [int(p) for p in points]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for s in SYSTEMS:
+        ax1.plot(
+            ps, [c["points"][p][s]["records_per_s"] for p in points], "o-", color=COLORS[s], label=s
+        )
+    ax1.set_xlabel("partitions")
+    ax1.set_ylabel("records/s")
+    ax1.set_xticks(ps)
+    ax1.set_title(f"(c) records/s, {c['records']:,}-record backlog")
+    ax1.legend(fontsize=8)
+    data = [c["points"][p]["rayconnect"]["round_s_median"] or 0 for p in points]
+    idle = [
+        ((c["points"][p]["rayconnect"].get("idle") or {}).get("overhead_s") or 0) for p in points
+    ]
+    ax2.plot(
+        ps,
+        [d * 1000 for d in data],
+        "o-",
+        color=COLORS["rayconnect"],
+        label="round START->ACK with data (median)",
+    )
+    ax2.plot(
+        ps, [i * 1000 for i in idle], "s--", color="#ff7f0e", label="idle round beyond the interval"
+    )
+    ax2.axhline(250, ls=":", color="k", lw=0.8, label="target idle < 250 ms")
+    ax2.axhline(
+        c["commit_interval_s"] * 1000, ls="-.", color="#9e9e9e", lw=0.8, label="commit interval"
+    )
+    ax2.set_xlabel("partitions")
+    ax2.set_ylabel("ms")
+    ax2.set_xticks(ps)
+    ax2.set_title("(c) round time, rayconnect")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "c_scaling.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_memory(d, out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sizes = [s for s in ("small", "large") if s in d]
+    labels, vals, colors = [], [], []
+    for size in sizes:
+        for s in SYSTEMS:
+            if s in d[size]:
+                labels.append(f"{s}\n{d[size]['records'] / 1e6:g}M")
+                vals.append(d[size][s]["peak_pss_mb"])
+                colors.append(COLORS[s])
+    _bars(ax, labels, vals, colors)
+    ax.set_ylabel("peak PSS of all the run's processes, MB")
+    ax.set_title("(d) memory vs backlog size")
+    fig.tight_layout()
+    path = out / "d_memory.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_source(e, out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    batches = list(e["batches"])
+    width = 0.8 / 3
+    names = {
+        "ceiling": "raw produce",
+        "baseline": "plain (at-least-once)",
+        "rayconnect": "exactly-once",
+    }
+    for i, s in enumerate(SYSTEMS):
+        vals = [e["batches"][b][s] for b in batches]
+        bars = ax.bar(
+            [x + (i - 1) * width for x in range(len(batches))],
+            vals,
+            width,
+            color=COLORS[s],
+            label=names[s],
+        )
+        for bar, v in zip(bars, vals, strict=True):
+            ax.annotate(
+                f"{v:,.0f}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+    ax.set_xticks(range(len(batches)), [f"batch {b}" for b in batches])
+    ax.set_ylabel("records/s")
+    ax.set_title(f"(e) source: {e['records']:,} records, {e['partitions']} partitions")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "e_source.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_all(doc: dict, out: Path) -> list[Path]:
+    sc = doc["scenarios"]
+    made = []
+    for key, fn in (
+        ("a", plot_throughput),
+        ("b", plot_latency),
+        ("c", plot_scaling),
+        ("d", plot_memory),
+        ("e", plot_source),
+    ):
+        if key in sc:
+            try:
+                made.append(fn(sc[key], out))
+            except Exception as exc:  # a plot must not lose the results
+                print(f"plot {key} failed: {exc}")
+    return made

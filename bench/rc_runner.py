@@ -1,0 +1,144 @@
+"""Run a rayconnect sink pipeline over a topic on the embedded broker and measure it.
+
+Used by ``bench/run.py`` and ``bench/profile_pipeline.py``; needs a Ray session (see
+``common.RaySession``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+from common import MemorySampler, delta_visibility, ensure_session_latest, sustained_rate
+
+import rayconnect as rc
+from rayconnect.actors import names
+
+
+def pipeline(name: str, bootstrap: str, topic: str, table: str, **settings: Any) -> rc.SinkPipeline:
+    source_opts = settings.pop("source", {})
+    ensure_session_latest(ray._private.worker._global_node.get_session_dir_path())
+    meta = rc.StaticMetadataService(
+        (rc.KafkaStream(topic, {"local": rc.ClusterMetadata(bootstrap, (topic,))}),)
+    )
+    return rc.SinkPipeline(
+        name, rc.KafkaSource(meta, **source_opts), rc.DeltaSink(table), **settings
+    )
+
+
+def stop(name: str, handle: rc.PipelineHandle | None) -> None:
+    try:
+        writer = ray.get_actor(names.writer(name), namespace=names.NAMESPACE)
+        ray.get(writer.stop.remote(), timeout=60)  # JVMs end cleanly, not killed with the actor
+    except Exception:
+        pass
+    if handle is not None:
+        with contextlib.suppress(Exception):
+            handle.stop(commit=False, timeout_s=30)
+
+
+def idle_rounds(handle: rc.PipelineHandle, seconds: float, interval_s: float) -> dict[str, Any]:
+    """Time between empty rounds (no data anywhere): period and period minus the interval
+    (END -> every WRITE-STATUS -> next START: the protocol's own cost of a round)."""
+    coord = ray.get_actor(names.coordinator(handle.name), namespace=names.NAMESPACE)
+    changes: list[float] = []
+    last = ray.get(coord.status.remote())["rounds_empty"]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        now_empty = ray.get(coord.status.remote())["rounds_empty"]
+        if now_empty != last:
+            changes.append(time.monotonic())
+            last = now_empty
+        time.sleep(0.02)
+    if len(changes) < 2:
+        return {"rounds": len(changes), "period_s": None, "overhead_s": None}
+    periods = [b - a for a, b in zip(changes, changes[1:], strict=False)]
+    period = statistics.median(periods)
+    return {
+        "rounds": len(changes) - 1,
+        "period_s": period,
+        "overhead_s": period - interval_s,
+        "overhead_max_s": max(periods) - interval_s,
+    }
+
+
+def run_backlog(
+    name: str,
+    bootstrap: str,
+    topic: str,
+    table: str,
+    want: dict[int, int],
+    settings: dict[str, Any],
+    *,
+    exclude_pids: tuple[int, ...] = (),
+    idle_s: float = 0.0,
+    timeout_s: float = 1800.0,
+    during: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Start a pipeline over a backlog already in ``topic``, wait until every record is
+    committed; rate = records / (commit time of the last version - pipeline ready)."""
+    want_keys = {f"local/{topic}/{p}": n for p, n in want.items() if n}
+    total = sum(want.values())
+    interval = settings.get("commit_interval_s", 10.0)
+    handle = None
+    sampler = MemorySampler(root=os.getpid(), exclude=exclude_pids)
+    with sampler:
+        try:
+            t_start = time.monotonic()
+            handle = pipeline(name, bootstrap, topic, table, **dict(settings)).start()
+            startup = time.monotonic() - t_start
+            t0 = time.time()
+            if during is not None:
+                during(name)
+            status = handle.wait_for(
+                lambda s: s["offsets"] == want_keys, timeout_s=timeout_s, poll_s=0.2
+            )
+            seen = time.time()
+            writer = ray.get_actor(names.writer(name), namespace=names.NAMESPACE)
+            wstats = ray.get(writer.stats.remote())
+            idle = idle_rounds(handle, idle_s, interval) if idle_s else None
+        finally:
+            stop(name, handle)
+    versions = delta_visibility(table)
+    last_commit = max(t for _, t, adds in versions if adds) if versions else seen
+    elapsed = max(last_commit - t0, 1e-3)
+    readers = status.get("readers", {})
+    arrow_bytes = sum(r.get("bytes_read", 0) for r in readers.values())
+    rounds = status["rounds_committed"]
+    return {
+        "records": total,
+        "partitions": len(want_keys),
+        "startup_s": startup,
+        "seconds": elapsed,
+        "records_per_s": total / elapsed,
+        "sustained_records_per_s": sustained_rate(table, t0),
+        "arrow_mb_per_s": arrow_bytes / elapsed / 1e6,
+        "rounds_committed": rounds,
+        "round_s_median": status.get("round_s_median"),
+        "round_s_max": status.get("round_s_max"),
+        "commit_s_median": status.get("commit_s_median"),
+        "spark_jobs": wstats.get("spark_jobs"),
+        "spark_writes": wstats.get("spark_writes"),
+        "writer_calls": wstats.get("calls"),
+        "spark_jobs_per_round": (wstats.get("spark_jobs") or 0) / max(rounds, 1),
+        "idle": idle,
+        "memory": sampler.result(),
+        "settings": {k: v for k, v in settings.items() if k != "source"}
+        | settings.get("source", {}),
+    }
+
+
+def start_live(name: str, bootstrap: str, topic: str, table: str, settings: dict[str, Any]):
+    return pipeline(name, bootstrap, topic, table, **dict(settings)).start()
+
+
+def wait_committed(
+    handle: rc.PipelineHandle, topic: str, counts: dict[int, int], timeout_s: float = 600
+) -> dict:
+    want_keys = {f"local/{topic}/{p}": n for p, n in counts.items() if n}
+    return handle.wait_for(lambda s: s["offsets"] == want_keys, timeout_s=timeout_s, poll_s=0.2)

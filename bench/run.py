@@ -1,0 +1,724 @@
+"""rayconnect benchmarks: ceiling vs baseline vs rayconnect, on the embedded broker.
+
+    .venv/bin/python bench/run.py [--quick] [--only a,b,c,d,e]
+
+Scenarios (each runs the ceiling, the baseline and rayconnect back to back, same records):
+  a  throughput: 2M records of ~200 B, 8 partitions, backlog already in the broker
+  b  latency: a steady 10k records/s offered for 60 s, commit_interval_s=2: produce-to-visible
+  c  scaling: 8, 32, 64 partitions: records/s, round time with data and idle
+  d  memory: peak memory of every pipeline process during (a) and with a 10M backlog
+  e  source: exactly-once vs plain produce records/s (GeneratorSource)
+
+Prints a table and writes bench/results/results.{md,json} and PNG plots. ``--quick`` runs
+small sizes (a few minutes) as a smoke test and writes to bench/results/quick/ instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import contextlib
+
+from common import (  # noqa: E402
+    Helper,
+    RaySession,
+    cleanup_private_tmp,
+    percentiles,
+    produce_backlog,
+    produce_to_visible_ms,
+    run_helper,
+    sustained_rate,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+FULL = {
+    "a_records": 2_000_000,
+    "a_partitions": 8,
+    "b_rate": 10_000,
+    "b_seconds": 60,
+    "c_records": 1_000_000,
+    "c_partitions": [8, 32, 64],
+    "c_idle_s": 10,
+    "d_records": 10_000_000,
+    "e_records": 100_000,
+    "e_batches": [1000, 5000],
+}
+QUICK = {
+    "a_records": 200_000,
+    "a_partitions": 8,
+    "b_rate": 10_000,
+    "b_seconds": 15,
+    "c_records": 100_000,
+    "c_partitions": [8, 32],
+    "c_idle_s": 8,
+    "d_records": 1_000_000,
+    "e_records": 20_000,
+    "e_batches": [1000],
+}
+
+# rayconnect settings per scenario (what a user would pick for the job)
+# Throughput: flush small (25k records per partition) so Spark writes DURING the round while
+# the reader keeps reading; never end a round early (the backlog keeps every buffer full).
+RC_THROUGHPUT = dict(
+    commit_interval_s=10.0, flush_max_records=25_000, request_commit_after_flushes=100
+)
+RC_LATENCY = dict(commit_interval_s=2.0)
+RC_SCALING = dict(commit_interval_s=2.0, flush_max_records=25_000, request_commit_after_flushes=100)
+BASELINE_FLUSH = 200_000  # records per Delta version in the backlog scenarios
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Broker:
+    """An embedded broker for one scenario (fresh: the memory engine only grows)."""
+
+    def __enter__(self):
+        from rayconnect.kafka.embedded import EmbeddedBroker
+
+        self.b = EmbeddedBroker("bench").start()
+        return self.b
+
+    def __exit__(self, *exc):
+        self.b.stop()
+
+
+def backlog_trio(
+    broker,
+    topic: str,
+    n: int,
+    partitions: int,
+    rc_name: str,
+    rc_settings: dict,
+    idle_s: float = 0.0,
+    baseline: bool = True,
+    workdir: str = "",
+) -> dict[str, Any]:
+    """Produce a backlog, then ceiling, baseline, rayconnect over it."""
+    bs = broker.bootstrap_servers
+    t = time.monotonic()
+    counts = produce_backlog(bs, topic, n, partitions)
+    log(
+        f"  produced {n:,} records into {topic} ({partitions} partitions) in {time.monotonic() - t:.0f} s"
+    )
+    out: dict[str, Any] = {"records": n, "partitions": partitions}
+    out["ceiling"] = run_helper("ceiling.py", bs, topic, n)
+    log(f"  ceiling   {out['ceiling']['records_per_s']:>10,.0f} rec/s")
+    if baseline:
+        out["baseline"] = run_helper(
+            "baseline.py",
+            bs,
+            topic,
+            os.path.join(workdir, f"{topic}-baseline"),
+            n,
+            "--flush-records",
+            BASELINE_FLUSH,
+        )
+        out["baseline"]["sustained_records_per_s"] = sustained_rate(
+            os.path.join(workdir, f"{topic}-baseline"), out["baseline"]["t0_wall"]
+        )
+        log(f"  baseline  {out['baseline']['records_per_s']:>10,.0f} rec/s")
+    from rc_runner import run_backlog
+
+    with RaySession():
+        out["rayconnect"] = run_backlog(
+            rc_name,
+            bs,
+            topic,
+            os.path.join(workdir, f"{topic}-rc"),
+            counts,
+            rc_settings,
+            exclude_pids=(broker.pid,),
+            idle_s=idle_s,
+        )
+    r = out["rayconnect"]
+    log(
+        f"  rayconnect {r['records_per_s']:>9,.0f} rec/s (start-up {r['startup_s']:.0f} s, "
+        f"{r['rounds_committed']} rounds, {r['spark_jobs']} Spark jobs, peak PSS {r['memory']['peak_pss_mb']} MB)"
+    )
+    bpr = out["ceiling"]["bytes_per_record"]
+    for k in ("ceiling", "baseline", "rayconnect"):
+        if k in out:
+            out[k]["mb_per_s"] = out[k]["records_per_s"] * bpr / 1e6
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# scenarios
+# --------------------------------------------------------------------------------------
+
+
+def scenario_a(cfg: dict, workdir: str) -> dict:
+    with Broker() as broker:
+        return backlog_trio(
+            broker,
+            "tput",
+            cfg["a_records"],
+            cfg["a_partitions"],
+            "bench-a",
+            RC_THROUGHPUT,
+            workdir=workdir,
+        )
+
+
+def scenario_b(cfg: dict, workdir: str) -> dict:
+    from rc_runner import start_live, stop, wait_committed
+
+    from rayconnect.kafka.admin import create_topic
+
+    rate, seconds = cfg["b_rate"], cfg["b_seconds"]
+    n = int(rate * seconds)
+    out: dict[str, Any] = {
+        "rate": rate,
+        "seconds": seconds,
+        "commit_interval_s": RC_LATENCY["commit_interval_s"],
+    }
+    with Broker() as broker:
+        bs = broker.bootstrap_servers
+
+        def offer(topic: str, consumer: Helper | None = None) -> dict:
+            producer = Helper("paced_producer.py", bs, topic, rate, seconds)
+            producer.wait_ready()
+            res = producer.result(seconds + 120)
+            log(f"  offered {res['records']:,} records at {res['rate']:,.0f}/s to {topic}")
+            return res
+
+        # ceiling: a consumer receives the records; latency = receive time - produce time
+        asyncio.run(create_topic(bs, "lat-ceiling", 8))
+        c = Helper("ceiling.py", bs, "lat-ceiling", n, "--latency")
+        c.wait_ready()
+        out["offered_ceiling"] = offer("lat-ceiling")
+        out["ceiling"] = c.result(300)
+        log(
+            f"  ceiling   p50 {out['ceiling']['latency_ms']['p50']:.0f} ms, p99 {out['ceiling']['latency_ms']['p99']:.0f} ms"
+        )
+        # baseline: a Delta version every 2 s (the same visibility budget as rayconnect)
+        asyncio.run(create_topic(bs, "lat-baseline", 8))
+        table_b = os.path.join(workdir, "lat-baseline")
+        b = Helper(
+            "baseline.py",
+            bs,
+            "lat-baseline",
+            table_b,
+            n,
+            "--flush-records",
+            10**9,
+            "--flush-age",
+            RC_LATENCY["commit_interval_s"],
+        )
+        b.wait_ready()
+        out["offered_baseline"] = offer("lat-baseline")
+        out["baseline"] = b.result(300)
+        out["baseline"]["latency_ms"] = percentiles(produce_to_visible_ms(table_b))
+        log(
+            f"  baseline  p50 {out['baseline']['latency_ms']['p50']:.0f} ms, p99 {out['baseline']['latency_ms']['p99']:.0f} ms"
+        )
+        # rayconnect
+        asyncio.run(create_topic(bs, "lat-rc", 8))
+        table_r = os.path.join(workdir, "lat-rc")
+        with RaySession():
+            handle = None
+            try:
+                handle = start_live("bench-b", bs, "lat-rc", table_r, RC_LATENCY)
+                res = offer("lat-rc")
+                out["offered_rayconnect"] = res
+                status = wait_committed(
+                    handle, "lat-rc", {int(k): v for k, v in res["counts"].items()}, 300
+                )
+                out["rayconnect"] = {
+                    "rounds_committed": status["rounds_committed"],
+                    "round_s_median": status["round_s_median"],
+                    "round_s_max": status["round_s_max"],
+                    "commit_s_median": status["commit_s_median"],
+                }
+            finally:
+                stop("bench-b", handle)
+        out["rayconnect"]["latency_ms"] = percentiles(produce_to_visible_ms(table_r))
+        log(
+            f"  rayconnect p50 {out['rayconnect']['latency_ms']['p50']:.0f} ms, p99 {out['rayconnect']['latency_ms']['p99']:.0f} ms"
+        )
+    return out
+
+
+def scenario_c(cfg: dict, workdir: str) -> dict:
+    out: dict[str, Any] = {
+        "records": cfg["c_records"],
+        "commit_interval_s": RC_SCALING["commit_interval_s"],
+        "points": {},
+    }
+    for p in cfg["c_partitions"]:
+        log(f" scaling: {p} partitions")
+        with Broker() as broker:
+            out["points"][str(p)] = backlog_trio(
+                broker,
+                f"scale{p}",
+                cfg["c_records"],
+                p,
+                f"bench-c{p}",
+                RC_SCALING,
+                idle_s=cfg["c_idle_s"],
+                workdir=workdir,
+            )
+    return out
+
+
+def scenario_d(cfg: dict, workdir: str, a_result: dict | None) -> dict:
+    out: dict[str, Any] = {}
+    if a_result is not None:
+        out["small"] = {
+            "records": a_result["records"],
+            **{
+                k: a_result[k]["memory"]
+                for k in ("ceiling", "baseline", "rayconnect")
+                if k in a_result
+            },
+        }
+    else:
+        with Broker() as broker:
+            r = backlog_trio(
+                broker,
+                "mem-small",
+                cfg["a_records"],
+                8,
+                "bench-d1",
+                RC_THROUGHPUT,
+                baseline=True,
+                workdir=workdir,
+            )
+        out["small"] = {
+            "records": r["records"],
+            **{k: r[k]["memory"] for k in ("ceiling", "baseline", "rayconnect")},
+        }
+    with Broker() as broker:
+        r = backlog_trio(
+            broker,
+            "mem-large",
+            cfg["d_records"],
+            8,
+            "bench-d2",
+            RC_THROUGHPUT,
+            baseline=False,
+            workdir=workdir,
+        )
+    out["large"] = {
+        "records": r["records"],
+        "rayconnect_records_per_s": r["rayconnect"]["records_per_s"],
+        **{k: r[k]["memory"] for k in ("ceiling", "rayconnect")},
+    }
+    out["settings"] = RC_THROUGHPUT
+    return out
+
+
+def scenario_e(cfg: dict, workdir: str) -> dict:
+    from source_eo_vs_plain import PARTITIONS, raw, via_task
+
+    from rayconnect.kafka.admin import create_topic
+    from rayconnect.kafka.embedded import EmbeddedBroker
+
+    out: dict[str, Any] = {"records": cfg["e_records"], "partitions": PARTITIONS, "batches": {}}
+    n = cfg["e_records"]
+    for batch in cfg["e_batches"]:
+        with EmbeddedBroker(f"bench-e{batch}") as broker:
+            bs = broker.bootstrap_servers
+
+            async def go(bs=bs, batch=batch):
+                await create_topic(bs, "bench", PARTITIONS)
+                eo = await via_task(bs, f"eo-{batch}", n, batch, True)
+                plain = await via_task(bs, f"plain-{batch}", n, batch, False)
+                ceiling = await raw(bs, n, batch)
+                return eo, plain, ceiling
+
+            eo, plain, ceiling = asyncio.run(go())
+        out["batches"][str(batch)] = {"ceiling": ceiling, "baseline": plain, "rayconnect": eo}
+        log(
+            f"  batch {batch}: exactly-once {eo:,.0f}/s, plain {plain:,.0f}/s, raw {ceiling:,.0f}/s"
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------
+
+
+def _f(x: Any, fmt: str = ",.0f") -> str:
+    if x is None:
+        return "-"
+    try:
+        return format(x, fmt)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def _ratio(a: Any, b: Any) -> str:
+    try:
+        return f"{a / b:.2f}"
+    except (TypeError, ZeroDivisionError):
+        return "-"
+
+
+def rows(results: dict) -> list[list[str]]:
+    """Markdown rows: scenario, metric, ceiling, baseline, rayconnect, rc/ceiling, rc/baseline, target, met."""
+    R: list[list[str]] = []
+    a = results.get("a")
+    if a:
+        c, b, r = a["ceiling"], a["baseline"], a["rayconnect"]
+        ok = r["records_per_s"] >= 100_000 and r["records_per_s"] >= b["records_per_s"]
+        R.append(
+            [
+                "a throughput",
+                f"records/s ({a['records']:,} x ~{c['bytes_per_record']:.0f} B, {a['partitions']} partitions)",
+                _f(c["records_per_s"]),
+                _f(b["records_per_s"]),
+                _f(r["records_per_s"]),
+                _ratio(r["records_per_s"], c["records_per_s"]),
+                _ratio(r["records_per_s"], b["records_per_s"]),
+                ">= 100k/s and >= baseline",
+                "yes" if ok else "NO",
+            ]
+        )
+        R.append(
+            [
+                "a throughput",
+                "records/s sustained (until the second-to-last version)",
+                "",
+                _f(b.get("sustained_records_per_s")),
+                _f(r.get("sustained_records_per_s")),
+                "",
+                _ratio(r.get("sustained_records_per_s"), b.get("sustained_records_per_s")),
+                "",
+                "",
+            ]
+        )
+        R.append(
+            [
+                "a throughput",
+                "MB/s (key + value)",
+                _f(c["mb_per_s"], ".1f"),
+                _f(b["mb_per_s"], ".1f"),
+                _f(r["mb_per_s"], ".1f"),
+                _ratio(r["mb_per_s"], c["mb_per_s"]),
+                _ratio(r["mb_per_s"], b["mb_per_s"]),
+                "",
+                "",
+            ]
+        )
+    bb = results.get("b")
+    if bb:
+        c, b, r = (
+            bb["ceiling"]["latency_ms"],
+            bb["baseline"]["latency_ms"],
+            bb["rayconnect"]["latency_ms"],
+        )
+        limit = (bb["commit_interval_s"] + 1) * 1000
+        for p in ("p50", "p99"):
+            R.append(
+                [
+                    "b latency",
+                    f"produce-to-visible {p}, ms ({bb['rate']:,}/s for {bb['seconds']} s)",
+                    _f(c[p]),
+                    _f(b[p]),
+                    _f(r[p]),
+                    _ratio(r[p], c[p]),
+                    _ratio(r[p], b[p]),
+                    f"< {limit:.0f} ms" if p == "p99" else "",
+                    ("yes" if r[p] < limit else "NO") if p == "p99" else "",
+                ]
+            )
+    cc = results.get("c")
+    if cc:
+        for p, pt in cc["points"].items():
+            c, b, r = pt["ceiling"], pt["baseline"], pt["rayconnect"]
+            R.append(
+                [
+                    "c scaling",
+                    f"records/s, {p} partitions ({cc['records']:,})",
+                    _f(c["records_per_s"]),
+                    _f(b["records_per_s"]),
+                    _f(r["records_per_s"]),
+                    _ratio(r["records_per_s"], c["records_per_s"]),
+                    _ratio(r["records_per_s"], b["records_per_s"]),
+                    "",
+                    "",
+                ]
+            )
+        for p, pt in cc["points"].items():
+            r = pt["rayconnect"]
+            R.append(
+                [
+                    "c scaling",
+                    f"round START->ACK with data, median, {p} partitions, s (interval {cc['commit_interval_s']:g} s)",
+                    "",
+                    "",
+                    _f(r["round_s_median"], ".2f"),
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
+        for p, pt in cc["points"].items():
+            idle = pt["rayconnect"].get("idle") or {}
+            ov = idle.get("overhead_s")
+            target = p == "64"
+            R.append(
+                [
+                    "c scaling",
+                    f"idle round beyond the interval, {p} partitions, ms",
+                    "",
+                    "",
+                    _f(None if ov is None else ov * 1000),
+                    "",
+                    "",
+                    "< 250 ms" if target else "",
+                    ("yes" if ov is not None and ov < 0.25 else "NO") if target else "",
+                ]
+            )
+    d = results.get("d")
+    if d:
+        for size in ("small", "large"):
+            s = d[size]
+            R.append(
+                [
+                    "d memory",
+                    f"peak PSS, {s['records']:,}-record backlog, MB",
+                    _f(s["ceiling"]["peak_pss_mb"]),
+                    _f(s.get("baseline", {}).get("peak_pss_mb")),
+                    _f(s["rayconnect"]["peak_pss_mb"]),
+                    "",
+                    "",
+                    "bounded by flush settings" if size == "large" else "",
+                    "",
+                ]
+            )
+        grow = d["large"]["rayconnect"]["peak_pss_mb"] / max(
+            d["small"]["rayconnect"]["peak_pss_mb"], 1
+        )
+        R[-1][-1] = "yes" if grow < 1.25 else "NO"
+        R[-1][5] = f"x{grow:.2f} vs small"
+    e = results.get("e")
+    if e:
+        for batch, x in e["batches"].items():
+            R.append(
+                [
+                    "e source",
+                    f"produce records/s, batch {batch} (raw / plain / exactly-once)",
+                    _f(x["ceiling"]),
+                    _f(x["baseline"]),
+                    _f(x["rayconnect"]),
+                    _ratio(x["rayconnect"], x["ceiling"]),
+                    _ratio(x["rayconnect"], x["baseline"]),
+                    ">= 0.80 of plain",
+                    "yes" if x["rayconnect"] >= 0.8 * x["baseline"] else "NO",
+                ]
+            )
+    return R
+
+
+HEADER = [
+    "scenario",
+    "metric",
+    "ceiling",
+    "baseline",
+    "rayconnect",
+    "rc/ceiling",
+    "rc/baseline",
+    "target",
+    "met",
+]
+
+
+def markdown(results: dict) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(results)]
+    return "\n".join(lines)
+
+
+def text_table(results: dict) -> str:
+    R = [HEADER] + rows(results)
+    widths = [max(len(r[i]) for r in R) for i in range(len(HEADER))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in R)
+
+
+def machine() -> dict:
+    import importlib.metadata as md
+
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    versions = {}
+    for pkg in ("ray", "raydp", "pyspark", "aiokafka", "deltalake", "pyarrow"):
+        with contextlib.suppress(md.PackageNotFoundError):
+            versions[pkg] = md.version(pkg)
+    cpu = ""
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as f:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    return {
+        "nproc": os.cpu_count(),
+        "ram_gb": round(mem_gb, 1),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "broker": "tansu 0.6.0 (embedded, memory engine)",
+        **versions,
+    }
+
+
+README = Path(__file__).resolve().parent / "README.md"
+START, END = "<!-- results:start (written by run.py) -->", "<!-- results:end -->"
+
+
+def update_readme(doc: dict, pngs: list[Path]) -> None:
+    """Replace the results block of bench/README.md with this run's machine, table and plots."""
+    if not README.exists():
+        return
+    text = README.read_text()
+    if START not in text or END not in text:
+        return
+    m = doc["machine"]
+    targets = [r for r in rows(doc["scenarios"]) if r[7]]
+    block = [
+        START,
+        "Scenarios run at: "
+        + ", ".join(
+            f"{k} {v.get('ran_at', doc['when'])} ({v.get('wall_s', 0) / 60:.0f} min)"
+            for k, v in sorted(doc["scenarios"].items())
+        )
+        + f". Machine: {m['nproc']} cores "
+        f"({m['cpu']}), {m['ram_gb']} GB RAM, Linux {m['kernel']}, Python {m['python']}; "
+        + ", ".join(
+            f"{k} {m[k]}"
+            for k in ("ray", "raydp", "pyspark", "aiokafka", "deltalake", "pyarrow")
+            if k in m
+        )
+        + f"; broker {m['broker']}.",
+        "",
+        markdown(doc["scenarios"]),
+        "",
+        "Targets (issue 7), this run:",
+        "",
+        *[
+            f"- {r[0]}: {r[1]} -> **{r[4]}** (target {r[7]}: {'met' if r[8] == 'yes' else 'NOT met'}; "
+            f"ceiling {r[2]}, baseline {r[3]}, rc/ceiling {r[5]}, rc/baseline {r[6]})"
+            for r in targets
+        ],
+        "",
+        *[f"![{p.stem}](results/{p.name})" for p in pngs],
+        END,
+    ]
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    README.write_text(head + "\n".join(block) + tail)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--quick", action="store_true", help="small sizes: a smoke test of a few minutes"
+    )
+    ap.add_argument("--only", default="a,b,c,d,e", help="scenarios to run, e.g. a,c")
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: re-render the table, plots and README from results.json",
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="results folder (default bench/results, --quick: bench/results/quick)",
+    )
+    args = ap.parse_args()
+    cfg = QUICK if args.quick else FULL
+    out_dir = Path(args.out) if args.out else (RESULTS / "quick" if args.quick else RESULTS)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    only = [s.strip() for s in args.only.split(",") if s.strip()] if not args.report_only else []
+    results: dict[str, Any] = {}
+    # keep the results of scenarios not re-run (so --only refreshes part of the table)
+    previous = out_dir / "results.json"
+    if previous.exists():
+        try:
+            results = json.loads(previous.read_text()).get("scenarios", {})
+        except json.JSONDecodeError:
+            results = {}
+    workdir = tempfile.mkdtemp(prefix="rc-bench-")
+    started = time.time()
+    errors = {}
+    try:
+        for s in only:
+            log(f"scenario {s}")
+            t = time.monotonic()
+            try:
+                if s == "a":
+                    results["a"] = scenario_a(cfg, workdir)
+                elif s == "b":
+                    results["b"] = scenario_b(cfg, workdir)
+                elif s == "c":
+                    results["c"] = scenario_c(cfg, workdir)
+                elif s == "d":
+                    results["d"] = scenario_d(
+                        cfg, workdir, results.get("a")
+                    )  # (a) of this run, or the last one kept
+                elif s == "e":
+                    results["e"] = scenario_e(cfg, workdir)
+                else:
+                    raise SystemExit(f"unknown scenario {s!r}")
+                results[s]["wall_s"] = round(time.monotonic() - t, 1)
+                results[s]["ran_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            except Exception as exc:
+                traceback.print_exc()
+                errors[s] = f"{type(exc).__name__}: {exc}"
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+                os.makedirs(workdir, exist_ok=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        cleanup_private_tmp()
+    doc = {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
+        "quick": args.quick,
+        "wall_s": round(time.time() - started, 1),
+        "machine": machine(),
+        "sizes": cfg,
+        "errors": errors,
+        "scenarios": results,
+    }
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str))
+    from plots import plot_all
+
+    pngs = plot_all(doc, out_dir)
+    md = [
+        f"# rayconnect benchmark results ({'quick' if args.quick else 'full'} run)",
+        "",
+        f"Run {doc['when']}, {doc['wall_s'] / 60:.1f} min. Machine: {doc['machine']}",
+        "",
+        markdown(results),
+        "",
+    ]
+    if errors:
+        md += ["Errors:", ""] + [f"- {k}: {v}" for k, v in errors.items()] + [""]
+    md += [f"![{p.stem}]({p.name})" for p in pngs]
+    (out_dir / "results.md").write_text("\n".join(md) + "\n")
+    if out_dir == RESULTS and not args.quick:
+        update_readme(doc, pngs)
+    print()
+    print(text_table(results))
+    if errors:
+        print("\nerrors:", errors)
+    print(f"\nwrote {out_dir}/results.md, results.json and {len(pngs)} plots")
+
+
+if __name__ == "__main__":
+    main()
