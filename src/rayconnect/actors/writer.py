@@ -248,6 +248,11 @@ class WriterActor:
             if not request.future.done():
                 request.future.set_exception(exc)
 
+    async def close(self) -> None:
+        """Called by ``PipelineHandle.stop`` before the actor is killed: end Spark first, so
+        RayDP's master and executors do not outlive the writer."""
+        await self.stop()
+
     async def stop(self) -> None:
         """Stop Spark (its master and executor actors); the actor itself stays up.
 
