@@ -199,11 +199,13 @@ class ReaderActor:
                     if not records:
                         continue
                     key = TopicPartition(self.cluster_id, tp.topic, tp.partition).key
-                    if key not in self._tps or self._seeks.get(key) != seeks_before.get(key):
-                        continue  # dropped or moved meanwhile: read from the new place
-                    if key not in self._resumed:
-                        # Paused meanwhile: rewind, so the consumer stays where the
-                        # participant believes this partition is.
+                    if key not in self._tps:
+                        continue  # no longer ours
+                    if self._seeks.get(key) != seeks_before.get(key) or key not in self._resumed:
+                        # Moved or paused while this poll was in flight. aiokafka may still
+                        # have handed these records out (they matched the new position) and
+                        # moved past them, so always rewind: the consumer must stay exactly
+                        # where the participant believes this split is.
                         if key in self._next:
                             self._consumer.seek(tp, self._next[key])
                         continue
