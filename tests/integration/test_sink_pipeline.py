@@ -243,8 +243,9 @@ def test_idle_partitions_do_not_delay_a_round_and_a_round_is_one_spark_job(
 
 @pytest.mark.timeout(600)
 def test_a_full_buffer_flushes_and_asks_for_an_early_commit(ray_session, kafka_broker, tmp_path):
-    """KIP-89: with a commit interval far longer than the test, participants flush by size
-    and REQUEST-COMMIT ends rounds early; memory stays bounded by the flush settings."""
+    """KIP-89: with a commit interval longer than the backlog takes to read, participants
+    flush by size and REQUEST-COMMIT ends rounds early; memory stays bounded by the flush
+    settings. The tail (less than two flushes) is committed by the interval."""
     produced = Produced(kafka_broker.bootstrap_servers, "kip89", 2)
     produced.more(12000)
     handle = _pipeline(
@@ -253,14 +254,14 @@ def test_a_full_buffer_flushes_and_asks_for_an_early_commit(ray_session, kafka_b
         "kip89",
         tmp_path / "t",
         source={"max_poll_records": 500},  # a steady stream of batches, not one big one
-        commit_interval_s=600,
+        commit_interval_s=15,
         write_timeout_s=60,
         flush_max_records=1000,
         request_commit_after_flushes=2,
     ).start()
     try:
         status = handle.wait_for(_caught_up(produced), timeout_s=240)
-        assert status["rounds_committed"] >= 2  # ended early, more than once
+        assert status["rounds_requested"] >= 2  # ended early, more than once
         participants = [
             ray.get(ray.get_actor(n, namespace="rayconnect").status.remote())
             for n in (names.participant("kip89", k) for k in produced.offsets())

@@ -122,6 +122,7 @@ def render_status(s: dict[str, Any]) -> str:
     lines.append(
         f"rounds committed {s.get('rounds_committed')} (partial {s.get('rounds_partial')})  "
         f"discarded {s.get('rounds_discarded')}  empty {s.get('rounds_empty')}  "
+        f"ended early {s.get('rounds_requested')}  "
         f"records committed {_n(s.get('records_committed'))}  lag {total_lag:,}"
     )
     for label in ("fenced", "error", "last_error"):

@@ -170,6 +170,7 @@ class CoordinatorStatus(msgspec.Struct, frozen=True):
     rounds_partial: int
     rounds_discarded: int
     rounds_empty: int
+    rounds_requested: int  # rounds ended early by a REQUEST-COMMIT (KIP-89)
     statuses_rejected: int
     messages_ignored: int
     last_round_duration_s: float | None
@@ -195,7 +196,7 @@ class Coordinator:
         self._round: CommitState | None = None
         self._pending: CommitTable | None = None
         self._committed = self._partial = self._discarded = self._empty = 0
-        self._rejected = self._ignored = 0
+        self._rejected = self._ignored = self._requested = 0
         self._last_duration: float | None = None
         self._last_error: str | None = None
 
@@ -243,6 +244,7 @@ class Coordinator:
             rounds_partial=self._partial,
             rounds_discarded=self._discarded,
             rounds_empty=self._empty,
+            rounds_requested=self._requested,
             statuses_rejected=self._rejected,
             messages_ignored=self._ignored,
             last_round_duration_s=self._last_duration,
@@ -399,6 +401,7 @@ class Coordinator:
         assert rnd is not None
         if not rnd.request_commit(message):
             return self._ignore()
+        self._requested += 1
         return self._end(now)
 
     def _on_tick(self, now: float) -> Ready:
