@@ -88,6 +88,30 @@ def test_all_reported_commits_then_ack_and_next_start() -> None:
     assert (s.rounds_committed, s.last_round_duration_s, s.offsets) == (1, 12.0, {A: 15, B: 20})
 
 
+def test_the_next_interval_counts_from_the_previous_end_not_the_next_start() -> None:
+    """Participants read ahead from END on, so ENDs are commit_interval_s apart however
+    long writing and committing took (here 3 s), as long as it took less than that."""
+    coord = ended()  # END at 10
+    coord.step(status(A, 10, 15), now=11.0)
+    coord.step(status(B, 20, 20), now=11.0)
+    coord.commit_succeeded(version=1, now=13.0)  # START of txn 2 at 13
+    assert coord.next_deadline() == 20.0
+    assert coord.tick(20.0) == [Broadcast(to=(A, B), message=EndCommit(7, 2))]
+    coord.step(status(A, 15, 15, txn=2), now=20.5)
+    coord.step(status(B, 20, 20, txn=2), now=20.5)  # empty round: txn 3 at once
+    assert coord.txn_id == 3
+    assert coord.next_deadline() == 30.0
+
+
+def test_after_a_discarded_round_the_interval_counts_from_the_start() -> None:
+    coord = ended()
+    coord.step(status(A, 10, 15), now=11.0)
+    coord.step(status(B, 20, 20), now=11.0)
+    coord.commit_failed("conflict", now=12.0)
+    coord.table_reloaded({A: 10, B: 20}, now=13.0, table_epoch=7)
+    assert coord.next_deadline() == 23.0
+
+
 def test_partition_without_table_offset_expects_none_and_any_start() -> None:
     coord = started(offsets={A: 10})
     coord.tick(10.0)

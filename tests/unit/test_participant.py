@@ -69,7 +69,7 @@ def test_no_table_offset_seeks_by_policy_and_waits_for_the_resolved_offset() -> 
     # the dropped batch moved the reader: seek again once the offset is known
     assert p.position_resolved(0, now=0.0) == [Seek(0)]
     assert feed(p, 0, 3) == []
-    [_, flush] = p.step(EndCommit(1, 1), now=1.0)
+    [flush] = p.step(EndCommit(1, 1), now=1.0)
     [send] = p.flushed(flush.flush_id, [FILE], now=1.0)  # type: ignore[union-attr]
     assert isinstance(send, Send)
     assert (send.message.first_offset, send.message.next_offset) == (0, 3)
@@ -93,9 +93,7 @@ def test_idle_policy_partition_reports_once_the_offset_is_resolved() -> None:
 
 def test_idle_partition_reports_at_once_on_end() -> None:
     p = writing(100)
-    ready = p.step(EndCommit(1, 1), now=1.0)
-    assert ready[0] == Pause()
-    [send] = ready[1:]
+    [send] = p.step(EndCommit(1, 1), now=1.0)
     assert isinstance(send, Send) and send.to == COORDINATOR
     assert (send.message.first_offset, send.message.next_offset, send.message.files) == (
         100,
@@ -108,8 +106,8 @@ def test_idle_partition_reports_at_once_on_end() -> None:
 def test_end_flushes_the_rest_then_reports_when_the_flush_returns() -> None:
     p = writing(100)
     feed(p, 100, 3)
-    pause, flush = p.step(EndCommit(1, 1), now=1.0)
-    assert pause == Pause() and isinstance(flush, Flush)
+    [flush] = p.step(EndCommit(1, 1), now=1.0)  # no Pause: the reader reads ahead
+    assert isinstance(flush, Flush)
     assert (flush.first_offset, flush.next_offset, flush.batches) == (100, 103, ("batch@100",))
     assert p.state is State.ENDING
     [send] = p.flushed(flush.flush_id, [FILE], now=2.0)
@@ -169,7 +167,7 @@ def test_newer_start_discards_the_open_round_and_late_flush_results_are_ignored(
     feed(p, 100, 10)  # size flush in flight
     assert p.step(StartCommit(1, 2, {KEY: 100}), now=1.0) == [Seek(100), Resume()]
     assert p.flushed(0, [FILE], now=2.0) == []  # flush of txn 1: ignored
-    [_, send] = p.step(EndCommit(1, 2), now=3.0)
+    [send] = p.step(EndCommit(1, 2), now=3.0)
     assert isinstance(send, Send) and send.message.files == ()
 
 
@@ -187,7 +185,7 @@ def test_older_or_duplicate_start_end_ack_are_ignored() -> None:
 def test_ack_sets_the_committed_offset_and_pauses_until_the_next_start() -> None:
     p = writing(100)
     feed(p, 100, 3)
-    [_, flush] = p.step(EndCommit(1, 1), now=1.0)
+    [flush] = p.step(EndCommit(1, 1), now=1.0)
     p.flushed(flush.flush_id, [FILE], now=1.0)  # type: ignore[union-attr]
     assert p.step(AckCommit(1, 1, 9, {KEY: 103}), now=2.0) == []
     assert (p.state, p.committed_offset) == (State.PAUSED, 103)
@@ -216,10 +214,83 @@ def test_flush_failure_abandons_the_round_and_says_so() -> None:
 
 def test_batches_while_paused_move_the_reader_so_the_next_start_seeks() -> None:
     p = writing(100)
-    p.step(EndCommit(1, 1), now=1.0)
-    assert feed(p, 100, 5) == []
-    assert p.position == 105
-    p.step(AckCommit(1, 1, 1, {KEY: 100}), now=2.0)
+    [flush] = feed(p, 100, 10)
+    p.flush_failed(flush.flush_id, "x", now=1.0)  # type: ignore[union-attr]
+    assert feed(p, 110, 5) == []  # already on its way when the Pause was carried out
+    assert p.position == 115
+    assert p.step(StartCommit(1, 2, {KEY: 100}), now=3.0) == [Seek(100), Resume()]
+
+
+def reported(p: Participant, txn: int = 1) -> None:
+    """END and, if a flush went out, its result: the round is REPORTED."""
+    for effect in p.step(EndCommit(1, txn), now=1.0):
+        if isinstance(effect, Flush):
+            p.flushed(effect.flush_id, [FILE], now=1.0)
+    assert p.state is State.REPORTED
+
+
+def test_reading_goes_on_after_end_and_the_next_round_adopts_it_without_a_seek() -> None:
+    p = writing(100)
+    feed(p, 100, 3)
+    reported(p)
+    assert p.is_reading
+    assert feed(p, 103, 4) == [] and feed(p, 107, 2) == []  # read ahead, not in this round
+    assert p.status().read_ahead_records == 6
+    assert p.step(AckCommit(1, 1, 9, {KEY: 103}), now=2.0) == []
+    assert p.step(StartCommit(1, 2, {KEY: 103}), now=3.0) == [Resume()]
+    assert p.status().buffered_records == 6 and p.position == 109
+    [flush] = p.step(EndCommit(1, 2), now=4.0)
+    assert isinstance(flush, Flush)
+    assert (flush.first_offset, flush.next_offset, flush.batches) == (
+        103,
+        109,
+        ("batch@103", "batch@107"),
+    )
+
+
+def test_a_full_read_ahead_pauses_the_reader_and_the_next_start_flushes_it() -> None:
+    p = writing(0)
+    reported(p)
+    assert feed(p, 0, 6) == []
+    assert feed(p, 6, 4) == [Pause()]  # 10 records: the flush bound
+    assert not p.is_reading
+    [resume, flush] = p.step(StartCommit(1, 2, {KEY: 0}), now=3.0)
+    assert resume == Resume() and isinstance(flush, Flush) and flush.records == 10
+
+
+@pytest.mark.parametrize(
+    "offsets, want",
+    [
+        ({KEY: 100}, [Seek(100), Resume()]),  # round 1 was discarded: read it again
+        ({KEY: 50}, [Seek(50), Resume()]),
+        ({}, [SeekToPolicy(), Resume()]),  # the table has no offset for us
+    ],
+)
+def test_a_start_elsewhere_drops_the_read_ahead_and_seeks(offsets: dict, want: list) -> None:  # type: ignore[type-arg]
+    """Round 1 read [100, 103) and reported; round 2 does not start at 103."""
+    p = writing(100)
+    feed(p, 100, 3)
+    reported(p)
+    feed(p, 103, 4)
+    assert p.step(StartCommit(1, 2, offsets), now=2.0) == want
+    assert p.status().read_ahead_records == 0 and p.status().buffered_records == 0
+
+
+def test_a_batch_that_does_not_continue_the_read_ahead_drops_it() -> None:
+    p = writing(100)
+    reported(p)
+    feed(p, 100, 3)
+    assert feed(p, 90, 2) == [Pause()]  # stale: where the reader is is unknown now
+    assert p.status().read_ahead_records == 0
+    assert p.step(StartCommit(1, 2, {KEY: 100}), now=2.0) == [Seek(100), Resume()]
+
+
+def test_an_ack_that_committed_us_elsewhere_drops_the_read_ahead() -> None:
+    p = writing(100)
+    feed(p, 100, 3)
+    reported(p)
+    feed(p, 103, 2)
+    assert p.step(AckCommit(1, 1, 9, {KEY: 100}), now=2.0) == [Pause()]
     assert p.step(StartCommit(1, 2, {KEY: 100}), now=3.0) == [Seek(100), Resume()]
 
 

@@ -200,13 +200,14 @@ class CoordinatorActor:
         return status.rounds_committed + status.rounds_empty
 
     async def _carry_out(self, ready: Ready) -> None:
+        # Messages of one Ready go out as one call per participant, in order: the ACK of a
+        # round and the next round's START share a call (a round then costs each partition
+        # three Ray calls: START+ACK, END, WRITE-STATUS). Nothing in a Ready waits on them.
+        outbox: dict[str, list[Message]] = {}
         for effect in ready:
             if isinstance(effect, Broadcast | Send):
                 for key in effect.to if isinstance(effect, Broadcast) else (effect.to,):
-                    try:
-                        self._participant(key).deliver.remote(effect.message)
-                    except ValueError:  # not created yet, or retired: the round copes
-                        log.warning("coordinator %s: no participant %s", self.config.name, key)
+                    outbox.setdefault(key, []).append(effect.message)
             elif isinstance(effect, CommitTable):
                 asyncio.get_running_loop().create_task(self._commit(effect))
             elif isinstance(effect, ReloadTable):
@@ -217,6 +218,11 @@ class CoordinatorActor:
                 self._main_task.cancel()
             else:
                 raise TypeError(f"coordinator cannot carry out {effect!r}")
+        for key, messages in outbox.items():
+            try:
+                self._participant(key).deliver.remote(*messages)
+            except ValueError:  # not created yet, or retired: the round copes
+                log.warning("coordinator %s: no participant %s", self.config.name, key)
 
     async def _commit(self, commit: CommitTable) -> None:
         started = time.monotonic()

@@ -32,12 +32,13 @@ from rayconnect.protocol.effects import (
     Send,
 )
 from rayconnect.protocol.messages import Message, ParticipantStarted
-from rayconnect.protocol.participant import Participant, ParticipantConfig, State
+from rayconnect.protocol.participant import Participant, ParticipantConfig
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25
+IDLE_TICK_S = 1.0
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
@@ -78,9 +79,10 @@ class ParticipantActor:
 
     # -- inputs ----------------------------------------------------------------------------
 
-    async def deliver(self, message: Message) -> None:
-        """A coordinator message: START-COMMIT, END-COMMIT or ACK-COMMIT."""
-        await self._apply(lambda: self.machine.step(message, time.monotonic()))
+    async def deliver(self, *messages: Message) -> None:
+        """Coordinator messages, in order: START-COMMIT, END-COMMIT or ACK-COMMIT."""
+        for message in messages:
+            await self._apply(lambda m=message: self.machine.step(m, time.monotonic()))
 
     async def records(
         self, first_offset: int, next_offset: int, count: int, nbytes: int, refs: list
@@ -98,8 +100,7 @@ class ParticipantActor:
         seek (None: nowhere yet) and whether to resume - the reader applies both itself, so
         this call never calls back into a reader that is still starting."""
         self.reader = reader
-        writing = self.machine.state is State.WRITING
-        return self.machine.position, writing and self.machine.position is not None
+        return self.machine.position, self.machine.is_reading and self.machine.position is not None
 
     async def status(self) -> dict[str, Any]:
         status = msgspec.to_builtins(self.machine.status())
@@ -112,8 +113,14 @@ class ParticipantActor:
     # -- effects ---------------------------------------------------------------------------
 
     async def _tick_forever(self) -> None:
+        """Tick when the machine has a deadline (flush by age), at most every TICK_S and at
+        least every IDLE_TICK_S: a pipeline with many idle partitions must not spend its
+        CPU waking their actors."""
+        longest = min(IDLE_TICK_S, self.machine.config.flush_max_age_s)
         while True:
-            await asyncio.sleep(TICK_S)
+            deadline = self.machine.next_deadline()
+            wait = longest if deadline is None else deadline - time.monotonic()
+            await asyncio.sleep(min(max(wait, TICK_S), longest))
             try:
                 await self._apply(lambda: self.machine.tick(time.monotonic()))
             except Exception:

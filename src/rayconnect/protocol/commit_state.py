@@ -36,6 +36,7 @@ class CommitState:
         started_at: float,
         commit_interval_s: float,
         write_timeout_s: float,
+        interval_from: float | None = None,
     ) -> None:
         self.epoch = epoch
         self.txn_id = txn_id
@@ -44,6 +45,9 @@ class CommitState:
             k: v for k, v in start_offsets.items() if k in self.partitions
         }
         self.started_at = started_at
+        #: The commit interval counts from here: the previous round's END when that round
+        #: finished, because participants read ahead from that END on; else the START.
+        self.interval_from = started_at if interval_from is None else interval_from
         self.ended_at: float | None = None
         self.commit_interval_s = commit_interval_s
         self.write_timeout_s = write_timeout_s
@@ -124,7 +128,7 @@ class CommitState:
     def should_end(self, now: float) -> bool:
         """Time to send END-COMMIT: the interval passed, or a participant asked."""
         return not self.is_ended and (
-            self.commit_requested or now >= self.started_at + self.commit_interval_s
+            self.commit_requested or now >= self.interval_from + self.commit_interval_s
         )
 
     def missing(self) -> frozenset[str]:
@@ -150,7 +154,7 @@ class CommitState:
     def deadline(self) -> float | None:
         """When the round next needs a ``tick``: its END, or its write timeout."""
         if self.ended_at is None:
-            return None if self.commit_requested else self.started_at + self.commit_interval_s
+            return None if self.commit_requested else self.interval_from + self.commit_interval_s
         return None if self.is_commit_ready() else self.ended_at + self.write_timeout_s
 
     # -- the commit --------------------------------------------------------------------------

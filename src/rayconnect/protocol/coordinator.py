@@ -7,8 +7,9 @@ in the table by the actor before ``recover`` (the table keeps it as a fence: onc
 epoch is claimed, commits of older epochs fail in the table). ``txn_id`` counts rounds
 within the epoch, from 1, and never goes back, not even after a failed commit.
 
-A round: START-COMMIT (broadcast with the table's offsets) -> after ``commit_interval_s``
-or on a REQUEST-COMMIT -> END-COMMIT -> WRITE-STATUS from every partition -> ``CommitTable``
+A round: START-COMMIT (broadcast with the table's offsets) -> ``commit_interval_s`` after
+the previous round's END (participants read ahead from there; after a discarded round or
+at start-up: after the START) or on a REQUEST-COMMIT -> END-COMMIT -> WRITE-STATUS from every partition -> ``CommitTable``
 (one table version, compare-and-set on the offsets the round started from) -> on
 ``commit_succeeded`` ACK-COMMIT and, in the same step, START-COMMIT of the next round.
 
@@ -299,7 +300,8 @@ class Coordinator:
                 version=version,
                 offsets={k: v for k, v in self._offsets.items() if k in rnd.partitions},
             )
-            return [Broadcast(to=tuple(sorted(rnd.partitions)), message=ack), *self._start(now)]
+            ack_all = Broadcast(to=tuple(sorted(rnd.partitions)), message=ack)
+            return [ack_all, *self._start(now, interval_from=rnd.ended_at)]
 
         return self._drive(Input.COMMIT_SUCCEEDED, handle)
 
@@ -414,7 +416,7 @@ class Coordinator:
 
     # -- the round ---------------------------------------------------------------------------
 
-    def _start(self, now: float) -> Ready:
+    def _start(self, now: float, interval_from: float | None = None) -> Ready:
         self._txn_id += 1
         rnd = CommitState(
             epoch=self._epoch,
@@ -422,6 +424,7 @@ class Coordinator:
             partitions=self._partitions,
             start_offsets=self._offsets,
             started_at=now,
+            interval_from=interval_from,
             commit_interval_s=self.config.commit_interval_s,
             write_timeout_s=self.config.write_timeout_s,
         )
@@ -450,7 +453,7 @@ class Coordinator:
             return [self._pending]
         if rnd.is_commit_ready():
             self._empty += 1
-            return self._start(now)
+            return self._start(now, interval_from=rnd.ended_at)
         # Timed out with nothing to commit: discard, and start again *from the table*
         # (design.md step 4). Reloading is also how a coordinator whose participants all
         # follow a newer epoch learns that it has been fenced.

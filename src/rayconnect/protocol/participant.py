@@ -5,8 +5,14 @@ Theory of operation
 A participant owns one Kafka partition. It is PAUSED until a START-COMMIT tells it where the
 round starts; then it is WRITING: the reader hands it contiguous batches, it buffers them
 and flushes them to the writer by size or age (KIP-89: flushing is decoupled from
-committing). On END-COMMIT it pauses, flushes the rest, waits for its flushes (ENDING) and
-sends WRITE-STATUS (REPORTED). ACK-COMMIT or a newer START-COMMIT closes the round.
+committing). On END-COMMIT it flushes the rest, waits for its flushes (ENDING) and sends
+WRITE-STATUS (REPORTED). ACK-COMMIT or a newer START-COMMIT closes the round.
+
+Reading does not stop at END: what arrives after it is *read ahead* for the next round
+(``ReadAhead``, bounded by the flush settings, the reader paused past them), so the reader
+works while Spark writes and the coordinator commits. The next START adopts the read-ahead
+when it starts where the reported round ended - the normal case, a committed round -
+and drops it otherwise (a discarded round, a partial commit without us), seeking as usual.
 
 Rules
 -----
@@ -28,6 +34,9 @@ Rules
   until new data arrives. Hence the reader must report ``first_offset`` as its position
   before the batch, not the first record's offset: compaction and transaction markers
   leave holes in offsets, and a hole would look like a lost batch (Seek, forever).
+- Read-ahead is accepted only if it continues exactly where the ended round stopped; any
+  other batch drops the read-ahead, pauses the reader and makes the next START seek. A START
+  with no offset (policy), a failed flush or an ACK that committed us elsewhere drop it too.
 - An idle partition reports at once on END, with no files: it never stalls a round.
 - A failed flush loses data that the round accepted: the round cannot be reported. The
   participant pauses, tells the coordinator (ROUND-LOST, so the round does not wait for it)
@@ -71,7 +80,7 @@ from rayconnect.protocol.messages import (
     StartCommit,
 )
 from rayconnect.protocol.types import DataFile
-from rayconnect.protocol.write_state import WriteState
+from rayconnect.protocol.write_state import ReadAhead, WriteState
 
 
 class ParticipantConfig(msgspec.Struct, frozen=True):
@@ -169,6 +178,7 @@ class ParticipantStatus(msgspec.Struct, frozen=True):
     buffered_records: int
     flushes_in_flight: int
     files: int
+    read_ahead_records: int
     batches_dropped: int
     messages_ignored: int
     last_error: str | None
@@ -183,6 +193,7 @@ class Participant:
         self._state = State.PAUSED
         self._round: tuple[int, int] | None = None
         self._txn: WriteState | None = None
+        self._ahead: ReadAhead | None = None
         self._reader_at: int | None = None
         self._committed: int | None = None
         #: True when a dropped batch leaves us unsure where the reader is: seek before trusting
@@ -210,6 +221,12 @@ class Participant:
         return self._reader_at
 
     @property
+    def is_reading(self) -> bool:
+        """Whether the reader should be delivering (a round is open, or reading ahead)."""
+        ahead = self._ahead
+        return self._state is State.WRITING or (ahead is not None and not ahead.full)
+
+    @property
     def committed_offset(self) -> int | None:
         """The partition's committed offset as last heard (START or ACK)."""
         return self._committed
@@ -233,6 +250,7 @@ class Participant:
             buffered_records=txn.buffered_records if txn else 0,
             flushes_in_flight=len(txn.in_flight) if txn else 0,
             files=len(txn.files) if txn else 0,
+            read_ahead_records=self._ahead.records if self._ahead else 0,
             batches_dropped=self._dropped,
             messages_ignored=self._ignored,
             last_error=self._last_error,
@@ -310,9 +328,13 @@ class Participant:
         self._round = (msg.epoch, msg.txn_id)
         offset = msg.offsets.get(self.key)
         self._committed = offset
-        self._txn = WriteState(msg.epoch, msg.txn_id, first_offset=offset)
+        txn = self._txn = WriteState(msg.epoch, msg.txn_id, first_offset=offset)
         self._gap_seek = None
         self._state = State.WRITING
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and offset == ahead.first_offset and not self._reader_lost:
+            txn.adopt(ahead)  # the reader is at ahead.next_offset already: no seek
+            return [Resume(), *self._after_append(txn)]
         if offset is None:
             self._reader_at, self._reader_lost = None, False
             return [SeekToPolicy(), Resume()]
@@ -328,7 +350,11 @@ class Participant:
             assert txn.reported is not None
             return [Send(to=COORDINATOR, message=txn.reported)]
         self._state = State.ENDING
-        effects: Ready = [Pause()]
+        effects: Ready = []
+        if txn.next_offset is not None and not self._reader_lost:
+            self._ahead = ReadAhead(txn.next_offset)  # keep reading for the next round
+        else:
+            effects.append(Pause())  # the start is unknown: nothing to continue from
         if txn.has_buffer:
             effects.append(self._flush(txn))
         return effects + self._maybe_report()
@@ -338,6 +364,9 @@ class Participant:
             return self._ignore()
         effects: Ready = [Pause()] if self._state is State.WRITING else []
         self._committed = msg.offsets.get(self.key)
+        ahead = self._ahead
+        if ahead is not None and self._committed != ahead.first_offset:
+            effects += self._drop_read_ahead()  # committed without us: START will seek back
         self._close()
         return effects
 
@@ -347,6 +376,8 @@ class Participant:
         txn = self._txn
         if first == next_:
             return []
+        if self._state is not State.WRITING and self._ahead is not None:
+            return self._read_ahead(self._ahead, first, next_, count, nbytes, handle, now)
         if self._state is not State.WRITING or txn is None or txn.next_offset is None:
             return self._drop(first, next_)
         if first > txn.next_offset and self._gap_seek != txn.next_offset:
@@ -359,6 +390,39 @@ class Participant:
         txn.append(next_, count, nbytes, handle, now)
         self._reader_at = next_
         self._gap_seek = None
+        return self._after_append(txn)
+
+    def _read_ahead(
+        self,
+        ahead: ReadAhead,
+        first: int,
+        next_: int,
+        count: int,
+        nbytes: int,
+        handle: object,
+        now: float,
+    ) -> Ready:
+        if first != ahead.next_offset:
+            self._dropped += 1
+            self._reader_lost = True  # stale or a gap: the next START seeks
+            return self._drop_read_ahead()
+        ahead.append(next_, count, nbytes, handle, now)
+        self._reader_at = next_
+        cfg = self.config
+        if not ahead.full and (
+            ahead.records >= cfg.flush_max_records or ahead.nbytes >= cfg.flush_max_bytes
+        ):
+            ahead.full = True
+            return [Pause()]  # bounded: wait for the next START
+        return []
+
+    def _drop_read_ahead(self) -> Ready:
+        ahead, self._ahead = self._ahead, None
+        return [Pause()] if ahead is not None and not ahead.full else []
+
+    def _after_append(self, txn: WriteState) -> Ready:
+        """Flush a buffer that reached the flush bounds; ask for an early commit when the
+        buffer keeps filling up (KIP-89)."""
         cfg = self.config
         if (
             txn.buffered_records < cfg.flush_max_records
@@ -385,7 +449,7 @@ class Participant:
         if txn is None or flush_id not in txn.in_flight:
             return self._ignore()
         self._last_error = f"flush {flush_id} of txn {txn.txn_id} failed: {reason}"
-        effects: Ready = [Pause()] if self._state is State.WRITING else []
+        effects: Ready = [Pause()] if self._state is State.WRITING else self._drop_read_ahead()
         # Tell the coordinator now, so the round does not wait write_timeout_s for us.
         lost = RoundLost(epoch=txn.epoch, txn_id=txn.txn_id, partition=self.key, reason=reason)
         effects.append(Send(to=COORDINATOR, message=lost))

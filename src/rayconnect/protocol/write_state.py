@@ -44,6 +44,13 @@ class WriteState:
         """The policy's offset is known: the round starts there."""
         self.first_offset = self.next_offset = self._buffer_first = offset
 
+    def adopt(self, carry: ReadAhead) -> None:
+        """Take over the batches read ahead since the last END; they start at this round's
+        first offset (the caller checked), so the round stays contiguous."""
+        assert carry.first_offset == self.next_offset
+        for next_offset, count, nbytes, handle, at in carry.batches:
+            self.append(next_offset, count, nbytes, handle, at)
+
     def append(self, next_offset: int, count: int, nbytes: int, handle: object, now: float) -> None:
         """Buffer a batch that starts exactly at ``self.next_offset`` (the caller checked)."""
         self._batches.append(handle)
@@ -103,3 +110,30 @@ class WriteState:
             records=self.records,
         )
         return self.reported
+
+
+class ReadAhead:
+    """Batches read after END-COMMIT, held for the next round.
+
+    Reading does not stop while a round is written and committed: the next round, if it
+    starts where the reported one ended (its START's offset for this partition equals
+    ``first_offset``), adopts these batches; any other START drops them and seeks. Nothing
+    here is ever flushed or reported by itself, so it cannot reach the table outside a round.
+    It is bounded by the flush settings: past them, the participant pauses the reader.
+    """
+
+    def __init__(self, first_offset: int) -> None:
+        self.first_offset = first_offset
+        self.next_offset = first_offset
+        self.batches: list[tuple[int, int, int, object, float]] = []
+        self.records = 0
+        self.nbytes = 0
+        #: The reader was paused because the read-ahead is full.
+        self.full = False
+
+    def append(self, next_offset: int, count: int, nbytes: int, handle: object, now: float) -> None:
+        """Keep a batch that starts exactly at ``self.next_offset`` (the caller checked)."""
+        self.batches.append((next_offset, count, nbytes, handle, now))
+        self.next_offset = next_offset
+        self.records += count
+        self.nbytes += nbytes
