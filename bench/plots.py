@@ -101,7 +101,7 @@ def plot_scaling(c, out: Path) -> Path:
         label="round START->ACK with data (median)",
     )
     ax2.plot(
-        ps, [i * 1000 for i in idle], "s--", color="#ff7f0e", label="idle round beyond the interval"
+        ps, [i * 1000 for i in idle], "s--", color="#ff7f0e", label="idle round END->next START"
     )
     ax2.axhline(250, ls=":", color="k", lw=0.8, label="target idle < 250 ms")
     ax2.axhline(

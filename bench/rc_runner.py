@@ -43,27 +43,29 @@ def stop(name: str, handle: rc.PipelineHandle | None) -> None:
 
 
 def idle_rounds(handle: rc.PipelineHandle, seconds: float, interval_s: float) -> dict[str, Any]:
-    """Time between empty rounds (no data anywhere): period and period minus the interval
-    (END -> every WRITE-STATUS -> next START: the protocol's own cost of a round)."""
+    """Empty rounds (no data anywhere) for ``seconds``: their period, and END -> every
+    WRITE-STATUS -> next START (``last_end_to_start_s``: the protocol's own cost of a round;
+    the interval counts from END, so the period alone would hide it)."""
     coord = ray.get_actor(names.coordinator(handle.name), namespace=names.NAMESPACE)
     changes: list[float] = []
+    turnarounds: list[float] = []
     last = ray.get(coord.status.remote())["rounds_empty"]
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        now_empty = ray.get(coord.status.remote())["rounds_empty"]
-        if now_empty != last:
+        status = ray.get(coord.status.remote())
+        if status["rounds_empty"] != last:
             changes.append(time.monotonic())
-            last = now_empty
+            turnarounds.append(status["last_end_to_start_s"])
+            last = status["rounds_empty"]
         time.sleep(0.02)
     if len(changes) < 2:
         return {"rounds": len(changes), "period_s": None, "overhead_s": None}
     periods = [b - a for a, b in zip(changes, changes[1:], strict=False)]
-    period = statistics.median(periods)
     return {
         "rounds": len(changes) - 1,
-        "period_s": period,
-        "overhead_s": period - interval_s,
-        "overhead_max_s": max(periods) - interval_s,
+        "period_s": statistics.median(periods),
+        "overhead_s": statistics.median(turnarounds),
+        "overhead_max_s": max(turnarounds),
     }
 
 
@@ -121,6 +123,7 @@ def run_backlog(
         "rounds_committed": rounds,
         "round_s_median": status.get("round_s_median"),
         "round_s_max": status.get("round_s_max"),
+        "end_to_start_s_median": status.get("end_to_start_s_median"),
         "commit_s_median": status.get("commit_s_median"),
         "spark_jobs": wstats.get("spark_jobs"),
         "spark_writes": wstats.get("spark_writes"),

@@ -473,13 +473,27 @@ def rows(results: dict) -> list[list[str]]:
                 ]
             )
         for p, pt in cc["points"].items():
+            R.append(
+                [
+                    "c scaling",
+                    f"round END->next START with data (write + commit), median, {p} partitions, s",
+                    "",
+                    "",
+                    _f(pt["rayconnect"].get("end_to_start_s_median"), ".2f"),
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
+        for p, pt in cc["points"].items():
             idle = pt["rayconnect"].get("idle") or {}
             ov = idle.get("overhead_s")
             target = p == "64"
             R.append(
                 [
                     "c scaling",
-                    f"idle round beyond the interval, {p} partitions, ms",
+                    f"idle round END->next START, {p} partitions, ms",
                     "",
                     "",
                     _f(None if ov is None else ov * 1000),

@@ -58,6 +58,7 @@ class CoordinatorActor:
         self.started_at = time.time()
         self.table_version: int | None = None
         self.round_durations: collections.deque[float] = collections.deque(maxlen=1000)
+        self.end_to_starts: collections.deque[float] = collections.deque(maxlen=1000)
         self.commit_latencies: collections.deque[float] = collections.deque(maxlen=1000)
         self.records_committed = 0
         self.fenced: str | None = None
@@ -192,6 +193,9 @@ class CoordinatorActor:
             await self._carry_out(step())
             if self._rounds_finished() > before:  # committed, partially or fully, or empty
                 self._finished_txn = max(self._finished_txn, txn)
+                turnaround = self.machine.status().last_end_to_start_s
+                if turnaround is not None:
+                    self.end_to_starts.append(turnaround)
         if self._retiring:
             await self._retire_finished()
 
@@ -301,6 +305,9 @@ class CoordinatorActor:
             error=self._error,
             round_s_median=statistics.median(durations) if durations else None,
             round_s_max=max(durations) if durations else None,
+            end_to_start_s_median=(
+                statistics.median(self.end_to_starts) if self.end_to_starts else None
+            ),
             commit_s_median=(
                 statistics.median(self.commit_latencies) if self.commit_latencies else None
             ),

@@ -175,6 +175,9 @@ class CoordinatorStatus(msgspec.Struct, frozen=True):
     statuses_rejected: int
     messages_ignored: int
     last_round_duration_s: float | None
+    #: END of the last finished round to the START of the next: writing, WRITE-STATUS and
+    #: the commit - the protocol's own cost of a round (participants read on meanwhile).
+    last_end_to_start_s: float | None
     last_error: str | None
 
 
@@ -199,6 +202,7 @@ class Coordinator:
         self._committed = self._partial = self._discarded = self._empty = 0
         self._rejected = self._ignored = self._requested = 0
         self._last_duration: float | None = None
+        self._last_end_to_start: float | None = None
         self._last_error: str | None = None
 
     # -- read-only views -------------------------------------------------------------------
@@ -249,6 +253,7 @@ class Coordinator:
             statuses_rejected=self._rejected,
             messages_ignored=self._ignored,
             last_round_duration_s=self._last_duration,
+            last_end_to_start_s=self._last_end_to_start,
             last_error=self._last_error,
         )
 
@@ -417,6 +422,8 @@ class Coordinator:
     # -- the round ---------------------------------------------------------------------------
 
     def _start(self, now: float, interval_from: float | None = None) -> Ready:
+        if interval_from is not None:
+            self._last_end_to_start = now - interval_from
         self._txn_id += 1
         rnd = CommitState(
             epoch=self._epoch,

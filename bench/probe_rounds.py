@@ -1,0 +1,82 @@
+"""Where a round's time goes under a steady load: samples the coordinator and the writer.
+
+    .venv/bin/python bench/probe_rounds.py [--rate 10000] [--seconds 40] [--interval 2]
+
+Offers ``--rate`` records/s to 8 partitions for ``--seconds`` while a sink pipeline with
+``commit_interval_s=--interval`` runs, then prints the rounds' END->START times, the writer's
+Spark write times (prepare + Spark) and produce-to-visible percentiles. A diagnostic for
+scenario (b), not part of ``run.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ray  # noqa: E402
+from common import Helper, RaySession, percentiles, produce_to_visible_ms  # noqa: E402
+from rc_runner import start_live, stop, wait_committed  # noqa: E402
+
+from rayconnect.actors import names  # noqa: E402
+from rayconnect.kafka.admin import create_topic  # noqa: E402
+from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rate", type=int, default=10_000)
+    ap.add_argument("--seconds", type=int, default=40)
+    ap.add_argument("--interval", type=float, default=2.0)
+    a = ap.parse_args()
+    with EmbeddedBroker("probe") as broker, RaySession(), tempfile.TemporaryDirectory() as tmp:
+        bs = broker.bootstrap_servers
+        asyncio.run(create_topic(bs, "probe", 8))
+        handle = start_live("probe", bs, "probe", f"{tmp}/t", {"commit_interval_s": a.interval})
+        writer = ray.get_actor(names.writer("probe"), namespace=names.NAMESPACE)
+        coord = ray.get_actor(names.coordinator("probe"), namespace=names.NAMESPACE)
+        writes: dict[int, tuple[float, float, float]] = {}
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                s = ray.get(writer.stats.remote())
+                writes[s["spark_writes"]] = (
+                    s.get("last_write_s") or 0,
+                    s.get("last_prepare_s") or 0,
+                    s.get("last_spark_s") or 0,
+                )
+                time.sleep(0.2)
+
+        t = threading.Thread(target=sample, daemon=True)
+        t.start()
+        try:
+            producer = Helper("paced_producer.py", bs, "probe", a.rate, a.seconds)
+            producer.wait_ready()
+            res = producer.result(a.seconds + 120)
+            status = wait_committed(handle, "probe", res["counts"], timeout_s=120)
+            done.set()
+            t.join()
+            s = ray.get(coord.status.remote())
+        finally:
+            stop("probe", handle)
+        lat = percentiles(produce_to_visible_ms(f"{tmp}/t"))
+        w = [v for k, v in sorted(writes.items()) if k > 1]  # the warm-up write is #1
+        med = lambda i: statistics.median(x[i] for x in w) if w else float("nan")  # noqa: E731
+        print(f"rounds committed {status['rounds_committed']}, writes {len(w)}")
+        print(f"round START->ACK median {s['round_s_median']:.2f} s")
+        print(f"END->next START median {s['end_to_start_s_median']:.2f} s")
+        print(f"write median {med(0):.2f} s (prepare {med(1):.2f} s, spark {med(2):.2f} s)")
+        print(f"commit median {s['commit_s_median'] * 1000:.0f} ms")
+        print(f"produce-to-visible p50 {lat['p50']:.0f} ms, p99 {lat['p99']:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
