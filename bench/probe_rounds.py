@@ -12,17 +12,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import pyarrow.parquet as pq  # noqa: E402
 import ray  # noqa: E402
-from common import Helper, RaySession, percentiles, produce_to_visible_ms  # noqa: E402
+from common import (  # noqa: E402
+    Helper,
+    RaySession,
+    delta_visibility,
+    percentiles,
+    produce_to_visible_ms,
+)
 from rc_runner import start_live, stop, wait_committed  # noqa: E402
 
 from rayconnect.actors import names  # noqa: E402
@@ -68,6 +77,22 @@ def main() -> None:
         finally:
             stop("probe", handle)
         lat = percentiles(produce_to_visible_ms(f"{tmp}/t"))
+        print("version  records  visible-after (s): oldest / newest record")
+        for version, committed, adds in delta_visibility(f"{tmp}/t")[:25]:
+            ts = [
+                pq.read_table(os.path.join(tmp, "t", unquote(rel)), columns=["timestamp"])[
+                    "timestamp"
+                ]
+                .cast("int64")
+                .to_numpy()
+                / 1e6
+                for rel in adds
+            ]
+            if ts:
+                lo = min(t.min() for t in ts)
+                hi = max(t.max() for t in ts)
+                n = sum(len(t) for t in ts)
+                print(f"{version:>7}  {n:>7}  {committed - lo:6.2f} / {committed - hi:6.2f}")
         w = [v for k, v in sorted(writes.items()) if k > 1]  # the warm-up write is #1
         med = lambda i: statistics.median(x[i] for x in w) if w else float("nan")  # noqa: E731
         print(f"rounds committed {status['rounds_committed']}, writes {len(w)}")

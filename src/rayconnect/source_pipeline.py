@@ -92,15 +92,11 @@ class SourcePipeline:
         group: str = "rayconnect",
         commit_timeout_s: float = 30.0,
         producer_properties: dict[str, str] | None = None,
+        dead_letter_topic: str | None = None,
     ) -> None:
-        if isinstance(task, type) and issubclass(task, SourceTask):
-            task = task()
-        if not isinstance(task, SourceTask):
-            raise ConfigError(f"task must be a rayconnect.SourceTask, not {type(task).__name__}")
         if not isinstance(target, KafkaTarget):
             raise ConfigError("target must be a rayconnect.KafkaTarget")
-        self.task = task
-        self.settings = SourceSettings(
+        settings = SourceSettings(
             name=name,
             target=target,
             tasks=tasks,
@@ -111,7 +107,26 @@ class SourcePipeline:
             group=group,
             commit_timeout_s=commit_timeout_s,
             producer_properties=dict(producer_properties or {}),
+            dead_letter_topic=dead_letter_topic,
         )
+        self._init(settings, task)
+
+    @classmethod
+    def from_settings(
+        cls, settings: SourceSettings, task: SourceTask | type[SourceTask]
+    ) -> SourcePipeline:
+        """The pipeline of already checked settings (a pipeline file's)."""
+        pipeline = cls.__new__(cls)
+        pipeline._init(settings, task)
+        return pipeline
+
+    def _init(self, settings: SourceSettings, task: SourceTask | type[SourceTask]) -> None:
+        if isinstance(task, type) and issubclass(task, SourceTask):
+            task = task()
+        if not isinstance(task, SourceTask):
+            raise ConfigError(f"task must be a rayconnect.SourceTask, not {type(task).__name__}")
+        self.task = task
+        self.settings = settings
         try:
             from ray import cloudpickle
 
@@ -153,6 +168,7 @@ class SourcePipeline:
 
 async def prepare_generation(settings: SourceSettings) -> tuple[bool, str | None]:
     """Probe, create the offsets topics, fence the old generation, record the new one."""
+    from rayconnect.kafka.admin import create_topic
     from rayconnect.kafka.discovery import client_properties
     from rayconnect.kafka.offsets_store import (
         ensure_offsets_topic,
@@ -186,6 +202,8 @@ async def prepare_generation(settings: SourceSettings) -> tuple[bool, str | None
         log.warning("source pipeline %s: %s", s.name, warning)
     for topic in {s.own_offsets_topic, s.global_offsets_topic}:
         await ensure_offsets_topic(bootstrap, topic, **client)
+    if s.dead_letter_topic is not None:
+        await create_topic(bootstrap, s.dead_letter_topic, 1, exist_ok=True, **client)
     own = await read_offsets(bootstrap, s.own_offsets_topic, s.name, **client)
     if transactional:
         old = own.task_count or 0

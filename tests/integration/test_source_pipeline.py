@@ -47,8 +47,11 @@ def run(coro: Any) -> Any:
 
 
 async def read_all(
-    bootstrap: str, topic: str = TOPIC, isolation_level: str = "read_committed"
-) -> list[tuple[bytes | None, bytes]]:
+    bootstrap: str,
+    topic: str = TOPIC,
+    isolation_level: str = "read_committed",
+    headers: bool = False,
+) -> list[tuple[Any, ...]]:
     """(key, value) of every record read_committed shows, per partition in offset order,
     up to the high watermark (so every transaction must be decided)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -67,12 +70,12 @@ async def read_all(
         tps = [TopicPartition(topic, p) for p in marks]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        out: list[tuple[bytes | None, bytes]] = []
+        out: list[tuple[Any, ...]] = []
         deadline = time.monotonic() + 60
         while not all([await consumer.position(tp) >= marks[tp.partition] for tp in tps]):
             assert time.monotonic() < deadline, "read_committed never reached the high watermark"
             for records in (await consumer.getmany(timeout_ms=100)).values():
-                out += [(r.key, r.value) for r in records]
+                out += [(r.key, r.value, *([dict(r.headers)] if headers else [])) for r in records]
         return out
     finally:
         await consumer.stop()
@@ -323,6 +326,51 @@ def test_file_source_round_trip_picks_up_new_files(broker: str, tmp_path: Path) 
     }
     offsets = committed(broker, "files")
     assert offsets[encode_partition({"file": "c.jsonl"})] == {"line": 99}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("dead_letter_topic", ["dlq", None])
+def test_a_record_that_cannot_be_written_goes_to_the_dead_letter_topic_or_stops_the_task(
+    broker: str, tmp_path: Path, dead_letter_topic: str | None
+) -> None:
+    """Line 55 of 100 is 2 MB, over the producer's 1 MB limit. With a dead-letter topic it
+    lands there, with the reason and its origin, in the same transaction as its neighbours;
+    without one the task stops for good (a restart would meet it again): lines 0-49 (five
+    committed transactions of 10) are visible, nothing of the failed transaction is."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lines = [
+        json.dumps({"line": i, "pad": "x" * (2_000_000 if i == 55 else 10)}) for i in range(100)
+    ]
+    (folder / "a.jsonl").write_text("".join(line + "\n" for line in lines))
+    source = rc.FileSource(str(folder), TOPIC, batch_size=10, idle_s=0.1)
+    name = f"poison-{dead_letter_topic or 'none'}"
+    handle = rc.SourcePipeline(
+        name, task=source, target=rc.KafkaTarget(broker), dead_letter_topic=dead_letter_topic
+    ).start()
+    try:
+        if dead_letter_topic:
+            status = _until(handle, lambda s: s["records_committed"] == 100)
+            assert status["tasks"][0]["dead_letters"] == 1
+        else:
+            status = _until(handle, lambda s: s["tasks"][0].get("bad_record") is not None)
+            task = status["tasks"][0]
+            assert "MessageSizeTooLarge" in task["bad_record"]
+            assert task["restarts"] == 0
+            time.sleep(2.0)  # stays failed: not restarted into the same record
+            assert handle.status()["tasks"][0]["restarts"] == 0
+    finally:
+        handle.stop()
+    got = [json.loads(v)["line"] for _, v in run(read_all(broker))]
+    if dead_letter_topic:
+        assert sorted(got) == [i for i in range(100) if i != 55]
+        [(key, value, headers)] = run(read_all(broker, dead_letter_topic, headers=True))
+        assert "MessageSizeTooLarge" in headers["rayconnect.error"].decode()
+        origin = json.loads(headers["rayconnect.origin"])
+        assert origin["source_offset"] == {"line": 55} and origin["topic"] == TOPIC
+        assert int(headers["rayconnect.value_bytes"]) > 2_000_000 > len(value)
+    else:
+        assert sorted(got) == list(range(50))
 
 
 @pytest.mark.timeout(60)

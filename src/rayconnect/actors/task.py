@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 import ray
+from aiokafka.errors import MessageSizeTooLargeError
 
 from rayconnect.actors import names
 from rayconnect.kafka import compat
@@ -48,13 +49,15 @@ from rayconnect.protocol.source_task import (
     SourceTaskMachine,
 )
 from rayconnect.source.base import (
+    BadRecord,
     RecordMetadata,
     SourceRecord,
     SourceTask,
     SourceTaskContext,
     TransactionContext,
+    dead_letter,
     encode_partition,
-    to_bytes,
+    encode_record,
 )
 from rayconnect.source.config import SourceSettings
 
@@ -101,6 +104,9 @@ class TaskRunner:
         self._fenced = False
         self._wants_record_commits = type(task).commit_record is not SourceTask.commit_record
         self.records_polled = 0
+        self.dead_letters = 0
+        #: the reason a record could not be written and had nowhere to go: the task stops
+        self.bad_record: str | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -114,6 +120,8 @@ class TaskRunner:
             exactly_once=self.transactional,
             warning=self.warning,
             records_polled=self.records_polled,
+            dead_letters=self.dead_letters,
+            bad_record=self.bad_record,
         )
         return s
 
@@ -154,13 +162,17 @@ class TaskRunner:
                 await self.producer.begin_transaction()
         elif isinstance(effect, Send):
             for record in self._polls[effect.poll_id][effect.segment]:
-                fut = await self.producer.send(
-                    record.topic,
-                    to_bytes(record.value),
-                    key=to_bytes(record.key),
-                    partition=record.partition,
-                    headers=list(record.headers) or None,
-                )
+                try:
+                    value, key, headers = encode_record(record)
+                    fut = await self.producer.send(
+                        record.topic,
+                        value,
+                        key=key,
+                        partition=record.partition,
+                        headers=headers,
+                    )
+                except (BadRecord, MessageSizeTooLargeError) as e:
+                    fut = await self._dead_letter(record, str(e) or type(e).__name__)
                 self._sent.append((record, fut))
         elif isinstance(effect, SendOffsets):
             topic = self.settings.own_offsets_topic
@@ -251,6 +263,19 @@ class TaskRunner:
         return [
             Segment(len(g), _newest_offsets(g), end) for g, end in zip(groups, ends, strict=True)
         ]
+
+    async def _dead_letter(self, record: Any, reason: str) -> asyncio.Future[Any]:
+        """Route a record that cannot be written to the dead-letter topic, in the open
+        transaction (so it is there exactly once, with its source offset); without one,
+        fail the task for good: a restart would only meet the same record again."""
+        topic = self.settings.dead_letter_topic
+        if topic is None:
+            self.bad_record = reason
+            raise BadRecord(f"{reason} (no dead_letter_topic: the task stops)")
+        log.warning("task %s/%d: dead letter: %s", self.settings.name, self.index, reason)
+        self.dead_letters += 1
+        value, key, headers = dead_letter(record, reason)
+        return await self.producer.send(topic, value, key=key, headers=headers)
 
     async def _commit(self) -> None:
         timeout = self.settings.commit_timeout_s
@@ -386,6 +411,13 @@ class SourceTaskActor:
         except Exception as e:
             self._failed = str(e)
             _kv_put(_kv_key(self.settings.name, self.index, "last_error"), str(e).encode())
+            if self.runner.bad_record is not None:
+                log.error(
+                    "task %s: failed for good, its transaction aborted: %s",
+                    names.task(self.settings.name, self.index),
+                    self.runner.bad_record,
+                )
+                return  # stays up, failed, so status shows why; a restart would loop
             log.error(
                 "task %s: failed (%s); exiting so Ray restarts it",
                 names.task(self.settings.name, self.index),

@@ -24,6 +24,8 @@ from typing import Any
 
 import msgspec
 
+from rayconnect.protocol.types import check_name
+
 
 class SourceRecord(msgspec.Struct, frozen=True):
     """One record for Kafka plus where it came from.
@@ -67,6 +69,76 @@ def to_bytes(value: Any) -> bytes | None:
     if isinstance(value, str):
         return value.encode()
     return msgspec.json.encode(value)
+
+
+class BadRecord(ValueError):
+    """A record ``poll()`` returned that cannot be written to Kafka; the message says why."""
+
+
+Encoded = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]
+
+
+def encode_record(record: Any) -> Encoded:
+    """``(value, key, headers)`` as the producer takes them, or ``BadRecord``. Checked per
+    record, so one bad record is named (topic, source partition and offset) and routed to
+    the dead-letter topic instead of failing a whole transaction for an unknown reason."""
+    if not isinstance(record, SourceRecord):
+        raise BadRecord(f"poll() returned a {type(record).__name__}, not a rayconnect.SourceRecord")
+    where = f"record for {record.topic!r} at {record.source_partition!r}/{record.source_offset!r}"
+    try:
+        check_name("topic", record.topic)
+    except (TypeError, ValueError) as e:
+        raise BadRecord(f"{where}: {e}") from None
+    if record.partition is not None and (
+        not isinstance(record.partition, int) or record.partition < 0
+    ):
+        raise BadRecord(f"{where}: partition must be None or an int >= 0, not {record.partition!r}")
+    try:
+        value, key = to_bytes(record.value), to_bytes(record.key)
+    except (TypeError, msgspec.EncodeError) as e:
+        raise BadRecord(f"{where}: cannot encode as JSON: {e}") from None
+    headers = list(record.headers)
+    for header in headers:
+        if not (
+            isinstance(header, tuple)
+            and len(header) == 2
+            and isinstance(header[0], str)
+            and isinstance(header[1], bytes | None)
+        ):
+            raise BadRecord(f"{where}: a header must be (str, bytes | None), not {header!r}")
+    return value, key, headers or None
+
+
+#: a dead letter carries at most this much of the value (the cause may be its size)
+DEAD_LETTER_MAX_VALUE = 64 * 1024
+
+
+def dead_letter(record: Any, reason: str) -> Encoded:
+    """What goes to the dead-letter topic for ``record``: its value and key as far as they
+    encode (else their repr), and the reason and origin as ``rayconnect.*`` headers."""
+
+    def best_effort(x: Any) -> bytes | None:
+        try:
+            return to_bytes(x)
+        except Exception:
+            return repr(x).encode()
+
+    value = best_effort(getattr(record, "value", record))
+    key = best_effort(getattr(record, "key", None))
+    size = None if value is None else len(value)
+    if value is not None and len(value) > DEAD_LETTER_MAX_VALUE:  # e.g. a record too large
+        value = value[:DEAD_LETTER_MAX_VALUE]
+    origin = {
+        "topic": getattr(record, "topic", None),
+        "source_partition": getattr(record, "source_partition", None),
+        "source_offset": getattr(record, "source_offset", None),
+    }
+    headers: list[tuple[str, bytes | None]] = [
+        ("rayconnect.error", reason.encode()),
+        ("rayconnect.origin", best_effort(origin)),
+        ("rayconnect.value_bytes", str(size).encode()),  # more than the value if truncated
+    ]
+    return value, key, headers
 
 
 def task_of(source_partition: Any, tasks: int) -> int:

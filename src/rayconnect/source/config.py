@@ -49,42 +49,67 @@ class KafkaTarget(msgspec.Struct, frozen=True):
             raise ConfigError(f"properties: {problem}")
 
 
-class SourceSettings(msgspec.Struct, frozen=True):
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class SourceSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """A source pipeline's settings, the task aside. Checked when built - by
+    ``rc.SourcePipeline`` and, with the task, by a ``kind: source`` pipeline file (which
+    extends this Struct) - and every error starts with the field's name."""
+
     name: str
     target: KafkaTarget
-    tasks: int = 1
+    tasks: PositiveInt = 1
     offsets_topic: str | None = None
     global_offsets_topic: str = GLOBAL_OFFSETS_TOPIC
     transaction_boundary: Boundary = "poll"
-    transaction_boundary_interval_s: float = 1.0
+    transaction_boundary_interval_s: PositiveFloat = 1.0
     exactly_once: ExactlyOnce = "requested"
     group: str = "rayconnect"
     #: how long a commit (or init) may take before the task fails (seed 000's max.block.ms)
-    commit_timeout_s: float = 30.0
+    commit_timeout_s: PositiveFloat = 30.0
     producer_properties: dict[str, str] = {}
+    #: where records that cannot be written go (Kafka Connect's errors.deadletterqueue),
+    #: in the same transaction as the rest; None: such a record fails the task, which then
+    #: stays failed with the reason (a restart would only meet the same record again)
+    dead_letter_topic: str | None = None
+
+    __repr__ = redacted_repr  # the target's properties hold credentials
 
     def __post_init__(self) -> None:
         try:
             check_name("pipeline name", self.name)
         except ValueError as e:
-            raise ConfigError(str(e)) from None
+            raise ConfigError(f"name: {e}") from None
+        for field, topic in (
+            ("offsets_topic", self.offsets_topic),
+            ("global_offsets_topic", self.global_offsets_topic),
+            ("dead_letter_topic", self.dead_letter_topic),
+        ):
+            if topic is not None:
+                _check_topic(field, topic)
         if self.tasks < 1:
-            raise ConfigError("tasks must be >= 1")
+            raise ConfigError("tasks: must be >= 1")
         if self.transaction_boundary not in BOUNDARIES:
             raise ConfigError(
-                f"transaction_boundary must be one of {BOUNDARIES}, not "
+                f"transaction_boundary: must be one of {BOUNDARIES}, not "
                 f"{self.transaction_boundary!r}"
             )
         if self.transaction_boundary_interval_s <= 0:
-            raise ConfigError("transaction_boundary_interval_s must be > 0")
+            raise ConfigError("transaction_boundary_interval_s: must be > 0")
         if self.exactly_once not in ("requested", "required"):
             raise ConfigError(
-                f"exactly_once must be 'requested' or 'required', not {self.exactly_once!r}"
+                f"exactly_once: must be 'requested' or 'required', not {self.exactly_once!r}"
             )
         if not self.group:
-            raise ConfigError("group must not be empty")
+            raise ConfigError("group: must not be empty")
         if self.commit_timeout_s <= 0:
-            raise ConfigError("commit_timeout_s must be > 0")
+            raise ConfigError("commit_timeout_s: must be > 0")
+        for problem in check_client_properties(self.producer_properties):
+            raise ConfigError(f"producer_properties: {problem}")
 
     @property
     def own_offsets_topic(self) -> str:
@@ -99,11 +124,6 @@ class SourceSettings(msgspec.Struct, frozen=True):
 # The task of a source pipeline is a Python object; a pipeline file names it with a tagged
 # ``task: {type: ...}`` mapping instead: one Struct per built-in source, with exactly the
 # parameters of its constructor, plus ``python`` for any SourceTask subclass by import path.
-
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
-NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
-PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
-NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class TaskConfig(msgspec.Struct, frozen=True, tag_field="type"):
@@ -309,56 +329,19 @@ def _check_topic(field: str, topic: str) -> None:
         raise ConfigError(f"{field}: {e}") from None
 
 
-class SourcePipelineConfig(msgspec.Struct, frozen=True):
+class SourcePipelineConfig(SourceSettings, frozen=True, kw_only=True):
     """A ``kind: source`` pipeline file: ``rc.SourcePipeline``'s arguments, with ``task`` as
     a tagged ``{type: files | delta | generator | python, ...}`` mapping."""
 
-    name: str
     task: FilesTask | DeltaTask | GeneratorTask | PythonTask
-    target: KafkaTarget
-    tasks: PositiveInt = 1
-    offsets_topic: str | None = None
-    transaction_boundary: Boundary = "poll"
-    transaction_boundary_interval_s: PositiveFloat = 1.0
-    exactly_once: ExactlyOnce = "requested"
-    group: str = "rayconnect"
-    commit_timeout_s: PositiveFloat = 30.0
-    producer_properties: dict[str, str] = {}
-
-    __repr__ = redacted_repr
-
-    def __post_init__(self) -> None:
-        # "field: problem", so that a pipeline file's error points at the field
-        try:
-            check_name("pipeline name", self.name)
-        except ValueError as e:
-            raise ConfigError(f"name: {e}") from None
-        if self.offsets_topic is not None:
-            _check_topic("offsets_topic", self.offsets_topic)
-        if not self.group:
-            raise ConfigError("group: must not be empty")
-        for problem in check_client_properties(self.producer_properties):
-            raise ConfigError(f"producer_properties: {problem}")
-        self.settings()  # and whatever else SourceSettings checks
 
     def settings(self) -> SourceSettings:
-        return SourceSettings(
-            name=self.name,
-            target=self.target,
-            tasks=self.tasks,
-            offsets_topic=self.offsets_topic,
-            transaction_boundary=self.transaction_boundary,
-            transaction_boundary_interval_s=self.transaction_boundary_interval_s,
-            exactly_once=self.exactly_once,
-            group=self.group,
-            commit_timeout_s=self.commit_timeout_s,
-            producer_properties=dict(self.producer_properties),
-        )
+        fields = msgspec.structs.asdict(self)
+        del fields["task"]
+        return SourceSettings(**fields)
 
     def to_pipeline(self) -> Any:
         """The ``rc.SourcePipeline`` this file describes (builds the task; imports Ray)."""
         from rayconnect.source_pipeline import SourcePipeline
 
-        settings = msgspec.structs.asdict(self.settings())
-        del settings["global_offsets_topic"]  # not a SourcePipeline argument
-        return SourcePipeline(settings.pop("name"), task=self.task.build(), **settings)
+        return SourcePipeline.from_settings(self.settings(), self.task.build())
