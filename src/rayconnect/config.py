@@ -16,7 +16,12 @@ import msgspec
 from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
 from rayconnect.properties import check_client_properties
-from rayconnect.protocol.streams import MetadataError, clusters_of, select_streams
+from rayconnect.protocol.streams import (
+    MetadataError,
+    clusters_of,
+    select_streams,
+    with_default_properties,
+)
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
 from rayconnect.redact import redacted_repr
 
@@ -114,9 +119,11 @@ class KafkaSource(msgspec.Struct, frozen=True):
                 _require(offset >= 0, f"source.starting_offsets[{key!r}] must be >= 0")
 
     def streams(self) -> tuple[KafkaStream, ...]:
-        """The subscribed streams, as the metadata service has them now."""
-        return select_streams(
-            self.metadata.get_all_streams(), self.stream_ids, self.stream_pattern
+        """The subscribed streams, as the metadata service has them now, with the
+        source-wide ``properties`` under each cluster's own."""
+        return with_default_properties(
+            select_streams(self.metadata.get_all_streams(), self.stream_ids, self.stream_pattern),
+            self.properties,
         )
 
     def clusters(self) -> dict[str, ClusterMetadata]:

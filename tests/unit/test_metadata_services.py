@@ -294,3 +294,23 @@ def test_single_cluster_needs_a_refresh_and_validates() -> None:
             SingleClusterMetadataService(**{"bootstrap_servers": "h:1", **kwargs})  # type: ignore[arg-type]
     secret = SingleClusterMetadataService("h:1", properties={"sasl.plain.password": "hunter2"})
     assert "hunter2" not in repr(secret)
+
+
+def test_source_wide_properties_reach_every_cluster_under_its_own() -> None:
+    import rayconnect as rc
+
+    meta = rc.StaticMetadataService(
+        [
+            rc.KafkaStream(
+                "s",
+                {
+                    "a": rc.ClusterMetadata("h:1", ("t",)),
+                    "b": rc.ClusterMetadata("h:2", ("t",), {"security.protocol": "SSL"}),
+                },
+            )
+        ]
+    )
+    source = rc.KafkaSource(meta, properties={"security.protocol": "SASL_SSL", "client.id": "rc"})
+    clusters = source.clusters()
+    assert clusters["a"].properties == {"security.protocol": "SASL_SSL", "client.id": "rc"}
+    assert clusters["b"].properties == {"security.protocol": "SSL", "client.id": "rc"}

@@ -156,8 +156,11 @@ class EnumeratorActor:
 
     async def _poll(self) -> None:
         from rayconnect.metadata import poll_service
+        from rayconnect.protocol.streams import with_default_properties
 
         streams, error = await poll_service(self.service)
+        if streams is not None:  # source-wide client properties under each cluster's own
+            streams = with_default_properties(streams, self.config.source.properties)
         await self._apply(lambda: self.machine.metadata_polled(streams, error, time.monotonic()))
 
     async def _discover(self, effect: DiscoverPartitions) -> None:

@@ -13,7 +13,9 @@ anything else is ambiguous and rejected rather than resolved by "last one wins".
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+
+import msgspec
 
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream
 
@@ -82,3 +84,22 @@ def clusters_of(streams: Iterable[KafkaStream]) -> dict[str, ClusterMetadata]:
                 {**prev.properties, **meta.properties},
             )
     return merged
+
+
+def with_default_properties(
+    streams: Iterable[KafkaStream], defaults: Mapping[str, str]
+) -> tuple[KafkaStream, ...]:
+    """``streams`` with ``defaults`` (the source-wide Kafka client properties) under each
+    cluster's own properties: a cluster's setting wins over the source's."""
+    if not defaults:
+        return tuple(streams)
+    return tuple(
+        KafkaStream(
+            s.stream_id,
+            {
+                cid: msgspec.structs.replace(c, properties={**defaults, **c.properties})
+                for cid, c in s.clusters.items()
+            },
+        )
+        for s in streams
+    )
