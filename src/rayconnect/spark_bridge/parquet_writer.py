@@ -142,6 +142,16 @@ def _block_reader(
     return read_blocks
 
 
+def _executor_cores(spark: SparkSession) -> int:
+    conf = spark.sparkContext.getConf()
+    try:
+        return int(conf.get("spark.executor.instances", "1")) * int(
+            conf.get("spark.executor.cores", "1")
+        )
+    except ValueError:
+        return spark.sparkContext.defaultParallelism
+
+
 def _blocks_frame(
     spark: SparkSession,
     holder: tuple[ray.actor.ActorHandle, str, str],
@@ -160,8 +170,10 @@ def _blocks_frame(
 
     _, holder_name, namespace = holder
     out_schema = schema.append(pa.field(GROUP_COLUMN, pa.int32()))
-    # One task per executor core: each task writes one file per group it sees.
-    slices = max(1, min(len(refs), spark.sparkContext.defaultParallelism))
+    # One task per executor core: each task writes one file per group it sees. Not
+    # defaultParallelism: Spark makes that at least 2, and two tasks queued on one core
+    # cost a round ~0.15 s and twice the files (micro_spark_write.py: 0.78 -> 0.62 s).
+    slices = max(1, min(len(refs), _executor_cores(spark)))
     reader = _block_reader(
         ray.get_runtime_context().gcs_address, namespace, holder_name, write_id, group_of, schema
     )
