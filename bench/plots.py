@@ -13,8 +13,8 @@ SYSTEMS = ("ceiling", "baseline", "rayconnect")
 COLORS = {"ceiling": "#9e9e9e", "baseline": "#1f77b4", "rayconnect": "#d62728"}
 
 
-def _bars(ax, labels, values, colors, fmt="{:,.0f}"):
-    bars = ax.bar(labels, values, color=colors)
+def _label(ax, bars, values, fontsize=8, fmt="{:,.0f}"):
+    """Write each bar's value above it."""
     for b, v in zip(bars, values, strict=True):
         if v is not None:
             ax.annotate(
@@ -22,8 +22,20 @@ def _bars(ax, labels, values, colors, fmt="{:,.0f}"):
                 (b.get_x() + b.get_width() / 2, b.get_height()),
                 ha="center",
                 va="bottom",
-                fontsize=8,
+                fontsize=fontsize,
             )
+
+
+def _bars(ax, labels, values, colors):
+    _label(ax, ax.bar(labels, values, color=colors), values)
+
+
+def _save(fig, out: Path, name: str) -> Path:
+    fig.tight_layout()
+    path = out / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot_throughput(a, out: Path) -> Path:
@@ -34,11 +46,7 @@ def plot_throughput(a, out: Path) -> Path:
     ax.set_ylabel("records/s")
     ax.set_title(f"(a) throughput: {a['records']:,} records backlog, {a['partitions']} partitions")
     ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    path = out / "a_throughput.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out, "a_throughput.png")
 
 
 def plot_latency(b, out: Path) -> Path:
@@ -55,25 +63,14 @@ def plot_latency(b, out: Path) -> Path:
             color=[COLORS[s] for s in SYSTEMS],
             alpha=0.55 if p == "p50" else 1.0,
         )
-        for bar, v in zip(bars, vals, strict=True):
-            ax.annotate(
-                f"{v:,.0f}",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=8,
-            )
+        _label(ax, bars, vals)
     limit = (b["commit_interval_s"] + 1) * 1000
     ax.axhline(limit, ls="--", color="k", lw=0.8, label=f"target p99 < {limit:.0f} ms")
     ax.set_xticks(list(xs), SYSTEMS)
     ax.set_ylabel("produce-to-visible, ms")
     ax.set_title(f"(b) latency: {b['rate']:,}/s offered for {b['seconds']} s (light p50, dark p99)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "b_latency.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out, "b_latency.png")
 
 
 def plot_scaling(c, out: Path) -> Path:
@@ -100,6 +97,14 @@ def plot_scaling(c, out: Path) -> Path:
         color=COLORS["rayconnect"],
         label="round START->ACK with data (median)",
     )
+    turnaround = [c["points"][p]["rayconnect"].get("end_to_start_s_median") or 0 for p in points]
+    ax2.plot(
+        ps,
+        [t * 1000 for t in turnaround],
+        "^-",
+        color="#8c564b",
+        label="round END->next START with data (median)",
+    )
     ax2.plot(
         ps, [i * 1000 for i in idle], "s--", color="#ff7f0e", label="idle round END->next START"
     )
@@ -112,11 +117,7 @@ def plot_scaling(c, out: Path) -> Path:
     ax2.set_xticks(ps)
     ax2.set_title("(c) round time, rayconnect")
     ax2.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "c_scaling.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out, "c_scaling.png")
 
 
 def plot_memory(d, out: Path) -> Path:
@@ -132,11 +133,7 @@ def plot_memory(d, out: Path) -> Path:
     _bars(ax, labels, vals, colors)
     ax.set_ylabel("peak PSS of all the run's processes, MB")
     ax.set_title("(d) memory vs backlog size")
-    fig.tight_layout()
-    path = out / "d_memory.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out, "d_memory.png")
 
 
 def plot_source(e, out: Path) -> Path:
@@ -157,23 +154,12 @@ def plot_source(e, out: Path) -> Path:
             color=COLORS[s],
             label=names[s],
         )
-        for bar, v in zip(bars, vals, strict=True):
-            ax.annotate(
-                f"{v:,.0f}",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-            )
+        _label(ax, bars, vals, fontsize=7)
     ax.set_xticks(range(len(batches)), [f"batch {b}" for b in batches])
     ax.set_ylabel("records/s")
     ax.set_title(f"(e) source: {e['records']:,} records, {e['partitions']} partitions")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "e_source.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out, "e_source.png")
 
 
 def plot_all(doc: dict, out: Path) -> list[Path]:

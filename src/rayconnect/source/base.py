@@ -18,6 +18,7 @@ even spread; GeneratorSource does.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -84,29 +85,43 @@ def encode_record(record: Any) -> Encoded:
     the dead-letter topic instead of failing a whole transaction for an unknown reason."""
     if not isinstance(record, SourceRecord):
         raise BadRecord(f"poll() returned a {type(record).__name__}, not a rayconnect.SourceRecord")
-    where = f"record for {record.topic!r} at {record.source_partition!r}/{record.source_offset!r}"
-    try:
-        check_name("topic", record.topic)
-    except (TypeError, ValueError) as e:
-        raise BadRecord(f"{where}: {e}") from None
-    if record.partition is not None and (
-        not isinstance(record.partition, int) or record.partition < 0
+    problem = _topic_problem(record.topic) if isinstance(record.topic, str) else "not a str"
+    if (
+        problem is None
+        and record.partition is not None
+        and (not isinstance(record.partition, int) or record.partition < 0)
     ):
-        raise BadRecord(f"{where}: partition must be None or an int >= 0, not {record.partition!r}")
+        problem = f"partition must be None or an int >= 0, not {record.partition!r}"
     try:
         value, key = to_bytes(record.value), to_bytes(record.key)
     except (TypeError, msgspec.EncodeError) as e:
-        raise BadRecord(f"{where}: cannot encode as JSON: {e}") from None
-    headers = list(record.headers)
+        problem = problem or f"cannot encode as JSON: {e}"
+    try:
+        headers = list(record.headers or ())
+    except TypeError:
+        headers, problem = [], problem or f"headers must be a list of pairs, not {record.headers!r}"
     for header in headers:
-        if not (
+        if problem is None and not (
             isinstance(header, tuple)
             and len(header) == 2
             and isinstance(header[0], str)
             and isinstance(header[1], bytes | None)
         ):
-            raise BadRecord(f"{where}: a header must be (str, bytes | None), not {header!r}")
+            problem = f"a header must be (str, bytes | None), not {header!r}"
+    if problem is not None:
+        where = f"{record.topic!r} at {record.source_partition!r}/{record.source_offset!r}"
+        raise BadRecord(f"record for {where}: {problem}")
     return value, key, headers or None
+
+
+@functools.lru_cache(maxsize=1024)
+def _topic_problem(topic: str) -> str | None:
+    """Why ``topic`` is no topic name, or None; cached: checked for every record."""
+    try:
+        check_name("topic", topic)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 #: a dead letter carries at most this much of the value (the cause may be its size)
