@@ -44,11 +44,12 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--seconds", type=int, default=40)
     ap.add_argument("--interval", type=float, default=2.0)
+    ap.add_argument("--caught-up", action="store_true", help="commit_when_caught_up=True")
     a = ap.parse_args()
     with EmbeddedBroker("probe") as broker, RaySession(), tempfile.TemporaryDirectory() as tmp:
         bs = broker.bootstrap_servers
         asyncio.run(create_topic(bs, "probe", 8))
-        handle = start_live("probe", bs, "probe", f"{tmp}/t", {"commit_interval_s": a.interval})
+        handle = start_live("probe", bs, "probe", f"{tmp}/t", {"commit_interval_s": a.interval, "commit_when_caught_up": a.caught_up})
         writer = ray.get_actor(names.writer("probe"), namespace=names.NAMESPACE)
         coord = ray.get_actor(names.coordinator("probe"), namespace=names.NAMESPACE)
         writes: dict[int, tuple[float, float, float]] = {}

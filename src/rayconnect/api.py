@@ -75,6 +75,7 @@ class SinkPipeline:
         flush_max_bytes: int = 64 * 1024 * 1024,
         flush_max_age_s: float = 30.0,
         request_commit_after_flushes: int = 4,
+        commit_when_caught_up: bool = False,
         spark: SparkSettings | None = None,
     ) -> None:
         self.config = SinkPipelineConfig(
@@ -88,6 +89,7 @@ class SinkPipeline:
                 flush_max_bytes=flush_max_bytes,
                 flush_max_age_s=flush_max_age_s,
                 request_commit_after_flushes=request_commit_after_flushes,
+                commit_when_caught_up=commit_when_caught_up,
             ),
             spark=spark or SparkSettings(),
         )

@@ -157,6 +157,10 @@ class CommitSettings(msgspec.Struct, frozen=True):
     flush_max_bytes: int = 64 * 1024 * 1024
     flush_max_age_s: float = 30.0
     request_commit_after_flushes: int = 4
+    #: end a round as soon as a partition with data in it has read all there is: the
+    #: lowest latency (a table version per write, ~1 s apart), and a backlog's last round
+    #: does not wait out the interval. Off: a version per commit_interval_s.
+    commit_when_caught_up: bool = False
 
     def __post_init__(self) -> None:
         _require(self.commit_interval_s > 0, "commit_interval_s must be > 0")

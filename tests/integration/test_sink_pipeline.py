@@ -272,6 +272,32 @@ def test_a_full_buffer_flushes_and_asks_for_an_early_commit(ray_session, kafka_b
         handle.stop(commit=False)
 
 
+@pytest.mark.timeout(400)
+def test_commit_when_caught_up_ends_rounds_without_waiting_for_the_interval(
+    ray_session, kafka_broker, tmp_path
+):
+    """With a 600 s interval, only "caught up" can end a round: every record is still
+    committed, twice over (a backlog, then records that come later), exactly once."""
+    produced = Produced(kafka_broker.bootstrap_servers, "caughtup", 2)
+    produced.more(3000)
+    handle = _pipeline(
+        "caughtup",
+        kafka_broker.bootstrap_servers,
+        "caughtup",
+        tmp_path / "t",
+        commit_interval_s=600,
+        commit_when_caught_up=True,
+    ).start()
+    try:
+        handle.wait_for(_caught_up(produced), timeout_s=150)
+        produced.more(2000)
+        status = handle.wait_for(_caught_up(produced), timeout_s=150)
+        assert status["rounds_requested"] >= 2
+        assert_exactly_once(tmp_path / "t", produced, status)
+    finally:
+        handle.stop(commit=False)
+
+
 @pytest.mark.timeout(600)
 def test_a_dead_participant_holds_the_others_back_no_longer_than_the_write_timeout(
     ray_session, kafka_broker, tmp_path

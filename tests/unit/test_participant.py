@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from rayconnect.protocol.effects import (
@@ -318,3 +319,28 @@ def test_the_transition_table_has_no_holes() -> None:
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError):
         ParticipantConfig(flush_max_records=0)
+
+
+def test_commit_when_caught_up_asks_once_per_round_when_a_batch_reaches_the_end() -> None:
+    p = Participant(KEY, msgspec.structs.replace(CFG, commit_when_caught_up=True))
+    p.step(StartCommit(1, 1, {KEY: 0}), now=0.0)
+    request = Send(to=COORDINATOR, message=RequestCommit(1, 1, KEY))
+    assert p.records(0, 3, 3, 30, "b0", 0.0) == []  # more to read
+    assert p.records(3, 5, 2, 20, "b3", 0.0, caught_up=True) == [request]
+    assert p.records(5, 6, 1, 10, "b5", 0.0, caught_up=True) == []  # once per round
+    # without the setting, reaching the end asks nothing
+    q = writing(0)
+    assert q.records(0, 3, 3, 30, "b0", 0.0, caught_up=True) == []
+
+
+def test_a_caught_up_read_ahead_asks_for_the_commit_at_the_next_start() -> None:
+    """A backlog's last records may arrive as read-ahead: no batch follows them, so the
+    START that adopts them must ask, or the round would wait out the interval."""
+    p = Participant(KEY, msgspec.structs.replace(CFG, commit_when_caught_up=True))
+    p.step(StartCommit(1, 1, {KEY: 0}), now=0.0)
+    reported(p)
+    p.records(0, 4, 4, 40, "b0", 1.0, caught_up=True)
+    assert p.step(StartCommit(1, 2, {KEY: 0}), now=2.0) == [
+        Resume(),
+        Send(to=COORDINATOR, message=RequestCommit(1, 2, KEY)),
+    ]

@@ -64,6 +64,7 @@ class ParticipantActor:
                 flush_max_bytes=commit.flush_max_bytes,
                 flush_max_age_s=commit.flush_max_age_s,
                 request_commit_after_flushes=commit.request_commit_after_flushes,
+                commit_when_caught_up=commit.commit_when_caught_up,
             ),
         )
         self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
@@ -85,13 +86,26 @@ class ParticipantActor:
             await self._apply(lambda m=message: self.machine.step(m, time.monotonic()))
 
     async def records(
-        self, first_offset: int, next_offset: int, count: int, nbytes: int, refs: list
+        self,
+        first_offset: int,
+        next_offset: int,
+        count: int,
+        nbytes: int,
+        refs: list,
+        caught_up: bool = False,
     ) -> None:
-        """A batch from the reader; ``refs`` is a one-element list so Ray passes the ref."""
+        """A batch from the reader; ``refs`` is a one-element list so Ray passes the ref;
+        ``caught_up``: the batch ends at the partition's high watermark."""
         self.records_in += count
         await self._apply(
             lambda: self.machine.records(
-                first_offset, next_offset, count, nbytes, refs[0], time.monotonic()
+                first_offset,
+                next_offset,
+                count,
+                nbytes,
+                refs[0],
+                time.monotonic(),
+                caught_up=caught_up,
             )
         )
 

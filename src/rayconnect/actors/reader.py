@@ -233,8 +233,14 @@ class ReaderActor:
                         high_watermark=self._consumer.highwater(tp),
                         next_offset=self._next[key],
                     )
+                    high_watermark = self._consumer.highwater(tp)
                     call = self._participants[key].records.remote(
-                        first, self._next[key], len(records), batch.nbytes, [ref]
+                        first,
+                        self._next[key],
+                        len(records),
+                        batch.nbytes,
+                        [ref],
+                        high_watermark is not None and self._next[key] >= high_watermark,
                     )
                     handed.append((key, first, call))
                 results = await asyncio.gather(*(c for _, _, c in handed), return_exceptions=True)

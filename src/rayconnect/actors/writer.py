@@ -37,6 +37,8 @@ from rayconnect.spark_bridge.session import start_spark, stop_spark
 log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "rayconnect"
+WARM_UP_WRITES = 4
+WARM_UP_ROWS = 2_500  # a block; 8 groups of it: about one second of a 10k records/s stream
 
 
 def writer_name(pipeline: str) -> str:
@@ -124,7 +126,12 @@ class WriterActor:
             t0 = time.perf_counter()
             scratch = tempfile.mkdtemp(prefix="rayconnect-warm-up-")
             try:
-                write_groups_detailed(self._spark, scratch, [[ray.put(_warm_up_table())]])
+                # Several round-sized writes, not one: the JVM compiles the write path only
+                # after it ran hot for a while, and until then the first rounds of a pipeline
+                # took 1.5-2x as long (probe_rounds.py: the first ~10 s of a steady load).
+                block = ray.put(_warm_up_table().take([0] * WARM_UP_ROWS))
+                for _ in range(WARM_UP_WRITES):
+                    write_groups_detailed(self._spark, scratch, [[block]] * 8)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
             self._stats["warm_up_s"] = round(time.perf_counter() - t0, 3)

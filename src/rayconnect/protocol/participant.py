@@ -43,6 +43,7 @@ Rules
   and waits for the next START.
 - After ``request_commit_after_flushes`` size-triggered flushes in one round the buffer is
   "staying full": REQUEST-COMMIT once per round, so the coordinator ends the round early.
+  With ``commit_when_caught_up`` a batch that reaches the high watermark asks the same.
 
 Error versus ignore: every input is allowed in every state (the table below has no holes),
 because late flush results, late reader batches and any message can legitimately arrive
@@ -90,6 +91,8 @@ class ParticipantConfig(msgspec.Struct, frozen=True):
     flush_max_bytes: int = 64 * 1024 * 1024
     flush_max_age_s: float = 30.0
     request_commit_after_flushes: int = 0
+    #: REQUEST-COMMIT as soon as a batch reaches the high watermark in a round with data
+    commit_when_caught_up: bool = False
 
     def __post_init__(self) -> None:
         if self.flush_max_records <= 0 or self.flush_max_bytes <= 0 or self.flush_max_age_s <= 0:
@@ -276,8 +279,11 @@ class Participant:
         nbytes: int,
         handle: object,
         now: float,
+        *,
+        caught_up: bool = False,
     ) -> Ready:
-        """The reader delivers offsets ``[first_offset, next_offset)`` as ``handle``."""
+        """The reader delivers offsets ``[first_offset, next_offset)`` as ``handle``;
+        ``caught_up``: they end at the partition's high watermark (nothing more to read)."""
         if next_offset < first_offset or first_offset < 0 or count < 0 or nbytes < 0:
             raise ProtocolError(
                 f"{self.key}: bad batch [{first_offset}, {next_offset}) "
@@ -285,7 +291,9 @@ class Participant:
             )
         return self._drive(
             Input.RECORDS,
-            lambda: self._on_records(first_offset, next_offset, count, nbytes, handle, now),
+            lambda: self._on_records(
+                first_offset, next_offset, count, nbytes, handle, now, caught_up
+            ),
         )
 
     def flushed(self, flush_id: int, files: Iterable[DataFile], now: float) -> Ready:
@@ -334,7 +342,10 @@ class Participant:
         ahead, self._ahead = self._ahead, None
         if ahead is not None and offset == ahead.first_offset and not self._reader_lost:
             txn.adopt(ahead)  # the reader is at ahead.next_offset already: no seek
-            return [Resume(), *self._after_append(txn)]
+            effects = [Resume(), *self._after_append(txn)]
+            if ahead.caught_up and ahead.records and self.config.commit_when_caught_up:
+                effects += self._request_commit(txn)  # no more batches may ever come
+            return effects
         if offset is None:
             self._reader_at, self._reader_lost = None, False
             return [SeekToPolicy(), Resume()]
@@ -371,13 +382,23 @@ class Participant:
         return effects
 
     def _on_records(
-        self, first: int, next_: int, count: int, nbytes: int, handle: object, now: float
+        self,
+        first: int,
+        next_: int,
+        count: int,
+        nbytes: int,
+        handle: object,
+        now: float,
+        caught_up: bool,
     ) -> Ready:
         txn = self._txn
         if first == next_:
             return []
         if self._state is not State.WRITING and self._ahead is not None:
-            return self._read_ahead(self._ahead, first, next_, count, nbytes, handle, now)
+            ready = self._read_ahead(self._ahead, first, next_, count, nbytes, handle, now)
+            if self._ahead is not None:
+                self._ahead.caught_up = caught_up
+            return ready
         if self._state is not State.WRITING or txn is None or txn.next_offset is None:
             return self._drop(first, next_)
         if first > txn.next_offset and self._gap_seek != txn.next_offset:
@@ -390,7 +411,10 @@ class Participant:
         txn.append(next_, count, nbytes, handle, now)
         self._reader_at = next_
         self._gap_seek = None
-        return self._after_append(txn)
+        effects = self._after_append(txn)
+        if caught_up and self.config.commit_when_caught_up:
+            effects += self._request_commit(txn)
+        return effects
 
     def _read_ahead(
         self,
@@ -432,11 +456,18 @@ class Participant:
         effects: Ready = [self._flush(txn)]
         txn.size_flushes += 1
         wanted = cfg.request_commit_after_flushes
-        if wanted and txn.size_flushes >= wanted and not txn.commit_requested:
-            txn.commit_requested = True
-            request = RequestCommit(epoch=txn.epoch, txn_id=txn.txn_id, partition=self.key)
-            effects.append(Send(to=COORDINATOR, message=request))
+        if wanted and txn.size_flushes >= wanted:
+            effects += self._request_commit(txn)
         return effects
+
+    def _request_commit(self, txn: WriteState) -> Ready:
+        """REQUEST-COMMIT, once per round (KIP-89: the buffer keeps filling up; or, with
+        ``commit_when_caught_up``, there is nothing more to read)."""
+        if txn.commit_requested:
+            return []
+        txn.commit_requested = True
+        request = RequestCommit(epoch=txn.epoch, txn_id=txn.txn_id, partition=self.key)
+        return [Send(to=COORDINATOR, message=request)]
 
     def _on_flushed(self, flush_id: int, files: Iterable[DataFile]) -> Ready:
         txn = self._txn

@@ -130,6 +130,8 @@ class ReadAhead:
         self.nbytes = 0
         #: The reader was paused because the read-ahead is full.
         self.full = False
+        #: The last batch reached the high watermark.
+        self.caught_up = False
 
     def append(self, next_offset: int, count: int, nbytes: int, handle: object, now: float) -> None:
         """Keep a batch that starts exactly at ``self.next_offset`` (the caller checked)."""
