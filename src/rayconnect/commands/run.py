@@ -161,14 +161,18 @@ def run_command(args) -> int:
             flush=True,
         )
         if args.detach:
-            print(
-                f"detached: watch it with `rayconnect status {config.name} --watch`, "
-                f"stop it with `rayconnect stop {config.name}`",
-                flush=True,
-            )
-            return EXIT_OK
+            return _detached(config.name)
         return _foreground(handle, args, producer)
     return EXIT_FAILED  # pragma: no cover - unreachable
+
+
+def _detached(name: str) -> int:
+    print(
+        f"detached: watch it with `rayconnect status {name} --watch`, "
+        f"stop it with `rayconnect stop {name}`",
+        flush=True,
+    )
+    return EXIT_OK
 
 
 @contextlib.contextmanager
@@ -344,12 +348,7 @@ def run_source(config, args) -> int:
             flush=True,
         )
         if args.detach:
-            print(
-                f"detached: watch it with `rayconnect status {config.name} --watch`, "
-                f"stop it with `rayconnect stop {config.name}`",
-                flush=True,
-            )
-            return EXIT_OK
+            return _detached(config.name)
         with _stop_signals() as stop_requested:
             return source_loop(handle, args.interval, stop_requested)
     return EXIT_FAILED  # pragma: no cover - unreachable

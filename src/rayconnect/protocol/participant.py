@@ -395,10 +395,9 @@ class Participant:
         if first == next_:
             return []
         if self._state is not State.WRITING and self._ahead is not None:
-            ready = self._read_ahead(self._ahead, first, next_, count, nbytes, handle, now)
-            if self._ahead is not None:
-                self._ahead.caught_up = caught_up
-            return ready
+            return self._read_ahead(
+                self._ahead, first, next_, count, nbytes, handle, now, caught_up
+            )
         if self._state is not State.WRITING or txn is None or txn.next_offset is None:
             return self._drop(first, next_)
         if first > txn.next_offset and self._gap_seek != txn.next_offset:
@@ -425,12 +424,14 @@ class Participant:
         nbytes: int,
         handle: object,
         now: float,
+        caught_up: bool,
     ) -> Ready:
         if first != ahead.next_offset:
             self._dropped += 1
             self._reader_lost = True  # stale or a gap: the next START seeks
             return self._drop_read_ahead()
         ahead.append(next_, count, nbytes, handle, now)
+        ahead.caught_up = caught_up
         self._reader_at = next_
         cfg = self.config
         if not ahead.full and (
