@@ -377,6 +377,42 @@ def _ratio(a: Any, b: Any) -> str:
         return "-"
 
 
+_ABSENT: Any = object()  # a column this row has nothing in ("", where None shows "-")
+
+
+def _row(
+    scenario: str,
+    metric: str,
+    ceiling: Any = _ABSENT,
+    baseline: Any = _ABSENT,
+    rayconnect: Any = _ABSENT,
+    *,
+    fmt: str = ",.0f",
+    ratios: bool = True,
+    target: str = "",
+    met: str = "",
+) -> list[str]:
+    """One table row: the three figures, rayconnect's ratio to each one given (``ratios``)."""
+
+    def cell(x: Any) -> str:
+        return "" if x is _ABSENT else _f(x, fmt)
+
+    def ratio(x: Any) -> str:
+        return "" if x is _ABSENT or rayconnect is _ABSENT or not ratios else _ratio(rayconnect, x)
+
+    return [
+        scenario,
+        metric,
+        cell(ceiling),
+        cell(baseline),
+        cell(rayconnect),
+        ratio(ceiling),
+        ratio(baseline),
+        target,
+        met,
+    ]
+
+
 def rows(results: dict) -> list[list[str]]:
     """Markdown rows: scenario, metric, ceiling, baseline, rayconnect, rc/ceiling, rc/baseline, target, met."""
     R: list[list[str]] = []
@@ -385,149 +421,111 @@ def rows(results: dict) -> list[list[str]]:
         c, b, r = a["ceiling"], a["baseline"], a["rayconnect"]
         ok = r["records_per_s"] >= 100_000 and r["records_per_s"] >= b["records_per_s"]
         R.append(
-            [
+            _row(
                 "a throughput",
                 f"records/s ({a['records']:,} x ~{c['bytes_per_record']:.0f} B, {a['partitions']} partitions)",
-                _f(c["records_per_s"]),
-                _f(b["records_per_s"]),
-                _f(r["records_per_s"]),
-                _ratio(r["records_per_s"], c["records_per_s"]),
-                _ratio(r["records_per_s"], b["records_per_s"]),
-                ">= 100k/s and >= baseline",
-                "yes" if ok else "NO",
-            ]
+                c["records_per_s"],
+                b["records_per_s"],
+                r["records_per_s"],
+                target=">= 100k/s and >= baseline",
+                met="yes" if ok else "NO",
+            )
         )
         R.append(
-            [
+            _row(
                 "a throughput",
                 "records/s sustained (until the second-to-last version)",
-                "",
-                _f(b.get("sustained_records_per_s")),
-                _f(r.get("sustained_records_per_s")),
-                "",
-                _ratio(r.get("sustained_records_per_s"), b.get("sustained_records_per_s")),
-                "",
-                "",
-            ]
+                baseline=b.get("sustained_records_per_s"),
+                rayconnect=r.get("sustained_records_per_s"),
+            )
         )
         R.append(
-            [
+            _row(
                 "a throughput",
                 "MB/s (key + value)",
-                _f(c["mb_per_s"], ".1f"),
-                _f(b["mb_per_s"], ".1f"),
-                _f(r["mb_per_s"], ".1f"),
-                _ratio(r["mb_per_s"], c["mb_per_s"]),
-                _ratio(r["mb_per_s"], b["mb_per_s"]),
-                "",
-                "",
-            ]
+                c["mb_per_s"],
+                b["mb_per_s"],
+                r["mb_per_s"],
+                fmt=".1f",
+            )
         )
     bb = results.get("b")
     if bb:
-        c, b, r = (
-            bb["ceiling"]["latency_ms"],
-            bb["baseline"]["latency_ms"],
-            bb["rayconnect"]["latency_ms"],
-        )
+        c, b = bb["ceiling"]["latency_ms"], bb["baseline"]["latency_ms"]
         limit = (bb["commit_interval_s"] + 1) * 1000
-        variants = [("", r)]
+        variants = [("", bb["rayconnect"]["latency_ms"])]
         if "rayconnect_caught_up" in bb:
             variants.append((", commit_when_caught_up", bb["rayconnect_caught_up"]["latency_ms"]))
         for label, r in variants:
             for p in ("p50", "p99"):
                 R.append(
-                    [
+                    _row(
                         "b latency",
                         f"produce-to-visible {p}, ms ({bb['rate']:,}/s for {bb['seconds']} s{label})",
-                        _f(c[p]),
-                        _f(b[p]),
-                        _f(r[p]),
-                        _ratio(r[p], c[p]),
-                        _ratio(r[p], b[p]),
-                        f"< {limit:.0f} ms" if p == "p99" else "",
-                        ("yes" if r[p] < limit else "NO") if p == "p99" else "",
-                    ]
+                        c[p],
+                        b[p],
+                        r[p],
+                        target=f"< {limit:.0f} ms" if p == "p99" else "",
+                        met=("yes" if r[p] < limit else "NO") if p == "p99" else "",
+                    )
                 )
     cc = results.get("c")
     if cc:
-        for p, pt in cc["points"].items():
-            c, b, r = pt["ceiling"], pt["baseline"], pt["rayconnect"]
+        points = cc["points"]
+        for p, pt in points.items():
             R.append(
-                [
+                _row(
                     "c scaling",
                     f"records/s, {p} partitions ({cc['records']:,})",
-                    _f(c["records_per_s"]),
-                    _f(b["records_per_s"]),
-                    _f(r["records_per_s"]),
-                    _ratio(r["records_per_s"], c["records_per_s"]),
-                    _ratio(r["records_per_s"], b["records_per_s"]),
-                    "",
-                    "",
-                ]
+                    pt["ceiling"]["records_per_s"],
+                    pt["baseline"]["records_per_s"],
+                    pt["rayconnect"]["records_per_s"],
+                )
             )
-        for p, pt in cc["points"].items():
-            r = pt["rayconnect"]
+        for p, pt in points.items():
             R.append(
-                [
+                _row(
                     "c scaling",
                     f"round START->ACK with data, median, {p} partitions, s (interval {cc['commit_interval_s']:g} s)",
-                    "",
-                    "",
-                    _f(r["round_s_median"], ".2f"),
-                    "",
-                    "",
-                    "",
-                    "",
-                ]
+                    rayconnect=pt["rayconnect"]["round_s_median"],
+                    fmt=".2f",
+                )
             )
-        for p, pt in cc["points"].items():
+        for p, pt in points.items():
             R.append(
-                [
+                _row(
                     "c scaling",
                     f"round END->next START with data (write + commit), median, {p} partitions, s",
-                    "",
-                    "",
-                    _f(pt["rayconnect"].get("end_to_start_s_median"), ".2f"),
-                    "",
-                    "",
-                    "",
-                    "",
-                ]
+                    rayconnect=pt["rayconnect"].get("end_to_start_s_median"),
+                    fmt=".2f",
+                )
             )
-        for p, pt in cc["points"].items():
-            idle = pt["rayconnect"].get("idle") or {}
-            ov = idle.get("overhead_s")
+        for p, pt in points.items():
+            ov = (pt["rayconnect"].get("idle") or {}).get("overhead_s")
             target = p == "64"
             R.append(
-                [
+                _row(
                     "c scaling",
                     f"idle round END->next START, {p} partitions, ms",
-                    "",
-                    "",
-                    _f(None if ov is None else ov * 1000),
-                    "",
-                    "",
-                    "< 250 ms" if target else "",
-                    ("yes" if ov is not None and ov < 0.25 else "NO") if target else "",
-                ]
+                    rayconnect=None if ov is None else ov * 1000,
+                    target="< 250 ms" if target else "",
+                    met=("yes" if ov is not None and ov < 0.25 else "NO") if target else "",
+                )
             )
     d = results.get("d")
     if d:
         for size in ("small", "large"):
             s = d[size]
             R.append(
-                [
+                _row(
                     "d memory",
                     f"peak PSS, {s['records']:,}-record backlog, MB",
-                    _f(s["ceiling"]["peak_pss_mb"]),
-                    _f(s.get("baseline", {}).get("peak_pss_mb")),
-                    _f(s["rayconnect"]["peak_pss_mb"]),
-                    "",
-                    "",
-                    "bounded by flush settings" if size == "large" else "",
-                    "",
-                ]
+                    s["ceiling"]["peak_pss_mb"],
+                    s.get("baseline", {}).get("peak_pss_mb"),
+                    s["rayconnect"]["peak_pss_mb"],
+                    ratios=False,
+                    target="bounded by flush settings" if size == "large" else "",
+                )
             )
         grow = d["large"]["rayconnect"]["peak_pss_mb"] / max(
             d["small"]["rayconnect"]["peak_pss_mb"], 1
@@ -538,17 +536,15 @@ def rows(results: dict) -> list[list[str]]:
     if e:
         for batch, x in e["batches"].items():
             R.append(
-                [
+                _row(
                     "e source",
                     f"produce records/s, batch {batch} (raw / plain / exactly-once)",
-                    _f(x["ceiling"]),
-                    _f(x["baseline"]),
-                    _f(x["rayconnect"]),
-                    _ratio(x["rayconnect"], x["ceiling"]),
-                    _ratio(x["rayconnect"], x["baseline"]),
-                    ">= 0.80 of plain",
-                    "yes" if x["rayconnect"] >= 0.8 * x["baseline"] else "NO",
-                ]
+                    x["ceiling"],
+                    x["baseline"],
+                    x["rayconnect"],
+                    target=">= 0.80 of plain",
+                    met="yes" if x["rayconnect"] >= 0.8 * x["baseline"] else "NO",
+                )
             )
     return R
 
