@@ -173,28 +173,25 @@ def test_ray_job_submit_status_dashboard_metrics_stop(tmp_path):
             "--interval=1",
         )
 
-        def job_logs() -> str:
+        def job(command: str) -> str:
+            """``ray job <command>`` (logs, status) of the submitted job, its output."""
             return run(
                 str(BIN / "ray"),
                 "job",
-                "logs",
+                command,
                 f"--address=http://127.0.0.1:{dash}",
                 job_id,
                 check=False,
             ).stdout
 
+        def job_logs() -> str:
+            return job("logs")
+
         # rows in the table (the pipeline commits every 5 s)
         deadline = time.monotonic() + 240
         rows = 0
         while time.monotonic() < deadline:
-            state = run(
-                str(BIN / "ray"),
-                "job",
-                "status",
-                f"--address=http://127.0.0.1:{dash}",
-                job_id,
-                check=False,
-            ).stdout
+            state = job("status")
             assert not re.search(r"failed|stopped", state, re.I), f"{state}\n{job_logs()[-3000:]}"
             if (table / "_delta_log").exists():
                 try:
@@ -285,14 +282,7 @@ def test_ray_job_submit_status_dashboard_metrics_stop(tmp_path):
         deadline = time.monotonic() + 120
         state = ""
         while time.monotonic() < deadline:
-            state = run(
-                str(BIN / "ray"),
-                "job",
-                "status",
-                f"--address=http://127.0.0.1:{dash}",
-                job_id,
-                check=False,
-            ).stdout
+            state = job("status")
             if re.search(r"succeeded|failed|stopped", state, re.I):
                 break
             time.sleep(1)
