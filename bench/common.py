@@ -136,6 +136,10 @@ class MemorySampler:
         self.peak_processes = 0
         self.peak_top: list[tuple[int, str]] = []
         self.samples: list[tuple[float, int, int]] = []
+        # Last CPU seconds (user + system) seen per process: a process's total is its last
+        # sample, so a process that ended between samples loses at most one period.
+        self.cpu: dict[int, tuple[str, float]] = {}
+        self.cpu_at_mark: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -169,8 +173,10 @@ class MemorySampler:
             try:
                 r = p.memory_info().rss
                 title = p.name()
+                cpu = p.cpu_times()
             except psutil.Error:
                 continue
+            self.cpu[p.pid] = (f"{_kind(p)}:{title}", cpu.user + cpu.system)
             s = _pss_kb(p.pid) * 1024
             rss += r
             pss += s
@@ -204,7 +210,22 @@ class MemorySampler:
             "peak_pss_by_kind_mb": {k: round(v * mb) for k, v in sorted(self.peak_by_kind.items())},
             "processes": self.peak_processes,
             "largest_at_peak_mb": [(name, round(b * mb)) for b, name in self.peak_top],
+            "cpu_s": round(sum(self.cpu_by_process().values()), 1),
+            "cpu_s_by_process": self.cpu_by_process(),
         }
+
+    def mark(self) -> None:
+        """CPU is counted from here on (e.g. once the pipeline is up: not its start-up)."""
+        self.sample()
+        self.cpu_at_mark = {pid: seconds for pid, (_, seconds) in self.cpu.items()}
+
+    def cpu_by_process(self) -> dict[str, float]:
+        """CPU seconds since ``mark`` per kind:title, largest first (same titles summed)."""
+        totals: dict[str, float] = {}
+        for pid, (title, seconds) in self.cpu.items():
+            seconds -= self.cpu_at_mark.get(pid, 0.0)
+            totals[title] = totals.get(title, 0.0) + seconds
+        return {t: round(s, 1) for t, s in sorted(totals.items(), key=lambda x: -x[1]) if s >= 0.1}
 
 
 # --------------------------------------------------------------------------------------

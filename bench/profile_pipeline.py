@@ -63,6 +63,9 @@ def main() -> None:
     ap.add_argument("--commit-interval", type=float, default=5.0)
     ap.add_argument("--flush-max-records", type=int, default=200_000)
     ap.add_argument("--request-commit-after-flushes", type=int, default=4)
+    ap.add_argument(
+        "--caught-up", action="store_true", help="commit_when_caught_up=True (as run.py's (a))"
+    )
     ap.add_argument("--tag", default="")
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -128,6 +131,7 @@ def main() -> None:
                     commit_interval_s=a.commit_interval,
                     flush_max_records=a.flush_max_records,
                     request_commit_after_flushes=a.request_commit_after_flushes,
+                    commit_when_caught_up=a.caught_up,
                 ),
                 exclude_pids=(broker.pid,),
                 during=during,

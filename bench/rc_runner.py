@@ -94,6 +94,7 @@ def run_backlog(
             t_start = time.monotonic()
             handle = pipeline(name, bootstrap, topic, table, **dict(settings)).start()
             startup = time.monotonic() - t_start
+            sampler.mark()
             t0 = time.time()
             if during is not None:
                 during(name)
