@@ -176,7 +176,10 @@ class MemorySampler:
                 cpu = p.cpu_times()
             except psutil.Error:
                 continue
-            self.cpu[p.pid] = (f"{_kind(p)}:{title}", cpu.user + cpu.system)
+            label = f"{_kind(p)}:{title}"
+            if label.startswith("gone:") and p.pid in self.cpu:  # ending: keep its name
+                label = self.cpu[p.pid][0]
+            self.cpu[p.pid] = (label, cpu.user + cpu.system)
             s = _pss_kb(p.pid) * 1024
             rss += r
             pss += s

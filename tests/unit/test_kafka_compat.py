@@ -7,15 +7,13 @@ hand-built record batches, like a Kafka fetch response would carry them.
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.consumer.fetcher import READ_COMMITTED, READ_UNCOMMITTED
 from aiokafka.errors import BrokerResponseError, ProducerFenced, for_code
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
-from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 from aiokafka.record.memory_records import MemoryRecords
+from kafka_batches import ABORT, COMMIT, batch, marker
 
 from rayconnect.kafka import compat
 from rayconnect.kafka.compat import (
@@ -29,37 +27,6 @@ PartitionRecords = compat._OriginalPartitionRecords
 pytestmark = pytest.mark.timeout(30)
 
 TP = TopicPartition("t", 0)
-COMMIT, ABORT = 1, 0
-
-
-def _batch(offset: int, pid: int, values: list[bytes], *, txn: bool = True) -> bytes:
-    builder = _DefaultRecordBatchBuilderPy(
-        magic=2,
-        compression_type=0,
-        is_transactional=int(txn),
-        producer_id=pid,
-        producer_epoch=0 if pid >= 0 else -1,
-        base_sequence=0 if pid >= 0 else -1,
-        batch_size=1 << 20,
-    )
-    for i, v in enumerate(values):
-        builder.append(i, timestamp=1, key=None, value=v, headers=[])
-    buf = builder.build()
-    struct.pack_into(">q", buf, 0, offset)  # base offset, normally set by the broker
-    return bytes(buf)
-
-
-def _marker(offset: int, pid: int, kind: int) -> bytes:
-    builder = _DefaultRecordBatchBuilderPy(2, 0, 1, pid, 0, -1, 1 << 20)
-    builder.append(
-        0, timestamp=1, key=struct.pack(">hh", 0, kind), value=b"\0\0\0\0\0\0", headers=[]
-    )
-    buf = builder.build()
-    struct.pack_into(">q", buf, 0, offset)
-    attrs_at = builder.ATTRIBUTES_OFFSET
-    (attrs,) = struct.unpack_from(">h", buf, attrs_at)
-    struct.pack_into(">h", buf, attrs_at, attrs | builder.CONTROL_MASK)  # CRC not checked
-    return bytes(buf)
 
 
 def _read(cls: type, data: bytes, aborted: list | None, isolation: int) -> tuple[list, int]:
@@ -69,11 +36,11 @@ def _read(cls: type, data: bytes, aborted: list | None, isolation: int) -> tuple
 
 # offsets: 0 c (pid 1) | 1 COMMIT pid 1 | 2-3 a (pid 2) | 4 ABORT pid 2 | 5 plain (pid -1)
 DECIDED = (
-    _batch(0, 1, [b"c"])
-    + _marker(1, 1, COMMIT)
-    + _batch(2, 2, [b"a1", b"a2"])
-    + _marker(4, 2, ABORT)
-    + _batch(5, -1, [b"plain"], txn=False)
+    batch(0, 1, [b"c"])
+    + marker(1, 1, COMMIT)
+    + batch(2, 2, [b"a1", b"a2"])
+    + marker(4, 2, ABORT)
+    + batch(5, -1, [b"plain"], txn=False)
 )
 
 
@@ -88,10 +55,10 @@ def test_undecided_transaction_is_held_back_with_everything_after_it() -> None:
     # 6-7 txn of pid 3 with no marker yet; 8 a plain record after it; 9 pid 1 again, decided
     data = (
         DECIDED
-        + _batch(6, 3, [b"u1", b"u2"])
-        + _batch(8, -1, [b"after"], txn=False)
-        + _batch(9, 1, [b"c2"])
-        + _marker(10, 1, COMMIT)
+        + batch(6, 3, [b"u1", b"u2"])
+        + batch(8, -1, [b"after"], txn=False)
+        + batch(9, 1, [b"c2"])
+        + marker(10, 1, COMMIT)
     )
     got, next_offset = _read(MarkerAwarePartitionRecords, data, [], READ_COMMITTED)
     assert got == [(0, b"c"), (5, b"plain")]
@@ -100,13 +67,13 @@ def test_undecided_transaction_is_held_back_with_everything_after_it() -> None:
     assert (6, b"u1") in leaked  # aiokafka alone would hand out the undecided records
 
     # the next fetch, once the marker is there: delivered if committed...
-    later = data[len(DECIDED) :] + _marker(11, 3, COMMIT)
+    later = data[len(DECIDED) :] + marker(11, 3, COMMIT)
     records = MarkerAwarePartitionRecords(
         TP, MemoryRecords(later), [], 6, None, None, False, READ_COMMITTED
     )
     assert [r.value for r in records] == [b"u1", b"u2", b"after", b"c2"]
     # ...and dropped if aborted
-    aborted = data[len(DECIDED) :] + _marker(11, 3, ABORT)
+    aborted = data[len(DECIDED) :] + marker(11, 3, ABORT)
     records = MarkerAwarePartitionRecords(
         TP, MemoryRecords(aborted), [], 6, None, None, False, READ_COMMITTED
     )
@@ -115,13 +82,13 @@ def test_undecided_transaction_is_held_back_with_everything_after_it() -> None:
 
 def test_same_producer_commit_then_abort_in_one_fetch() -> None:
     data = (
-        _batch(0, 7, [b"x1"])
-        + _marker(1, 7, COMMIT)
-        + _batch(2, 7, [b"x2"])
-        + _batch(3, 7, [b"x3"])
-        + _marker(4, 7, ABORT)
-        + _batch(5, 7, [b"x4"])
-        + _marker(6, 7, COMMIT)
+        batch(0, 7, [b"x1"])
+        + marker(1, 7, COMMIT)
+        + batch(2, 7, [b"x2"])
+        + batch(3, 7, [b"x3"])
+        + marker(4, 7, ABORT)
+        + batch(5, 7, [b"x4"])
+        + marker(6, 7, COMMIT)
     )
     got, next_offset = _read(MarkerAwarePartitionRecords, data, None, READ_COMMITTED)
     assert [v for _, v in got] == [b"x1", b"x4"] and next_offset == 7
@@ -134,7 +101,7 @@ def test_same_producer_commit_then_abort_in_one_fetch() -> None:
 def test_noop_when_broker_sends_aborted_list_or_read_uncommitted(
     aborted: list | None, isolation: int
 ) -> None:
-    data = DECIDED + _batch(6, 3, [b"undecided"])
+    data = DECIDED + batch(6, 3, [b"undecided"])
     ours = _read(MarkerAwarePartitionRecords, data, aborted, isolation)
     theirs = _read(PartitionRecords, data, aborted, isolation)
     assert ours == theirs

@@ -21,6 +21,8 @@ import logging
 import time
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import ray
 
 from rayconnect.actors import names
@@ -32,6 +34,16 @@ from rayconnect.protocol.types import ClusterMetadata, TopicPartition
 log = logging.getLogger(__name__)
 
 FETCH_MIN_BYTES = 512 * 1024
+
+
+class _NotHanded(Exception):
+    """A piece of a fetch did not reach its participant; ``first`` is where it starts."""
+
+    def __init__(self, first: int) -> None:
+        super().__init__(first)
+        self.first = first
+
+
 FETCH_MAX_WAIT_MS = 100
 
 
@@ -99,9 +111,9 @@ class ReaderActor:
     async def _connect(self) -> None:
         from aiokafka import AIOKafkaConsumer
 
-        from rayconnect.kafka import compat
+        from rayconnect.kafka import arrow_fetch
 
-        compat.apply()
+        arrow_fetch.install()  # with the compat fixes
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.cluster.bootstrap_servers,
             enable_auto_commit=False,
@@ -117,6 +129,9 @@ class ReaderActor:
             # per partition (a backlog fills fetch_min_bytes at once and is not slowed).
             fetch_min_bytes=FETCH_MIN_BYTES,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            # Each fetched partition decoded at once into columns, not a ConsumerRecord per
+            # record (kafka/arrow_fetch.py): the reader's largest cost.
+            key_deserializer=arrow_fetch.arrow_columns,
             **client_properties(self.cluster.properties),
         )
         await consumer.start()
@@ -191,7 +206,7 @@ class ReaderActor:
             self._consumer.resume(self._tps[key])
 
     async def _run(self) -> None:
-        from rayconnect.kafka.to_arrow import records_to_batch
+        from rayconnect.kafka.to_arrow import fetched_to_batch
 
         while True:
             try:
@@ -199,12 +214,12 @@ class ReaderActor:
                     await asyncio.sleep(0.05)
                     continue
                 seeks_before = dict(self._seeks)
-                fetched = await self._consumer.getmany(
-                    timeout_ms=200, max_records=self.max_poll_records
-                )
-                handed: list[tuple[str, int, Any]] = []
-                for tp, records in fetched.items():
-                    if not records:
+                # Each partition's fetch comes as one item (kafka/arrow_fetch.py), so
+                # max_records would count partitions: pieces are cut in _hand instead.
+                fetched = await self._consumer.getmany(timeout_ms=200)
+                handed: list[tuple[str, Any]] = []
+                for tp, items in fetched.items():
+                    if not items:
                         continue
                     key = TopicPartition(self.cluster_id, tp.topic, tp.partition).key
                     if key not in self._tps:
@@ -217,40 +232,24 @@ class ReaderActor:
                         if key in self._next:
                             self._consumer.seek(tp, self._next[key])
                         continue
-                    first = self._next.get(key, records[0].offset)
-                    if records[0].offset < first:  # not where we are: put it back there
+                    batch = fetched_to_batch(self.cluster_id, tp.topic, tp.partition, items)
+                    first_offset = batch.column("offset")[0].as_py()
+                    first = self._next.get(key, first_offset)
+                    if first_offset < first:  # not where we are: put it back there
                         self._consumer.seek(tp, first)
                         continue
-                    batch = records_to_batch(self.cluster_id, records)
-                    ref = ray.put(batch)
-                    self._next[key] = records[-1].offset + 1
-                    self.records_read += len(records)
-                    self.bytes_read += batch.nbytes
-                    self._metrics.read(  # dashboard metrics
-                        key,
-                        len(records),
-                        batch.nbytes,
-                        high_watermark=self._consumer.highwater(tp),
-                        next_offset=self._next[key],
-                    )
-                    high_watermark = self._consumer.highwater(tp)
-                    call = self._participants[key].records.remote(
-                        first,
-                        self._next[key],
-                        len(records),
-                        batch.nbytes,
-                        [ref],
-                        high_watermark is not None and self._next[key] >= high_watermark,
-                    )
-                    handed.append((key, first, call))
-                results = await asyncio.gather(*(c for _, _, c in handed), return_exceptions=True)
-                for (key, first, _), result in zip(handed, results, strict=True):
+                    handed.append((key, self._hand(key, tp, batch, first)))
+                results = await asyncio.gather(*(c for _, c in handed), return_exceptions=True)
+                for (key, _), result in zip(handed, results, strict=True):
                     if isinstance(result, BaseException) and key in self._tps:
                         # Not handed over (the participant is restarting): read it again.
-                        self._error = f"{key}: {type(result).__name__}: {result}"
+                        cause = result.__cause__ or result
+                        self._error = f"{key}: {type(cause).__name__}: {cause}"
                         if self._seeks.get(key) == seeks_before.get(key):
-                            self._next[key] = first
-                            self._consumer.seek(self._tps[key], first)
+                            first = result.first if isinstance(result, _NotHanded) else None
+                            if first is not None:
+                                self._next[key] = first
+                                self._consumer.seek(self._tps[key], first)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # keep reading; the participant/coordinator recover
@@ -260,6 +259,53 @@ class ReaderActor:
                 for key, offset in self._next.items():
                     self._consumer.seek(self._tps[key], offset)
                 await asyncio.sleep(0.5)
+
+    async def _hand(self, key: str, tp: Any, batch: pa.RecordBatch, first: int) -> None:
+        """Hand one partition's fetch to its participant: one Ray call (the batch by
+        reference) per piece of at most ``max_poll_records`` records, in offset order,
+        until the participant pauses or moves the split.
+
+        Raises ``_NotHanded(first)`` with where the piece that failed starts.
+        """
+        high_watermark = self._consumer.highwater(tp)
+        size = self.max_poll_records
+        seeks = self._seeks.get(key)
+        for start in range(0, batch.num_rows, size):
+            if self._seeks.get(key) != seeks or key not in self._resumed:
+                # Paused or moved meanwhile (read-ahead full, a new round): the rest of this
+                # fetch is not wanted now. After a pause, rewind to the first piece not
+                # handed; a seek has already put the consumer where it must be.
+                if self._seeks.get(key) == seeks and key in self._tps:
+                    self._next[key] = first
+                    self._consumer.seek(tp, first)
+                return
+            try:
+                # A piece is copied out (take): a slice would carry its whole batch's
+                # buffers into the object store.
+                piece = (
+                    batch
+                    if batch.num_rows <= size
+                    else batch.take(np.arange(start, min(start + size, batch.num_rows)))
+                )
+                next_offset = piece.column("offset")[-1].as_py() + 1
+                ref = ray.put(piece)
+                self._next[key] = next_offset
+                self.records_read += piece.num_rows
+                self.bytes_read += piece.nbytes
+                self._metrics.read(  # dashboard metrics
+                    key,
+                    piece.num_rows,
+                    piece.nbytes,
+                    high_watermark=high_watermark,
+                    next_offset=next_offset,
+                )
+                caught_up = high_watermark is not None and next_offset >= high_watermark
+                await self._participants[key].records.remote(
+                    first, next_offset, piece.num_rows, piece.nbytes, [ref], caught_up
+                )
+            except Exception as e:  # this piece and the rest are read again
+                raise _NotHanded(first) from e
+            first = next_offset
 
     async def status(self) -> dict[str, Any]:
         lag: dict[str, dict[str, int | None]] = {}

@@ -3,7 +3,9 @@
 Records leave the reader as Arrow batches (through Ray's object store), never one Python
 object or one Ray call per record, so this is the one place of the read path that touches
 each record in Python. It builds each column with one list comprehension and lets Arrow
-convert; headers, rarely present, are only walked when a record has any.
+convert; headers, rarely present, are only walked when a record has any. The reader's own
+path decodes whole fetches without record objects (``kafka.arrow_fetch``) and only assembles
+its columns here (``columns_to_batch``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from rayconnect.kafka.record_batches import RecordColumns
 from rayconnect.schema import RAW_RECORD_SCHEMA
 
 _HEADERS_TYPE = RAW_RECORD_SCHEMA.field("headers").type
@@ -26,23 +29,84 @@ def records_to_batch(cluster: str, records: Sequence[Any]) -> pa.RecordBatch:
         return pa.RecordBatch.from_pylist([], schema=RAW_RECORD_SCHEMA)
     topics = [r.topic for r in records]
     if topics[0] == topics[-1] and topics.count(topics[0]) == n:
-        topic_col = pa.array([topics[0]], pa.string()).take(np.zeros(n, dtype=np.int32))
+        topic_col = _constant(topics[0], n)
     else:
         topic_col = pa.array(topics, pa.string())
-    ts = np.fromiter((r.timestamp for r in records), dtype=np.int64, count=n) * 1000
-    if any(r.headers for r in records):
-        headers = _headers_column([r.headers for r in records])
-    else:
-        headers = pa.array([[]] * n, _HEADERS_TYPE)
-    columns = [
-        pa.array([cluster], pa.string()).take(np.zeros(n, dtype=np.int32)),
+    headers = [r.headers for r in records] if any(r.headers for r in records) else None
+    return _batch(
+        cluster,
         topic_col,
         pa.array(np.fromiter((r.partition for r in records), dtype=np.int32, count=n)),
-        pa.array(np.fromiter((r.offset for r in records), dtype=np.int64, count=n)),
-        pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        np.fromiter((r.offset for r in records), dtype=np.int64, count=n),
+        np.fromiter((r.timestamp for r in records), dtype=np.int64, count=n),
         pa.array([r.key for r in records], pa.binary()),
         pa.array([r.value for r in records], pa.binary()),
         headers,
+    )
+
+
+def fetched_to_batch(
+    cluster: str, topic: str, partition: int, items: Sequence[Any]
+) -> pa.RecordBatch:
+    """What ``getmany`` gave for one partition: ``RecordColumns`` (the reader's consumer, with
+    ``kafka.arrow_fetch`` installed) or ``ConsumerRecord``s (without it)."""
+    if isinstance(items[0], RecordColumns):
+        return columns_to_batch(cluster, topic, partition, items)
+    return records_to_batch(cluster, items)
+
+
+def columns_to_batch(
+    cluster: str, topic: str, partition: int, columns: Sequence[RecordColumns]
+) -> pa.RecordBatch:
+    """One partition's decoded fetches (``kafka.arrow_fetch``) as one RecordBatch."""
+    if len(columns) == 1:
+        c = columns[0]
+        offsets, ts, keys, values, headers = c.offsets, c.timestamps_ms, c.keys, c.values, c.headers
+    else:
+        offsets = np.concatenate([c.offsets for c in columns])
+        ts = np.concatenate([c.timestamps_ms for c in columns])
+        keys = pa.concat_arrays([c.keys for c in columns])
+        values = pa.concat_arrays([c.values for c in columns])
+        headers = None
+        if any(c.headers for c in columns):
+            headers = [h for c in columns for h in (c.headers or [[]] * len(c))]
+    n = len(offsets)
+    return _batch(
+        cluster,
+        _constant(topic, n),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        offsets,
+        ts,
+        keys,
+        values,
+        headers,
+    )
+
+
+def _constant(value: str, n: int) -> pa.Array:
+    return pa.array([value], pa.string()).take(np.zeros(n, dtype=np.int32))
+
+
+def _batch(
+    cluster: str,
+    topic: pa.Array,
+    partition: pa.Array,
+    offsets: np.ndarray,
+    timestamps_ms: np.ndarray,
+    keys: pa.Array,
+    values: pa.Array,
+    headers: Sequence[Sequence[tuple[str, bytes | None]]] | None,
+) -> pa.RecordBatch:
+    n = len(offsets)
+    columns = [
+        _constant(cluster, n),
+        topic,
+        partition,
+        pa.array(offsets),
+        pa.array(timestamps_ms * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        keys,
+        values,
+        _headers_column(headers) if headers is not None else pa.array([[]] * n, _HEADERS_TYPE),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=RAW_RECORD_SCHEMA)
 
