@@ -449,6 +449,17 @@ def rows(results: dict) -> list[list[str]]:
                 fmt=".1f",
             )
         )
+        if "cpu_s" in r["memory"]:
+            R.append(
+                _row(
+                    "a throughput",
+                    "CPU seconds, every process but the broker (rayconnect: from pipeline ready)",
+                    c["memory"]["cpu_s"],
+                    b["memory"]["cpu_s"],
+                    r["memory"]["cpu_s"],
+                    fmt=".1f",
+                )
+            )
     bb = results.get("b")
     if bb:
         c, b = bb["ceiling"]["latency_ms"], bb["baseline"]["latency_ms"]
