@@ -9,7 +9,7 @@ participant gets:
 - *aiokafka + records_to_batch*: aiokafka's decoder (its C extension, then a ``ConsumerRecord``
   each), then our columns from the record objects - the reader before session 3;
 - *decode_batches + columns_to_batch*: ``kafka/record_batches.py`` on the bytes (also with
-  lz4-compressed batches) - the reader now.
+  lz4-compressed batches, and with a header on every record) - the reader now.
 
 Also ``records_to_batch`` alone on ready ``ConsumerRecord``s (with and without headers), the
 floor of reading ``.value`` of every record object, and the baseline's ``from_pydict``.
@@ -55,7 +55,7 @@ def make_records(n: int, headers: bool = False) -> list[ConsumerRecord]:
     return out
 
 
-def fetched_bytes(n: int, compression: int = 0) -> bytes:
+def fetched_bytes(n: int, compression: int = 0, headers: bool = False) -> bytes:
     """``n`` demo records as a fetch response's record set: batches of 16 KB."""
     import struct
 
@@ -120,12 +120,16 @@ def main() -> None:
     with_headers = make_records(a.records, headers=True)
     data = fetched_bytes(a.records)
     lz4 = fetched_bytes(a.records, compression=3)
-    assert new_path(data).equals(old_path(data)) and new_path(lz4).equals(old_path(lz4))
+    traced = fetched_bytes(a.records, headers=True)
+    for fetched in (data, lz4, traced):
+        assert new_path(fetched).equals(old_path(fetched))
     cases = {
         "bytes: aiokafka + records_to_batch": lambda: old_path(data),
         "bytes: decode_batches + to_batch": lambda: new_path(data),
         "lz4 bytes: aiokafka + records_to_b.": lambda: old_path(lz4),
         "lz4 bytes: decode_batches + to_batch": lambda: new_path(lz4),
+        "1 header: aiokafka + records_to_b.": lambda: old_path(traced),
+        "1 header: decode_batches + to_batch": lambda: new_path(traced),
         "floor: read .value of each record": lambda: [r.value for r in recs],
         "records_to_batch (no headers)": lambda: records_to_batch("local", recs),
         "records_to_batch (1 header each)": lambda: records_to_batch("local", with_headers),

@@ -12,9 +12,10 @@ fetched partition at once:
 3. keys and values become Arrow *binary views* into the fetched bytes, and one C++ cast copies
    them out into plain binary columns.
 
-It covers v2 batches whose records carry no headers, compressed or not (a compressed batch is
-decompressed with aiokafka's codecs first), and answers ``None`` for anything else (headers,
-v0/v1, a codec that is not installed, or bytes that do not add up), so the caller falls back
+It covers v2 batches, compressed or not (a compressed batch is decompressed with aiokafka's
+codecs first), headers included (decoded one header position at a time over all records that
+have that many), and answers ``None`` for anything else (v0/v1, a codec that is not installed,
+a null header key, or bytes that do not add up), so the caller falls back
 to aiokafka's own decoder: never a wrong answer, at worst the old speed. Pure functions over
 bytes: tested without a broker.
 """
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from rayconnect.schema import RAW_RECORD_SCHEMA
+
 #: The v2 batch header up to the record count (61 bytes): baseOffset, batchLength,
 #: partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp,
 #: maxTimestamp, producerId, producerEpoch, baseSequence, recordCount.
@@ -36,6 +39,7 @@ _COMPRESSION_MASK = 0x07
 _CODECS = {1: "gzip_decode", 2: "snappy_decode", 3: "lz4_decode", 4: "zstd_decode"}
 _LOG_APPEND_TIME = 0x08
 _VIEW_INLINE = 12  # Arrow binary views hold values up to 12 bytes inline
+_HEADERS = RAW_RECORD_SCHEMA.field("headers").type
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class RecordColumns:
     timestamps_ms: np.ndarray  # int64
     keys: pa.Array  # binary
     values: pa.Array  # binary
-    headers: list[list[tuple[str, bytes | None]]] | None = None  # None: no record has any
+    headers: pa.Array | None = None  # list<struct<key, value>>; None: no record has any
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -186,7 +190,12 @@ def decode_batches(
     value_len, pos = _varints(a, pos + np.maximum(key_len, 0))
     value_at = pos
     header_count, pos = _varints(a, pos + np.maximum(value_len, 0))
-    if header_count.any() or not np.array_equal(pos, body + length):
+    headers = _headers(a, data, header_count, pos) if header_count.any() else None
+    if headers is False:
+        return None
+    if headers is not None:
+        pos = headers.ends
+    if not np.array_equal(pos, body + length):
         return None
     per_batch = np.array(counts, np.int64)
     offsets = np.repeat(np.array(base_offsets, np.int64), per_batch) + offset_delta
@@ -204,7 +213,76 @@ def decode_batches(
         timestamps_ms=timestamps,
         keys=_binary(a, data, key_at, key_len),
         values=_binary(a, data, value_at, value_len),
+        headers=headers.column(a, data, first) if headers is not None else None,
     )
+
+
+@dataclass(frozen=True)
+class _Headers:
+    """Where every header of every record lies, record-major (record, then header order)."""
+
+    counts: np.ndarray  # headers per record
+    record: np.ndarray  # the record each header belongs to
+    key_at: np.ndarray
+    key_len: np.ndarray
+    value_at: np.ndarray
+    value_len: np.ndarray
+    ends: np.ndarray  # per record: where its last header ends
+
+    def column(self, a: np.ndarray, data: bytes, first: int) -> pa.Array:
+        """The records' headers from record ``first`` on, as list<struct<key, value>>."""
+        keep = self.record >= first
+        keys = _binary(a, data, self.key_at[keep], self.key_len[keep]).cast(pa.string())
+        values = _binary(a, data, self.value_at[keep], self.value_len[keep])
+        counts = self.counts[first:]
+        offsets = np.zeros(len(counts) + 1, np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        entries = pa.StructArray.from_arrays([keys, values], fields=list(_HEADERS.value_type))
+        return pa.ListArray.from_arrays(pa.array(offsets), entries, type=_HEADERS)
+
+
+def _headers(a: np.ndarray, data: bytes, counts: np.ndarray, pos: np.ndarray) -> _Headers | bool:
+    """Decode every record's headers, one header position at a time over all records that
+    have that many (``False``: a header key is null, which Kafka does not allow)."""
+    pos = pos.copy()
+    parts: list[tuple[np.ndarray, ...]] = []
+    for h in range(int(counts.max())):
+        rows = np.nonzero(counts > h)[0]
+        key_len, at = _varints(a, pos[rows])
+        if (key_len < 0).any():
+            return False
+        value_len, value_at = _varints(a, at + key_len)
+        pos[rows] = value_at + np.maximum(value_len, 0)
+        parts.append((rows, np.full(len(rows), h), at, key_len, value_at, value_len))
+    rows, nth, key_at, key_len, value_at, value_len = (
+        np.concatenate(c) for c in zip(*parts, strict=True)
+    )
+    order = np.lexsort((nth, rows))  # record-major, then each record's header order
+    return _Headers(
+        counts=counts,
+        record=rows[order],
+        key_at=key_at[order],
+        key_len=key_len[order],
+        value_at=value_at[order],
+        value_len=value_len[order],
+        ends=pos,
+    )
+
+
+def headers_column(headers: Sequence[Sequence[tuple[str, bytes | None]]]) -> pa.Array:
+    """list<struct<key, value>> from record objects' header lists, built flat: one offsets
+    array, one key and one value column (~12x faster than a list of lists of dicts)."""
+    offsets = np.zeros(len(headers) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, headers), dtype=np.int32, count=len(headers)), out=offsets[1:])
+    pairs = [kv for h in headers for kv in h]
+    entries = pa.StructArray.from_arrays(
+        [
+            pa.array([k for k, _ in pairs], pa.string()),
+            pa.array([v for _, v in pairs], pa.binary()),
+        ],
+        fields=list(_HEADERS.value_type),
+    )
+    return pa.ListArray.from_arrays(pa.array(offsets), entries, type=_HEADERS)
 
 
 def _decompressed(
@@ -242,13 +320,13 @@ def columns_of(records: Sequence[object]) -> RecordColumns:
     The fallback for what ``decode_batches`` does not cover.
     """
     n = len(records)
-    headers = [list(r.headers) for r in records]  # type: ignore[attr-defined]
+    headers = [r.headers for r in records]  # type: ignore[attr-defined]
     return RecordColumns(
         offsets=np.fromiter((r.offset for r in records), np.int64, n),  # type: ignore[attr-defined]
         timestamps_ms=np.fromiter((r.timestamp for r in records), np.int64, n),  # type: ignore[attr-defined]
         keys=pa.array([r.key for r in records], pa.binary()),  # type: ignore[attr-defined]
         values=pa.array([r.value for r in records], pa.binary()),  # type: ignore[attr-defined]
-        headers=headers if any(headers) else None,
+        headers=headers_column(headers) if any(headers) else None,
     )
 
 
