@@ -16,6 +16,7 @@ import contextlib
 import logging
 import statistics
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -303,14 +304,16 @@ class CoordinatorActor:
             records_committed=self.records_committed,
             fenced=self.fenced,
             error=self._error,
-            round_s_median=statistics.median(durations) if durations else None,
+            round_s_median=_median(durations),
             round_s_max=max(durations) if durations else None,
-            end_to_start_s_median=(
-                statistics.median(self.end_to_starts) if self.end_to_starts else None
-            ),
-            commit_s_median=(
-                statistics.median(self.commit_latencies) if self.commit_latencies else None
-            ),
+            end_to_start_s_median=_median(self.end_to_starts),
+            commit_s_median=_median(self.commit_latencies),
             started_at=self.started_at,
         )
         return status
+
+
+def _median(values: Iterable[float]) -> float | None:
+    """The median of the recent values, or None before there is any."""
+    recent = list(values)
+    return statistics.median(recent) if recent else None

@@ -14,7 +14,7 @@ A consumer created with ``key_deserializer=arrow_columns`` gets from ``getmany``
 
 The position moves exactly as in aiokafka: past every batch looked at. ``max_records`` of
 ``getmany`` counts fetched partitions in this mode, not records: a poll is bounded by the
-fetch sizes instead.
+fetch sizes instead, and the reader hands a fetch on in pieces of ``max_poll_records``.
 
 Without :func:`install`, ``arrow_columns`` is the identity: the consumer gets
 ``ConsumerRecord``s as usual (the reader accepts both).
@@ -114,7 +114,7 @@ class ArrowPartitionRecords(compat.MarkerAwarePartitionRecords):
                 columns = decode_batches(self._data, at, fetch_offset)  # type: ignore[arg-type]
                 if columns is not None:
                     return columns
-        # Compressed batches, headers, old formats: aiokafka's record decoder.
+        # Old formats, a missing codec, bytes that do not add up: aiokafka's decoder.
         return columns_of([r for b in batches for r in b if r.offset >= fetch_offset])
 
 

@@ -14,9 +14,9 @@ fetched partition at once:
 
 It covers v2 batches, compressed or not (a compressed batch is decompressed with aiokafka's
 codecs first), headers included (decoded one header position at a time over all records that
-have that many), and answers ``None`` for anything else (v0/v1, a codec that is not installed,
-a null header key, or bytes that do not add up), so the caller falls back
-to aiokafka's own decoder: never a wrong answer, at worst the old speed. Pure functions over
+have that many), and answers ``None`` for anything else (v0/v1, a codec that is not
+installed, a null header key, or bytes that do not add up), so the caller falls back to
+aiokafka's own decoder: never a wrong answer, at worst the old speed. Pure functions over
 bytes: tested without a broker.
 """
 
