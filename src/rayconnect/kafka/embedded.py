@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import os
 import queue
+import shutil
 import signal
 import socket
 import struct
@@ -224,17 +225,23 @@ def _stop_all_at_exit() -> None:
 atexit.register(_stop_all_at_exit)
 
 
+#: Exit codes of a broker that was stopped, not crashed: 0, or killed by SIGINT/SIGTERM.
+_CLEAN_EXITS = (0, 130, 143, -signal.SIGINT, -signal.SIGTERM)
+
+
 class EmbeddedBroker:
     """One tansu broker process = one single-node Kafka cluster on 127.0.0.1.
 
     ``cluster_id`` names the cluster (tansu's ``--cluster-id`` and the log file name);
-    ``log_dir`` is where its stdout/stderr go (a fresh temp dir if not given). The log is
-    kept after ``stop()`` so a failed test can be diagnosed.
+    ``log_dir`` is where its stdout/stderr go. A given ``log_dir`` is kept after ``stop()`` so a
+    failed test can be diagnosed; without one the log goes to a fresh temp dir, removed by
+    ``stop()`` unless the broker had crashed.
     """
 
     def __init__(self, cluster_id: str = "local", log_dir: Path | None = None) -> None:
         self.cluster_id = cluster_id
         self._log_dir = Path(log_dir) if log_dir is not None else None
+        self._own_log_dir = log_dir is None
         self._proc: subprocess.Popen[bytes] | None = None
         self._port: int | None = None
         self._log_path: Path | None = None
@@ -347,7 +354,10 @@ class EmbeddedBroker:
             _live.discard(self)
         if proc is None:
             return
-        if proc.poll() is None:
+        # Ended on its own: by a terminal's Ctrl-C (the whole process group gets SIGINT) or
+        # by a crash; only a crash keeps its log.
+        crashed = proc.poll() is not None and proc.returncode not in _CLEAN_EXITS
+        if not crashed:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             try:
@@ -357,6 +367,9 @@ class EmbeddedBroker:
                     proc.kill()
                 proc.wait()
         self._proc = None
+        if self._own_log_dir and not crashed and self._log_dir is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+            self._log_dir = self._log_path = None
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
