@@ -81,7 +81,7 @@ from rayconnect.protocol.messages import (
     StartCommit,
 )
 from rayconnect.protocol.types import DataFile
-from rayconnect.protocol.write_state import ReadAhead, WriteState
+from rayconnect.protocol.write_state import Batch, ReadAhead, WriteState
 
 
 class ParticipantConfig(msgspec.Struct, frozen=True):
@@ -292,7 +292,7 @@ class Participant:
         return self._drive(
             Input.RECORDS,
             lambda: self._on_records(
-                first_offset, next_offset, count, nbytes, handle, now, caught_up
+                Batch(first_offset, next_offset, count, nbytes, handle, now), caught_up
             ),
         )
 
@@ -381,23 +381,13 @@ class Participant:
         self._close()
         return effects
 
-    def _on_records(
-        self,
-        first: int,
-        next_: int,
-        count: int,
-        nbytes: int,
-        handle: object,
-        now: float,
-        caught_up: bool,
-    ) -> Ready:
+    def _on_records(self, batch: Batch, caught_up: bool) -> Ready:
         txn = self._txn
+        first, next_ = batch.first_offset, batch.next_offset
         if first == next_:
             return []
         if self._state is not State.WRITING and self._ahead is not None:
-            return self._read_ahead(
-                self._ahead, first, next_, count, nbytes, handle, now, caught_up
-            )
+            return self._read_ahead(self._ahead, batch, caught_up)
         if self._state is not State.WRITING or txn is None or txn.next_offset is None:
             return self._drop(first, next_)
         if first > txn.next_offset and self._gap_seek != txn.next_offset:
@@ -407,7 +397,7 @@ class Participant:
             return [self._seek(txn.next_offset)]
         if first != txn.next_offset:  # from before a seek, or a gap already being re-read
             return self._drop(first, next_)
-        txn.append(next_, count, nbytes, handle, now)
+        txn.append(batch)
         self._reader_at = next_
         self._gap_seek = None
         effects = self._after_append(txn)
@@ -415,24 +405,14 @@ class Participant:
             effects += self._request_commit(txn)
         return effects
 
-    def _read_ahead(
-        self,
-        ahead: ReadAhead,
-        first: int,
-        next_: int,
-        count: int,
-        nbytes: int,
-        handle: object,
-        now: float,
-        caught_up: bool,
-    ) -> Ready:
-        if first != ahead.next_offset:
+    def _read_ahead(self, ahead: ReadAhead, batch: Batch, caught_up: bool) -> Ready:
+        if batch.first_offset != ahead.next_offset:
             self._dropped += 1
             self._reader_lost = True  # stale or a gap: the next START seeks
             return self._drop_read_ahead()
-        ahead.append(next_, count, nbytes, handle, now)
+        ahead.append(batch)
         ahead.caught_up = caught_up
-        self._reader_at = next_
+        self._reader_at = batch.next_offset
         cfg = self.config
         if not ahead.full and (
             ahead.records >= cfg.flush_max_records or ahead.nbytes >= cfg.flush_max_bytes

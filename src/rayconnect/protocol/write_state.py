@@ -10,10 +10,23 @@ exactly those offsets - every buffered batch was handed to a flush and every flu
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from rayconnect.protocol.effects import Flush
 from rayconnect.protocol.messages import WriteStatus
 from rayconnect.protocol.types import DataFile
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch from the reader: offsets ``[first_offset, next_offset)`` as ``handle``."""
+
+    first_offset: int
+    next_offset: int
+    count: int
+    nbytes: int
+    handle: object
+    received_at: float
 
 
 class WriteState:
@@ -48,18 +61,18 @@ class WriteState:
         """Take over the batches read ahead since the last END; they start at this round's
         first offset (the caller checked), so the round stays contiguous."""
         assert carry.first_offset == self.next_offset
-        for next_offset, count, nbytes, handle, at in carry.batches:
-            self.append(next_offset, count, nbytes, handle, at)
+        for batch in carry.batches:
+            self.append(batch)
 
-    def append(self, next_offset: int, count: int, nbytes: int, handle: object, now: float) -> None:
+    def append(self, batch: Batch) -> None:
         """Buffer a batch that starts exactly at ``self.next_offset`` (the caller checked)."""
-        self._batches.append(handle)
-        self.next_offset = next_offset
-        self.records += count
-        self.buffered_records += count
-        self.buffered_bytes += nbytes
+        self._batches.append(batch.handle)
+        self.next_offset = batch.next_offset
+        self.records += batch.count
+        self.buffered_records += batch.count
+        self.buffered_bytes += batch.nbytes
         if self.oldest_at is None:
-            self.oldest_at = now
+            self.oldest_at = batch.received_at
 
     @property
     def has_buffer(self) -> bool:
@@ -125,7 +138,7 @@ class ReadAhead:
     def __init__(self, first_offset: int) -> None:
         self.first_offset = first_offset
         self.next_offset = first_offset
-        self.batches: list[tuple[int, int, int, object, float]] = []
+        self.batches: list[Batch] = []
         self.records = 0
         self.nbytes = 0
         #: The reader was paused because the read-ahead is full.
@@ -133,9 +146,9 @@ class ReadAhead:
         #: The last batch reached the high watermark.
         self.caught_up = False
 
-    def append(self, next_offset: int, count: int, nbytes: int, handle: object, now: float) -> None:
+    def append(self, batch: Batch) -> None:
         """Keep a batch that starts exactly at ``self.next_offset`` (the caller checked)."""
-        self.batches.append((next_offset, count, nbytes, handle, now))
-        self.next_offset = next_offset
-        self.records += count
-        self.nbytes += nbytes
+        self.batches.append(batch)
+        self.next_offset = batch.next_offset
+        self.records += batch.count
+        self.nbytes += batch.nbytes
