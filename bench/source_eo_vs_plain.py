@@ -15,13 +15,14 @@ import argparse
 import asyncio
 import time
 
-from rayconnect.actors.task import TaskRunner
+from rayconnect.actors.source_task import TaskRunner
 from rayconnect.kafka.admin import create_topic
 from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.kafka.transactions import producer, stop_quietly
-from rayconnect.source import GeneratorSource, KafkaTarget, SourceSettings
-from rayconnect.source.base import SourceTaskContext, to_bytes
-from rayconnect.source_pipeline import prepare_generation
+from rayconnect.pipelines.source import prepare_generation
+from rayconnect.pipelines.source_config import KafkaTarget, SourceSettings
+from rayconnect.source_tasks import GeneratorSource
+from rayconnect.source_tasks.base import SourceTaskContext, to_bytes
 
 PARTITIONS = 4
 

@@ -19,8 +19,6 @@ from rayconnect.kafka import compat
 from rayconnect.kafka.admin import create_topic, high_watermarks
 from rayconnect.kafka.embedded import EmbeddedBroker
 
-pytestmark = pytest.mark.integration
-
 TOPIC = "txn"
 
 

@@ -26,7 +26,7 @@ from rayconnect.spark_bridge.delta import (
 )
 from rayconnect.spark_bridge.files import STAGING_DIR, delta_stats_json, describe_file
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.timeout(60)]
 
 PIPELINE = "pipe"
 K0 = "c1/orders/0"

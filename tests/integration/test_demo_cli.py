@@ -10,8 +10,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-pytestmark = [pytest.mark.integration]
-
 
 def _demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -26,8 +26,6 @@ from rayconnect.kafka.embedded import (
     embedded_cluster,
 )
 
-pytestmark = pytest.mark.integration
-
 
 def _pid_gone(pid: int) -> bool:
     """Dead or a zombie (a container's PID 1 may never reap re-parented children)."""

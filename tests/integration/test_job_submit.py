@@ -26,8 +26,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration]
-
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
 EXAMPLE = "examples/orders-sink.yaml"

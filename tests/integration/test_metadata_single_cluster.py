@@ -12,7 +12,7 @@ from rayconnect.metadata import SingleClusterMetadataService, poll_service
 from rayconnect.protocol.enumerator import Enumerator, EnumeratorConfig
 from rayconnect.protocol.enumerator_effects import DiscoverPartitions, StartReaders
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.timeout(60)]
 
 
 async def test_topics_become_streams_and_new_topics_are_picked_up(

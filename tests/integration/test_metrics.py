@@ -14,8 +14,6 @@ from collections import defaultdict
 import pytest
 import ray
 
-pytestmark = [pytest.mark.integration]
-
 
 def scrape(port: int) -> dict[str, dict[tuple, float]]:
     """``{metric: {labels: value}}`` for ``ray_rayconnect_*`` (``_total`` suffix dropped)."""

@@ -24,8 +24,6 @@ from rayconnect.actors import names
 from rayconnect.kafka.admin import create_topic, produce_demo_records
 from rayconnect.metadata import FileMetadataService
 
-pytestmark = [pytest.mark.integration]
-
 PIPELINE = "multi"
 
 

@@ -22,8 +22,6 @@ import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.kafka.admin import create_topic, produce_demo_records
 
-pytestmark = [pytest.mark.integration]
-
 CLUSTER = "local"
 
 

@@ -22,7 +22,7 @@ import ray
 
 import rayconnect as rc
 from rayconnect.actors import names
-from rayconnect.actors.task import TaskRunner
+from rayconnect.actors.source_task import TaskRunner
 from rayconnect.kafka import compat
 from rayconnect.kafka.admin import create_topic, high_watermarks
 from rayconnect.kafka.embedded import EmbeddedBroker
@@ -33,11 +33,11 @@ from rayconnect.kafka.offsets_store import (
     offset_value,
     read_offsets,
 )
-from rayconnect.source.base import encode_partition
-from rayconnect.source.config import SourceSettings
-from rayconnect.source_pipeline import prepare_generation
+from rayconnect.pipelines.source import prepare_generation
+from rayconnect.pipelines.source_config import SourceSettings
+from rayconnect.source_tasks.base import encode_partition
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
+pytestmark = [pytest.mark.usefixtures("ray_session")]
 
 TOPIC = "out"
 
@@ -419,7 +419,7 @@ def test_required_refuses_without_transactions_requested_falls_back(broker: str)
             "lenient", task=source, target=target, exactly_once="requested"
         ).prepare()
     assert not transactional and "at-least-once" in warning
-    from rayconnect.source_pipeline import task_actor_names
+    from rayconnect.runtime import task_actor_names
 
     assert task_actor_names("strict") == []
 

@@ -17,9 +17,9 @@ import rayconnect as rc
 from rayconnect.cli import EXIT_NOT_FOUND, EXIT_OK, main
 from rayconnect.kafka.admin import create_topic
 from rayconnect.kafka.embedded import EmbeddedBroker
-from rayconnect.source_pipeline import SourcePipelineHandle
+from rayconnect.pipelines.source import SourcePipelineHandle
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
+pytestmark = [pytest.mark.usefixtures("ray_session")]
 
 FILE = """\
 kind: source

@@ -17,7 +17,8 @@ import pytest
 import ray
 from deltalake import DeltaTable
 
-from rayconnect.actors.writer import start_writer, writer_name
+from rayconnect.actors import names
+from rayconnect.actors.writer import start_writer
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.delta import DeltaCommitter
@@ -30,7 +31,7 @@ from rayconnect.spark_bridge.session import (
     spark_configs,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 NAMESPACE = "rayconnect-test"
 HEADERS_TYPE = RAW_RECORD_SCHEMA.field("headers").type
@@ -61,7 +62,7 @@ def writer() -> Iterator[ray.actor.ActorHandle]:
     ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE)
     t_ray = time.perf_counter() - t0
     t0 = time.perf_counter()
-    handle = start_writer(writer_name(f"test-{uuid.uuid4().hex[:6]}"), namespace=NAMESPACE)
+    handle = start_writer(names.writer(f"test-{uuid.uuid4().hex[:6]}"), namespace=NAMESPACE)
     stats = ray.get(handle.stats.remote())
     print(
         f"\nray.init {t_ray:.1f} s; writer ready {time.perf_counter() - t0:.1f} s "

@@ -181,7 +181,7 @@ def test_source_foreground_stops_cleanly_on_sigint(capsys):
     import os
     import signal
 
-    from rayconnect.commands.run import _stop_signals, source_loop
+    from rayconnect.cli.run import _stop_signals, source_loop
 
     before = signal.getsignal(signal.SIGINT)
     handle = _FakeSourceHandle(lambda n: n == 3 and os.kill(os.getpid(), signal.SIGINT))
@@ -196,7 +196,7 @@ def test_source_foreground_stops_cleanly_on_sigint(capsys):
 
 
 def test_source_foreground_notices_a_stop_from_elsewhere(capsys):
-    from rayconnect.commands.run import source_loop
+    from rayconnect.cli.run import source_loop
 
     class Gone(_FakeSourceHandle):
         def status(self):
@@ -207,7 +207,7 @@ def test_source_foreground_notices_a_stop_from_elsewhere(capsys):
 
 
 def test_source_status_renders_tasks_without_secrets():
-    from rayconnect.commands.inspect import render_status
+    from rayconnect.cli.status import render_status
     from rayconnect.redact import redact
 
     status = _FakeSourceHandle().status()

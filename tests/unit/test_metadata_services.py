@@ -10,13 +10,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rayconnect.config import StaticMetadataService
 from rayconnect.metadata import (
     FileMetadataService,
     KafkaMetadataService,
     MetadataError,
     MetadataFileError,
     SingleClusterMetadataService,
+    StaticMetadataService,
     clusters_of,
     poll_service,
     select_streams,

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 import rayconnect as rc
-from rayconnect.config import ConfigError, SinkPipelineConfig
-from rayconnect.pipeline_file import PipelineFileError, load_pipeline_file, loads_pipeline
-from rayconnect.source.config import (
+from rayconnect.cli.pipeline_file import PipelineFileError, load_pipeline_file, loads_pipeline
+from rayconnect.errors import ConfigError
+from rayconnect.pipelines.sink_config import SinkPipelineConfig
+from rayconnect.pipelines.source_config import (
     DeltaTask,
     FilesTask,
     GeneratorTask,
@@ -199,7 +200,7 @@ def test_source_file_builds_the_same_pipeline_as_the_python_api():
         transaction_boundary_interval_s=0.5,
         exactly_once="required",
     )
-    built = config.to_pipeline()
+    built = rc.SourcePipeline.from_config(config)
     assert built.settings == api.settings
     assert type(built.task) is rc.GeneratorSource and vars(built.task) == vars(api.task)
     assert config.task.topics() == ("numbers",)
@@ -330,7 +331,7 @@ def test_python_task_is_imported_and_built(tasks_module):
     task = config.task.build()
     assert isinstance(task, rc.SourceTask) and (task.topic, task.step) == ("numbers", 2)
     # a built-in by import path works too
-    text = _python_task("rayconnect.source:GeneratorSource", "{topic: t, partitions: 2}")
+    text = _python_task("rayconnect.source_tasks:GeneratorSource", "{topic: t, partitions: 2}")
     assert isinstance(loads_pipeline(text, env={}).task.build(), rc.GeneratorSource)
 
 

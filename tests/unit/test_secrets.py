@@ -9,7 +9,7 @@ import ssl
 import pytest
 
 import rayconnect as rc
-from rayconnect.commands.inspect import render_status
+from rayconnect.cli.status import render_status
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.metrics import PARTITION_TAGS, PIPELINE_TAGS
 from rayconnect.redact import MASK, is_secret_key, redact, redact_properties

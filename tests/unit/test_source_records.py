@@ -7,7 +7,7 @@ import json
 import pytest
 
 import rayconnect as rc
-from rayconnect.source.base import (
+from rayconnect.source_tasks.base import (
     DEAD_LETTER_MAX_VALUE,
     BadRecord,
     dead_letter,

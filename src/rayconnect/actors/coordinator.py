@@ -23,8 +23,8 @@ import msgspec
 import ray
 
 from rayconnect.actors import names
-from rayconnect.config import SinkPipelineConfig
 from rayconnect.metrics import SinkMetrics
+from rayconnect.pipelines.sink_config import SinkPipelineConfig
 from rayconnect.protocol.coordinator import Coordinator, CoordinatorConfig
 from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, Ready, ReloadTable, Send
 from rayconnect.protocol.messages import Message, RequestCommit

@@ -45,3 +45,9 @@ def reader_of(pipeline: str, reader_id: str) -> str:
     """Actor name of the enumerator's reader id ``"<cluster>/<i>"``."""
     cluster, index = reader_id.rsplit("/", 1)
     return reader(pipeline, cluster, int(index))
+
+
+def role_of(actor_name: str) -> str | None:
+    """The role part of an actor name (``coordinator``, ``reader``, ``task``...)."""
+    parts = actor_name.split("/")
+    return parts[1] if len(parts) > 1 else None

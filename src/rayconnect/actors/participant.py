@@ -21,7 +21,7 @@ import msgspec
 import ray
 
 from rayconnect.actors import names
-from rayconnect.config import CommitSettings, StartingOffsets
+from rayconnect.pipelines.sink_config import CommitSettings, StartingOffsets
 from rayconnect.protocol.effects import (
     Flush,
     Pause,

@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from rayconnect.actors import names
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups_detailed
@@ -36,14 +37,8 @@ from rayconnect.spark_bridge.session import start_spark, stop_spark
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NAMESPACE = "rayconnect"
 WARM_UP_WRITES = 4
 WARM_UP_ROWS = 2_500  # a block; 8 groups of it: about one second of a 10k records/s stream
-
-
-def writer_name(pipeline: str) -> str:
-    """The Ray actor name of a pipeline's writer (design.md: ``<pipeline>/writer``)."""
-    return f"{pipeline}/writer"
 
 
 @dataclass
@@ -278,7 +273,7 @@ class WriterActor:
 
 def start_writer(
     name: str,
-    namespace: str = DEFAULT_NAMESPACE,
+    namespace: str = names.NAMESPACE,
     *,
     executors: int = 1,
     cores: int = 1,
@@ -289,7 +284,7 @@ def start_writer(
 ) -> ray.actor.ActorHandle:
     """Get or create the named, detached, always-restarted writer actor.
 
-    ``name`` is ``writer_name(pipeline)``. With ``wait`` (default) this blocks until Spark is
+    ``name`` is ``names.writer(pipeline)``. With ``wait`` (default) this blocks until Spark is
     started and warmed up (~20-30 s on 2 cores), so the first round pays no start-up cost.
     """
     handle = WriterActor.options(

@@ -10,16 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rayconnect.errors import DiscoveryError
 from rayconnect.properties import (
     INT_PROPERTIES,
     SSL_CHECK_HOSTNAME,
     SSL_FILES,
 )
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
-
-
-class DiscoveryError(RuntimeError):
-    """A cluster cannot be reached or lacks a subscribed topic."""
 
 
 def client_properties(properties: dict[str, str]) -> dict[str, Any]:

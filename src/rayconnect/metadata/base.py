@@ -2,7 +2,7 @@
 
 A metadata service is the source of truth for which clusters and topics a pipeline reads:
 a stream it stops listing is gone, and its partitions retire. Implementations here:
-``StaticMetadataService`` (rayconnect.config, fixed streams), ``FileMetadataService``
+``StaticMetadataService`` (rayconnect.pipelines.sink_config, fixed streams), ``FileMetadataService``
 (YAML/JSON file, edits picked up while running) and ``SingleClusterMetadataService`` (each
 topic of one cluster is a stream). The enumerator only ever sees the streams, through
 ``poll_service``, so any object with these three methods works (duck-typed ``Protocol``).

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING
 
+from rayconnect.errors import JavaNotFoundError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -49,10 +51,6 @@ _JAVA_FIX = (
     "install OpenJDK 17: apt-get install -y openjdk-17-jre-headless, "
     "or set JAVA_HOME to a Java >= {min} installation"
 )
-
-
-class JavaNotFoundError(RuntimeError):
-    """No usable Java: Spark (and so the writer) cannot start."""
 
 
 def _java_executable() -> str | None:

@@ -13,8 +13,10 @@ from typing import Literal
 
 import msgspec
 
+from rayconnect.errors import ConfigError, require
 from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
+from rayconnect.metadata.static import StaticMetadataService
 from rayconnect.properties import check_client_properties
 from rayconnect.protocol.streams import (
     MetadataError,
@@ -26,55 +28,6 @@ from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
 from rayconnect.redact import redacted_repr
 
 StartingOffsets = Literal["earliest", "latest"]
-
-
-class ConfigError(ValueError):
-    """A pipeline's configuration is invalid; the message names the field and the fix."""
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
-
-
-class StaticMetadataService(msgspec.Struct, frozen=True, tag="static"):
-    """Streams fixed at construction (FLIP-246's simplest KafkaMetadataService)."""
-
-    streams: tuple[KafkaStream, ...]
-
-    __repr__ = redacted_repr  # Kafka properties hold credentials: masked in every repr
-
-    def __post_init__(self) -> None:
-        _require(bool(self.streams), "metadata.streams: give at least one KafkaStream")
-        seen: set[str] = set()
-        for stream in self.streams:
-            _require(stream.stream_id not in seen, f"duplicate stream_id {stream.stream_id!r}")
-            seen.add(stream.stream_id)
-            _require(bool(stream.clusters), f"stream {stream.stream_id!r} has no clusters")
-            for cluster_id, cluster in stream.clusters.items():
-                try:
-                    check_name("cluster id", cluster_id)
-                    for topic in cluster.topics:
-                        check_name("topic", topic)
-                except ValueError as e:
-                    raise ConfigError(f"stream {stream.stream_id!r}: {e}") from None
-                _require(
-                    bool(cluster.bootstrap_servers),
-                    f"stream {stream.stream_id!r} cluster {cluster_id!r}: bootstrap_servers is empty",
-                )
-                for problem in check_client_properties(cluster.properties):
-                    raise ConfigError(
-                        f"stream {stream.stream_id!r} cluster {cluster_id!r} properties: {problem}"
-                    )
-
-    def get_all_streams(self) -> tuple[KafkaStream, ...]:
-        return self.streams
-
-    def describe_streams(self, stream_ids: list[str]) -> dict[str, KafkaStream]:
-        return {s.stream_id: s for s in self.streams if s.stream_id in stream_ids}
-
-    def is_cluster_active(self, cluster_id: str) -> bool:
-        return any(cluster_id in s.clusters for s in self.streams)
 
 
 class KafkaSource(msgspec.Struct, frozen=True):
@@ -95,12 +48,12 @@ class KafkaSource(msgspec.Struct, frozen=True):
     __repr__ = redacted_repr
 
     def __post_init__(self) -> None:
-        _require(self.readers_per_cluster >= 1, "source.readers_per_cluster must be >= 1")
-        _require(self.max_poll_records >= 1, "source.max_poll_records must be >= 1")
+        require(self.readers_per_cluster >= 1, "source.readers_per_cluster must be >= 1")
+        require(self.max_poll_records >= 1, "source.max_poll_records must be >= 1")
         for problem in check_client_properties(self.properties):
             raise ConfigError(f"source.properties: {problem}")
-        _require(self.discovery_interval_s > 0, "source.discovery_interval_s must be > 0")
-        _require(
+        require(self.discovery_interval_s > 0, "source.discovery_interval_s must be > 0")
+        require(
             self.discovery_failure_threshold >= 1, "source.discovery_failure_threshold must be >= 1"
         )
         if self.stream_pattern is not None:
@@ -112,11 +65,16 @@ class KafkaSource(msgspec.Struct, frozen=True):
             # Dynamic services may gain a stream later; a static one never will.
             known = {s.stream_id for s in self.metadata.streams}
             missing = [s for s in self.stream_ids if s not in known]
-            _require(not missing, f"source.stream_ids: unknown streams {missing}, known {sorted(known)}")
+            require(
+                not missing, f"source.stream_ids: unknown streams {missing}, known {sorted(known)}"
+            )
         if isinstance(self.starting_offsets, dict):
             for key, offset in self.starting_offsets.items():
-                _require(key.count("/") == 2, f"source.starting_offsets: key {key!r} is not 'cluster/topic/partition'")
-                _require(offset >= 0, f"source.starting_offsets[{key!r}] must be >= 0")
+                require(
+                    key.count("/") == 2,
+                    f"source.starting_offsets: key {key!r} is not 'cluster/topic/partition'",
+                )
+                require(offset >= 0, f"source.starting_offsets[{key!r}] must be >= 0")
 
     def streams(self) -> tuple[KafkaStream, ...]:
         """The subscribed streams, as the metadata service has them now, with the
@@ -144,8 +102,8 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     vacuum_retention_hours: float = 24.0
 
     def __post_init__(self) -> None:
-        _require(bool(self.path), "sink.path is empty")
-        _require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
+        require(bool(self.path), "sink.path is empty")
+        require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
 
 
 class CommitSettings(msgspec.Struct, frozen=True):
@@ -163,12 +121,12 @@ class CommitSettings(msgspec.Struct, frozen=True):
     commit_when_caught_up: bool = False
 
     def __post_init__(self) -> None:
-        _require(self.commit_interval_s > 0, "commit_interval_s must be > 0")
-        _require(self.write_timeout_s > 0, "write_timeout_s must be > 0")
-        _require(self.flush_max_records > 0, "flush_max_records must be > 0")
-        _require(self.flush_max_bytes > 0, "flush_max_bytes must be > 0")
-        _require(self.flush_max_age_s > 0, "flush_max_age_s must be > 0")
-        _require(self.request_commit_after_flushes >= 1, "request_commit_after_flushes must be >= 1")
+        require(self.commit_interval_s > 0, "commit_interval_s must be > 0")
+        require(self.write_timeout_s > 0, "write_timeout_s must be > 0")
+        require(self.flush_max_records > 0, "flush_max_records must be > 0")
+        require(self.flush_max_bytes > 0, "flush_max_bytes must be > 0")
+        require(self.flush_max_age_s > 0, "flush_max_age_s must be > 0")
+        require(self.request_commit_after_flushes >= 1, "request_commit_after_flushes must be >= 1")
 
 
 class SparkSettings(msgspec.Struct, frozen=True):

@@ -18,12 +18,12 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
-from rayconnect.config import ConfigError
+from rayconnect.errors import ConfigError
 from rayconnect.properties import check_client_properties
 from rayconnect.protocol.source_task import BOUNDARIES, Boundary
 from rayconnect.protocol.types import check_name
 from rayconnect.redact import redacted_repr
-from rayconnect.source.base import SourceTask
+from rayconnect.source_tasks.base import SourceTask
 
 ExactlyOnce = Literal["requested", "required"]
 GLOBAL_OFFSETS_TOPIC = "rayconnect-offsets"
@@ -156,7 +156,7 @@ class FilesTask(TaskConfig, frozen=True, tag="files"):
         _check_topic("topic", self.topic)
 
     def build(self) -> SourceTask:
-        from rayconnect.source.files import FileSource
+        from rayconnect.source_tasks.files import FileSource
 
         return FileSource(self.path, self.topic, self.pattern, self.batch_size, self.idle_s)
 
@@ -181,7 +181,7 @@ class DeltaTask(TaskConfig, frozen=True, tag="delta"):
         _check_topic("topic", self.topic)
 
     def build(self) -> SourceTask:
-        from rayconnect.source.delta import DeltaTableSource
+        from rayconnect.source_tasks.delta import DeltaTableSource
 
         return DeltaTableSource(
             self.path,
@@ -212,7 +212,7 @@ class GeneratorTask(TaskConfig, frozen=True, tag="generator"):
         _check_topic("topic", self.topic)
 
     def build(self) -> SourceTask:
-        from rayconnect.source.generator import GeneratorSource
+        from rayconnect.source_tasks.generator import GeneratorSource
 
         return GeneratorSource(
             self.topic,
@@ -339,9 +339,3 @@ class SourcePipelineConfig(SourceSettings, frozen=True, kw_only=True):
         fields = msgspec.structs.asdict(self)
         del fields["task"]
         return SourceSettings(**fields)
-
-    def to_pipeline(self) -> Any:
-        """The ``rc.SourcePipeline`` this file describes (builds the task; imports Ray)."""
-        from rayconnect.source_pipeline import SourcePipeline
-
-        return SourcePipeline.from_settings(self.settings(), self.task.build())

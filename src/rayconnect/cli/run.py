@@ -26,21 +26,21 @@ import sys
 import time
 from typing import Any
 
-from rayconnect.commands import (
+from rayconnect.cli.exit_codes import (
     EXIT_FAILED,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REQUIREMENT,
     EXIT_USAGE,
-    check_reachable,
 )
+from rayconnect.runtime import check_reachable
 
 
 def _with_brokers(config, bootstraps: dict[str, str]):
     """``config`` with every cluster's bootstrap address replaced (embedded brokers)."""
     import msgspec
 
-    from rayconnect.config import StaticMetadataService
+    from rayconnect.metadata.static import StaticMetadataService
     from rayconnect.protocol.types import ClusterMetadata, KafkaStream
 
     streams = tuple(
@@ -97,12 +97,11 @@ def _err(message: str) -> None:
 
 
 def run_command(args) -> int:
-    from rayconnect.api import PipelineError, SinkPipeline
-    from rayconnect.config import ConfigError, SinkPipelineConfig
-    from rayconnect.kafka.discovery import DiscoveryError
-    from rayconnect.pipeline_file import load_pipeline_file
-    from rayconnect.source.config import SourcePipelineConfig
-    from rayconnect.spark_bridge.session import JavaNotFoundError
+    from rayconnect.cli.pipeline_file import load_pipeline_file
+    from rayconnect.errors import ConfigError, DiscoveryError, JavaNotFoundError, PipelineError
+    from rayconnect.pipelines.sink import SinkPipeline
+    from rayconnect.pipelines.sink_config import SinkPipelineConfig
+    from rayconnect.pipelines.source_config import SourcePipelineConfig
 
     err = _err
     try:
@@ -200,7 +199,7 @@ def _foreground(handle, args, producer) -> int:
 
 
 def _sink_loop(handle, args, producer, stop_requested: list[str]) -> int:
-    from rayconnect.api import PipelineError
+    from rayconnect.errors import PipelineError
 
     first: int | None = None
     last_t, last_committed = time.monotonic(), 0
@@ -283,13 +282,14 @@ def start_source(config, address: str | None = None):
     between reading the file and watching: build the task (ConfigError), refuse a name that
     runs already (PipelineError), then ``rc.SourcePipeline.start``."""
     from rayconnect.actors import names
-    from rayconnect.api import PipelineError, _get_actor, ensure_ray
-    from rayconnect.source_pipeline import task_actor_names
+    from rayconnect.errors import PipelineError
+    from rayconnect.pipelines.source import SourcePipeline
+    from rayconnect.runtime import ensure_ray, get_actor, task_actor_names
 
-    pipeline = config.to_pipeline()  # imports and builds the task: before Ray
+    pipeline = SourcePipeline.from_config(config)  # imports and builds the task: before Ray
     check_reachable(address)
     ensure_ray(address)
-    if _get_actor(names.coordinator(config.name)) is not None or task_actor_names(config.name):
+    if get_actor(names.coordinator(config.name)) is not None or task_actor_names(config.name):
         raise PipelineError(
             f"pipeline {config.name!r} is already running: see `rayconnect status {config.name}`"
         )
@@ -297,8 +297,7 @@ def start_source(config, address: str | None = None):
 
 
 def run_source(config, args) -> int:
-    from rayconnect.api import PipelineError
-    from rayconnect.config import ConfigError
+    from rayconnect.errors import ConfigError, PipelineError
 
     err = _err
     with contextlib.ExitStack() as stack:
@@ -438,10 +437,10 @@ def kill_source(name: str) -> None:
     start fences and aborts them; read_committed consumers never see them)."""
     import ray
 
-    from rayconnect.source_pipeline import _actor, task_actor_names
+    from rayconnect.runtime import get_actor, task_actor_names
 
     for actor_name in task_actor_names(name):
-        actor = _actor(actor_name)
+        actor = get_actor(actor_name)
         if actor is not None:
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)

@@ -26,48 +26,17 @@ import ray
 
 from rayconnect.actors import names
 from rayconnect.aio import run_sync
-from rayconnect.config import ConfigError
-from rayconnect.source.base import SourceTask
-from rayconnect.source.config import ExactlyOnce, KafkaTarget, SourceSettings
+from rayconnect.errors import ConfigError, PipelineError
+from rayconnect.pipelines.source_config import (
+    ExactlyOnce,
+    KafkaTarget,
+    SourcePipelineConfig,
+    SourceSettings,
+)
+from rayconnect.runtime import ensure_ray, get_actor, task_actor_names, wait_for
+from rayconnect.source_tasks.base import SourceTask
 
 log = logging.getLogger(__name__)
-
-
-class SourcePipelineError(RuntimeError):
-    """A source pipeline cannot be started, found or stopped; the message says why."""
-
-
-def _pipeline_error() -> type[Exception]:
-    """``rc.PipelineError`` when the sink API is importable, so callers catch one type."""
-    try:
-        from rayconnect.api import PipelineError
-
-        return PipelineError
-    except Exception:
-        return SourcePipelineError
-
-
-def _ensure_ray(address: str | None) -> None:
-    if not ray.is_initialized():
-        ray.init(address=address, namespace=names.NAMESPACE, log_to_driver=False)
-
-
-def task_actor_names(pipeline: str) -> list[str]:
-    """The live ``<pipeline>/task/<i>`` actors, by index."""
-    prefix = f"{pipeline}/task/"
-    found = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == names.NAMESPACE and a["name"].startswith(prefix)
-    ]
-    return sorted(found, key=lambda n: int(n.rsplit("/", 1)[1]))
-
-
-def _actor(name: str) -> Any | None:
-    try:
-        return ray.get_actor(name, namespace=names.NAMESPACE)
-    except ValueError:
-        return None
 
 
 class SourcePipeline:
@@ -120,6 +89,11 @@ class SourcePipeline:
         pipeline._init(settings, task)
         return pipeline
 
+    @classmethod
+    def from_config(cls, config: SourcePipelineConfig) -> SourcePipeline:
+        """The pipeline a ``kind: source`` file describes (builds its task)."""
+        return cls.from_settings(config.settings(), config.task.build())
+
     def _init(self, settings: SourceSettings, task: SourceTask | type[SourceTask]) -> None:
         if isinstance(task, type) and issubclass(task, SourceTask):
             task = task()
@@ -141,12 +115,12 @@ class SourcePipeline:
     def start(
         self, *, address: str | None = None, timeout_s: float = 120.0
     ) -> SourcePipelineHandle:
-        from rayconnect.actors.task import SourceTaskActor
+        from rayconnect.actors.source_task import SourceTaskActor
 
         s = self.settings
-        _ensure_ray(address)
+        ensure_ray(address)
         if task_actor_names(s.name):
-            raise _pipeline_error()(
+            raise PipelineError(
                 f"source pipeline {s.name!r} is already running: use attach_source({s.name!r})"
             )
         transactional, warning = self.prepare()
@@ -194,7 +168,7 @@ async def prepare_generation(settings: SourceSettings) -> tuple[bool, str | None
     except TransactionsUnsupported as e:
         reason = f"target {bootstrap} has no usable transactions: {e}"
         if s.exactly_once == "required":
-            raise _pipeline_error()(
+            raise PipelineError(
                 f"source pipeline {s.name!r}: exactly_once='required' but {reason}"
             ) from e
         transactional = False
@@ -223,9 +197,9 @@ async def prepare_generation(settings: SourceSettings) -> tuple[bool, str | None
 
 def attach_source(name: str, *, address: str | None = None) -> SourcePipelineHandle:
     """A handle on a running source pipeline, from any process connected to the same Ray."""
-    _ensure_ray(address or "auto")
+    ensure_ray(address or "auto")
     if not task_actor_names(name):
-        raise _pipeline_error()(f"no running source pipeline named {name!r}")
+        raise PipelineError(f"no running source pipeline named {name!r}")
     return SourcePipelineHandle(name)
 
 
@@ -240,7 +214,7 @@ class SourcePipelineHandle:
         tasks: dict[int, Any] = {}
         for actor_name in task_actor_names(self.name):
             index = int(actor_name.rsplit("/", 1)[1])
-            actor = _actor(actor_name)
+            actor = get_actor(actor_name)
             try:
                 tasks[index] = ray.get(actor.status.remote(), timeout=timeout_s)
             except Exception as e:  # a task restarting is a state, not an error
@@ -257,19 +231,17 @@ class SourcePipelineHandle:
 
     def wait_for(self, predicate, timeout_s: float = 120.0, poll_s: float = 0.5) -> dict[str, Any]:
         """Poll ``status()`` until ``predicate(status)`` holds; raise TimeoutError otherwise."""
-        deadline = time.monotonic() + timeout_s
-        last: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            with contextlib.suppress(Exception):
-                last = self.status()
-                if predicate(last):
-                    return last
-            time.sleep(poll_s)
-        raise TimeoutError(f"source pipeline {self.name!r}: not met in {timeout_s} s: {last}")
+        return wait_for(
+            self.status,
+            predicate,
+            what=f"source pipeline {self.name!r}",
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+        )
 
     def stop(self, *, timeout_s: float = 60.0) -> dict[str, Any]:
         """Each task commits its open transaction (``connector``: aborts it), then ends."""
-        actors = [(n, _actor(n)) for n in task_actor_names(self.name)]
+        actors = [(n, get_actor(n)) for n in task_actor_names(self.name)]
         actors = [(n, a) for n, a in actors if a is not None]
         refs = {n: a.close.remote(timeout_s) for n, a in actors}
         final: dict[str, Any] = {}
@@ -291,11 +263,4 @@ def _wait_gone(pipeline: str, timeout_s: float) -> None:
         time.sleep(0.1)
 
 
-__all__ = [
-    "SourcePipeline",
-    "SourcePipelineError",
-    "SourcePipelineHandle",
-    "attach_source",
-    "prepare_generation",
-    "task_actor_names",
-]
+__all__ = ["SourcePipeline", "SourcePipelineHandle", "attach_source", "prepare_generation"]

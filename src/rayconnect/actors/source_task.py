@@ -29,6 +29,7 @@ from rayconnect.kafka import compat
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_value
 from rayconnect.kafka.transactions import init_transactions, producer, stop_quietly
+from rayconnect.pipelines.source_config import SourceSettings
 from rayconnect.protocol.source_task import (
     AbortTransaction,
     Acknowledge,
@@ -48,7 +49,7 @@ from rayconnect.protocol.source_task import (
     SourceTaskConfig,
     SourceTaskMachine,
 )
-from rayconnect.source.base import (
+from rayconnect.source_tasks.base import (
     BadRecord,
     RecordMetadata,
     SourceRecord,
@@ -59,7 +60,6 @@ from rayconnect.source.base import (
     encode_partition,
     encode_record,
 )
-from rayconnect.source.config import SourceSettings
 
 log = logging.getLogger(__name__)
 

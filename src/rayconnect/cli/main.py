@@ -1,41 +1,12 @@
-"""The ``rayconnect`` command line.
-
-Commands::
-
-    rayconnect run FILE [--address ADDR] [--detach] [--interval S]
-                        [--embedded-broker [--partitions P] [--demo-records N] [--demo-rate R]]
-    rayconnect list [--address ADDR] [--json]
-    rayconnect status NAME [--address ADDR] [--watch] [--interval S] [--json]
-    rayconnect stop NAME [--address ADDR] [--no-commit] [--timeout S]
-    rayconnect demo [--records N] [--partitions P] [--table PATH]
-
-``run`` starts the pipeline a pipeline file describes (see ``rayconnect.pipeline_file``): a
-sink pipeline (``kind: sink``, Kafka -> Delta) or a source pipeline (``kind: source``, any
-source -> Kafka, KIP-618). In the foreground it prints progress and, on Ctrl-C/SIGTERM,
-commits what was read (a source pipeline: each task's open transaction) and stops; with
-``--detach`` it returns once the pipeline runs. ``list``, ``status`` and ``stop`` find
-pipelines of either kind by name in the Ray cluster (``--address``, default ``auto``: the
-local cluster).
-Inside ``ray job submit`` the job's cluster is used. Credentials never appear in any output.
-
-Exit codes:
-  0  success
-  1  the work ran but failed: the demo's table does not match what was produced; the last
-     round of a stop could not be committed
-  2  bad usage or configuration: bad arguments, an invalid pipeline file (the message names
-     file, line and field), a missing topic or an unreachable Kafka cluster
-  3  a missing requirement: Java 17, or no Ray cluster to connect to
-  4  no pipeline of that name is running (status, stop), or it already runs (run)
-"""
+"""The ``rayconnect`` argument parser and ``main``: which command runs, with what exit code."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from rayconnect.commands import (  # noqa: F401 - re-exported
+from rayconnect.cli.exit_codes import (
     EXIT_FAILED,
-    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REQUIREMENT,
     EXIT_USAGE,
@@ -209,8 +180,8 @@ def _add_pipeline_commands(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
-        from rayconnect.demo import DemoError, run_demo
-        from rayconnect.spark_bridge.session import JavaNotFoundError
+        from rayconnect.cli.demo import DemoError, run_demo
+        from rayconnect.errors import JavaNotFoundError
 
         try:
             result = run_demo(args.records, args.partitions, args.table)
@@ -222,15 +193,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         return EXIT_OK if result.ok else EXIT_FAILED
     if args.command == "run":
-        from rayconnect.commands.run import run_command
+        from rayconnect.cli.run import run_command
 
         return run_command(args)
     if args.command in ("list", "status", "stop"):
-        from rayconnect.commands import inspect
+        from rayconnect.cli import status
 
-        return getattr(inspect, f"{args.command}_command")(args)
+        return getattr(status, f"{args.command}_command")(args)
     return EXIT_USAGE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

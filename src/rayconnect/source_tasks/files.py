@@ -13,7 +13,7 @@ import fnmatch
 import os
 from pathlib import Path
 
-from rayconnect.source.base import SourceRecord, SourceTask, SourceTaskContext
+from rayconnect.source_tasks.base import SourceRecord, SourceTask, SourceTaskContext
 
 
 class FileSource(SourceTask):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from rayconnect.source.base import SourceRecord, SourceTask, SourceTaskContext
+from rayconnect.source_tasks.base import SourceRecord, SourceTask, SourceTaskContext
 
 
 class GeneratorSource(SourceTask):

@@ -1,4 +1,4 @@
-"""The Python API: build a pipeline, ``start()`` it, watch it, ``stop()`` it, ``attach`` to it.
+"""The sink pipeline (Kafka -> Delta): build it, ``start()`` it, watch it, ``stop()`` it.
 
 ``start()`` validates everything it can before any actor exists (configuration, Java, every
 cluster reachable, every topic present), then creates the pipeline's named, detached actors in
@@ -9,51 +9,22 @@ exit, and ``rc.attach(name)`` from any process finds the pipeline again by name.
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import Any
 
 import ray
 
 from rayconnect.actors import names
 from rayconnect.aio import run_sync
-from rayconnect.config import (
+from rayconnect.errors import ConfigError, PipelineError
+from rayconnect.pipelines.sink_config import (
     CommitSettings,
-    ConfigError,
     DeltaSink,
     KafkaSource,
     SinkPipelineConfig,
     SparkSettings,
 )
 from rayconnect.protocol.types import TopicPartition
-
-
-class PipelineError(RuntimeError):
-    """A pipeline cannot be started, found or stopped; the message says why."""
-
-
-def ensure_ray(address: str | None = None) -> None:
-    """Use the Ray this process is connected to, or connect/start one (namespace rayconnect)."""
-    if ray.is_initialized():
-        return
-    ray.init(address=address, namespace=names.NAMESPACE, log_to_driver=False)
-
-
-def _get_actor(name: str) -> Any | None:
-    try:
-        return ray.get_actor(name, namespace=names.NAMESPACE)
-    except ValueError:
-        return None
-
-
-def pipeline_actor_names(pipeline: str) -> list[str]:
-    """Every live named actor of a pipeline, coordinator first, writer last."""
-    found = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == names.NAMESPACE and names.pipeline_of(a["name"]) == pipeline
-    ]
-    order = {"enumerator": 0, "coordinator": 1, "reader": 2, "participant": 3, "writer": 4}
-    return sorted(found, key=lambda n: (order.get(n.split("/")[1], 9), n))
+from rayconnect.runtime import ensure_ray, get_actor, pipeline_actor_names, wait_for
 
 
 class SinkPipeline:
@@ -136,7 +107,7 @@ class SinkPipeline:
         if not keys:
             raise ConfigError(f"pipeline {cfg.name!r}: the subscribed topics have no partitions")
         ensure_ray(address)
-        if _get_actor(names.coordinator(cfg.name)) is not None:
+        if get_actor(names.coordinator(cfg.name)) is not None:
             raise PipelineError(
                 f"pipeline {cfg.name!r} is already running: use rayconnect.attach({cfg.name!r})"
             )
@@ -162,20 +133,6 @@ class SinkPipeline:
         return handle
 
 
-def attach(name: str, *, address: str | None = None) -> Any:
-    """A handle on a running pipeline, from any process connected to the same Ray: a
-    ``PipelineHandle`` for a sink pipeline (found by its coordinator), else a
-    ``SourcePipelineHandle`` for a source pipeline (found by its tasks)."""
-    ensure_ray(address or "auto")
-    if _get_actor(names.coordinator(name)) is not None:
-        return PipelineHandle(name)
-    from rayconnect.source_pipeline import attach_source, task_actor_names
-
-    if task_actor_names(name):
-        return attach_source(name, address=address)
-    raise PipelineError(f"no running pipeline named {name!r}")
-
-
 class PipelineHandle:
     """Watch and stop a running pipeline; holds only its name, so it survives actor restarts."""
 
@@ -183,7 +140,7 @@ class PipelineHandle:
         self.name = name
 
     def _coordinator(self) -> Any:
-        actor = _get_actor(names.coordinator(self.name))
+        actor = get_actor(names.coordinator(self.name))
         if actor is None:
             raise PipelineError(f"pipeline {self.name!r} is not running")
         return actor
@@ -191,13 +148,13 @@ class PipelineHandle:
     def status(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """State, table version, committed offsets per partition, rounds, readers' lag."""
         status = ray.get(self._coordinator().status.remote(), timeout=timeout_s)
-        enumerator = _get_actor(names.enumerator(self.name))
+        enumerator = get_actor(names.enumerator(self.name))
         status["discovery"] = (
             ray.get(enumerator.status.remote(), timeout=timeout_s) if enumerator else None
         )
         readers = {}
         for name in pipeline_actor_names(self.name):
-            if "/reader/" in name and (actor := _get_actor(name)) is not None:
+            if "/reader/" in name and (actor := get_actor(name)) is not None:
                 try:
                     readers[name] = ray.get(actor.status.remote(), timeout=timeout_s)
                 except Exception as e:  # a reader restarting is a state, not an error
@@ -220,17 +177,14 @@ class PipelineHandle:
 
     def wait_for(self, predicate, timeout_s: float = 120.0, poll_s: float = 0.5) -> dict[str, Any]:
         """Poll ``status()`` until ``predicate(status)`` holds; raise TimeoutError otherwise."""
-        deadline = time.monotonic() + timeout_s
-        last: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            try:
-                last = self.status()
-                if predicate(last):
-                    return last
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                pass
-            time.sleep(poll_s)
-        raise TimeoutError(f"pipeline {self.name!r}: condition not met in {timeout_s} s: {last}")
+        return wait_for(
+            self.status,
+            predicate,
+            what=f"pipeline {self.name!r}",
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            transient=(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError),
+        )
 
     def stop(self, *, commit: bool = True, timeout_s: float = 120.0) -> dict[str, Any]:
         """Commit what was read (one last round) unless ``commit=False``, then end every actor.
@@ -238,14 +192,14 @@ class PipelineHandle:
         Nothing is lost either way: what was not committed is read again on the next start.
         """
         final: dict[str, Any] = {}
-        coordinator = _get_actor(names.coordinator(self.name))
+        coordinator = get_actor(names.coordinator(self.name))
         if coordinator is not None:
             try:
                 final = ray.get(coordinator.shutdown.remote(commit), timeout=timeout_s)
             except Exception as e:
                 final = {"error": f"final round not committed: {type(e).__name__}: {e}"}
         for name in pipeline_actor_names(self.name):
-            actor = _get_actor(name)
+            actor = get_actor(name)
             if actor is None:
                 continue
             with contextlib.suppress(Exception):

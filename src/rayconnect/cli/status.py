@@ -11,8 +11,9 @@ import sys
 import time
 from typing import Any
 
-from rayconnect.commands import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_REQUIREMENT, connect
+from rayconnect.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_REQUIREMENT
 from rayconnect.redact import redact
+from rayconnect.runtime import connect
 
 
 def _actors(pipeline: str) -> list[dict[str, Any]]:
@@ -20,7 +21,7 @@ def _actors(pipeline: str) -> list[dict[str, Any]]:
     import ray
 
     from rayconnect.actors import names
-    from rayconnect.api import pipeline_actor_names
+    from rayconnect.runtime import pipeline_actor_names
 
     wanted = pipeline_actor_names(pipeline)
     try:
@@ -57,10 +58,9 @@ def _actors(pipeline: str) -> list[dict[str, Any]]:
 def pipeline_kind(name: str) -> str | None:
     """``"sink"``, ``"source"`` or None (no such pipeline runs)."""
     from rayconnect.actors import names
-    from rayconnect.api import _get_actor
-    from rayconnect.source_pipeline import task_actor_names
+    from rayconnect.runtime import get_actor, task_actor_names
 
-    if _get_actor(names.coordinator(name)) is not None:
+    if get_actor(names.coordinator(name)) is not None:
         return "sink"
     if task_actor_names(name):
         return "source"
@@ -69,7 +69,7 @@ def pipeline_kind(name: str) -> str | None:
 
 def source_pipeline_status(name: str) -> dict[str, Any]:
     """A source pipeline's status (per task) with its actors, credentials masked."""
-    from rayconnect.source_pipeline import SourcePipelineHandle
+    from rayconnect.pipelines.source import SourcePipelineHandle
 
     status = SourcePipelineHandle(name).status()
     status["kind"] = "source"
@@ -79,7 +79,7 @@ def source_pipeline_status(name: str) -> dict[str, Any]:
 
 def pipeline_status(name: str) -> dict[str, Any]:
     """Everything ``status`` shows, as one JSON-able dict, credentials masked."""
-    from rayconnect.api import PipelineHandle
+    from rayconnect.pipelines.sink import PipelineHandle
 
     status = PipelineHandle(name).status()
     hws: dict[str, int | None] = {}
@@ -200,7 +200,7 @@ def _connect_or_exit(address: str | None) -> int | None:
 
 
 def status_command(args) -> int:
-    from rayconnect.api import PipelineError
+    from rayconnect.errors import PipelineError
 
     if (code := _connect_or_exit(args.address)) is not None:
         return code
@@ -232,7 +232,7 @@ def list_command(args) -> int:
     import ray
 
     from rayconnect.actors import names
-    from rayconnect.api import _get_actor
+    from rayconnect.runtime import get_actor
 
     if (code := _connect_or_exit(args.address)) is not None:
         return code
@@ -243,7 +243,7 @@ def list_command(args) -> int:
     rows = []
     for pipeline, actor_names in sorted(by_pipeline.items()):
         row = {"name": pipeline, "actors": len(actor_names), "state": "-", "table": None}
-        coordinator = _get_actor(names.coordinator(pipeline))
+        coordinator = get_actor(names.coordinator(pipeline))
         row["kind"] = "sink" if coordinator is not None else None
         if coordinator is None and any(n.startswith(f"{pipeline}/task/") for n in actor_names):
             row.update(kind="source", **_source_row(pipeline))
@@ -281,7 +281,7 @@ def list_command(args) -> int:
 
 def _source_row(pipeline: str) -> dict[str, Any]:
     """``list``'s columns for a source pipeline: task states, source partitions, records."""
-    from rayconnect.source_pipeline import SourcePipelineHandle
+    from rayconnect.pipelines.source import SourcePipelineHandle
 
     try:
         s = SourcePipelineHandle(pipeline).status(timeout_s=10)
@@ -300,13 +300,14 @@ def _source_row(pipeline: str) -> dict[str, Any]:
 
 def stop_command(args) -> int:
     from rayconnect.actors import names
-    from rayconnect.api import PipelineHandle, _get_actor, pipeline_actor_names
+    from rayconnect.pipelines.sink import PipelineHandle
+    from rayconnect.runtime import get_actor, pipeline_actor_names
 
     if (code := _connect_or_exit(args.address)) is not None:
         return code
-    if _get_actor(names.coordinator(args.name)) is None and pipeline_kind(args.name) == "source":
+    if get_actor(names.coordinator(args.name)) is None and pipeline_kind(args.name) == "source":
         return _stop_source(args)
-    if _get_actor(names.coordinator(args.name)) is None and not pipeline_actor_names(args.name):
+    if get_actor(names.coordinator(args.name)) is None and not pipeline_actor_names(args.name):
         return _not_running(args.name)
     what = "committing one last round, then stopping" if args.commit else "stopping"
     print(f"rayconnect: {args.name}: {what}...", file=sys.stderr, flush=True)
@@ -326,8 +327,8 @@ def stop_command(args) -> int:
 def _stop_source(args) -> int:
     """Every task commits its open transaction (``connector``: aborts it) and ends; with
     ``--no-commit`` the tasks are ended at once (the next start aborts what they left open)."""
-    from rayconnect.commands.run import kill_source
-    from rayconnect.source_pipeline import SourcePipelineHandle
+    from rayconnect.cli.run import kill_source
+    from rayconnect.pipelines.source import SourcePipelineHandle
 
     if not args.commit:
         print(f"rayconnect: {args.name}: stopping", file=sys.stderr, flush=True)

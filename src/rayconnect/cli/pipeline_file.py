@@ -1,6 +1,6 @@
 """Pipeline files: YAML decoded with msgspec into the very types of the Python API.
 
-A pipeline file is the keyword arguments of ``rayconnect.config.SinkPipelineConfig`` written as
+A pipeline file is the keyword arguments of ``rayconnect.pipelines.sink_config.SinkPipelineConfig`` written as
 YAML, plus ``kind``::
 
     kind: sink                      # sink: Kafka -> Delta
@@ -24,7 +24,7 @@ YAML, plus ``kind``::
     spark: {executors: 1}           # rc.SparkSettings
 
 A source pipeline (KIP-618: any source -> Kafka) is ``rc.SourcePipeline``'s keyword
-arguments (``rayconnect.source.config.SourcePipelineConfig``), with the task as a tagged
+arguments (``rayconnect.pipelines.source_config.SourcePipelineConfig``), with the task as a tagged
 mapping - ``type`` is one of ``files`` (rc.FileSource), ``delta`` (rc.DeltaTableSource),
 ``generator`` (rc.GeneratorSource), each with its constructor's parameters, or ``python``
 for any SourceTask subclass, imported when the file is read::
@@ -66,8 +66,9 @@ from typing import Any
 import msgspec
 import yaml
 
-from rayconnect.config import ConfigError, SinkPipelineConfig
-from rayconnect.source.config import SourcePipelineConfig
+from rayconnect.errors import ConfigError
+from rayconnect.pipelines.sink_config import SinkPipelineConfig
+from rayconnect.pipelines.source_config import SourcePipelineConfig
 
 __all__ = ["KINDS", "PipelineFileError", "load_pipeline_file", "loads_pipeline"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from rayconnect.source.base import SourceRecord, SourceTask, SourceTaskContext
+from rayconnect.source_tasks.base import SourceRecord, SourceTask, SourceTaskContext
 
 
 class DeltaTableSource(SourceTask):

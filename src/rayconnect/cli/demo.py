@@ -46,7 +46,9 @@ class DemoResult:
     @property
     def ok(self) -> bool:
         n = sum(self.expected.values())
-        return self.exact and self.rows == n and self.distinct == n and self.offsets == self.expected
+        return (
+            self.exact and self.rows == n and self.distinct == n and self.offsets == self.expected
+        )
 
 
 async def _read_all(
@@ -120,7 +122,9 @@ def run_demo(
         )
     started = time.monotonic()
     timings: dict[str, float] = {}
-    print(f"rayconnect demo: {records:,} records, {partitions} partitions -> {table_path}", file=out)
+    print(
+        f"rayconnect demo: {records:,} records, {partitions} partitions -> {table_path}", file=out
+    )
 
     with EmbeddedBroker(cluster_id=CLUSTER) as broker:
         bootstrap = broker.bootstrap_servers
@@ -203,17 +207,32 @@ def _verify(table_path, committer, keys, counts, version, elapsed) -> DemoResult
 def _summary(r: DemoResult, out) -> None:
     n = sum(r.expected.values())
     print("", file=out)
-    print(f"  rows in table      {r.rows:,} ({r.distinct:,} distinct topic/partition/offset)", file=out)
+    print(
+        f"  rows in table      {r.rows:,} ({r.distinct:,} distinct topic/partition/offset)",
+        file=out,
+    )
     print(f"  table version      {r.version}", file=out)
-    print("  committed offsets  " + ", ".join(f"{k}={v}" for k, v in sorted(r.offsets.items())), file=out)
-    print(f"  elapsed            {r.elapsed_s:.1f} s ({n / r.elapsed_s:,.0f} records/s end to end)", file=out)
+    print(
+        "  committed offsets  " + ", ".join(f"{k}={v}" for k, v in sorted(r.offsets.items())),
+        file=out,
+    )
+    print(
+        f"  elapsed            {r.elapsed_s:.1f} s ({n / r.elapsed_s:,.0f} records/s end to end)",
+        file=out,
+    )
     steps = ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in r.timings.items())
     print(f"  steps              {steps}", file=out)
     data_s = sum(r.timings.get(k, 0.0) for k in ("read_s", "write_s", "commit_s"))
     if data_s:
         print(f"  data path          {n / data_s:,.0f} records/s (read + write + commit)", file=out)
     print(f"  table              {r.table}", file=out)
-    print(f"  read it            python -c \"import polars as pl; print(pl.read_delta('{r.table}'))\"", file=out)
-    print(f"                     duckdb -c \"INSTALL delta; LOAD delta; SELECT count(*) FROM delta_scan('{r.table}')\"", file=out)
+    print(
+        f"  read it            python -c \"import polars as pl; print(pl.read_delta('{r.table}'))\"",
+        file=out,
+    )
+    print(
+        f"                     duckdb -c \"INSTALL delta; LOAD delta; SELECT count(*) FROM delta_scan('{r.table}')\"",
+        file=out,
+    )
     verdict = "OK: exactly once" if r.ok else "FAILED: table does not match what was produced"
     print(f"  result             {verdict}", file=out)

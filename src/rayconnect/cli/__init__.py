@@ -1,0 +1,48 @@
+"""The ``rayconnect`` command line.
+
+Commands::
+
+    rayconnect run FILE [--address ADDR] [--detach] [--interval S]
+                        [--embedded-broker [--partitions P] [--demo-records N] [--demo-rate R]]
+    rayconnect list [--address ADDR] [--json]
+    rayconnect status NAME [--address ADDR] [--watch] [--interval S] [--json]
+    rayconnect stop NAME [--address ADDR] [--no-commit] [--timeout S]
+    rayconnect demo [--records N] [--partitions P] [--table PATH]
+
+``run`` starts the pipeline a pipeline file describes (see ``rayconnect.cli.pipeline_file``): a
+sink pipeline (``kind: sink``, Kafka -> Delta) or a source pipeline (``kind: source``, any
+source -> Kafka, KIP-618). In the foreground it prints progress and, on Ctrl-C/SIGTERM,
+commits what was read (a source pipeline: each task's open transaction) and stops; with
+``--detach`` it returns once the pipeline runs. ``list``, ``status`` and ``stop`` find
+pipelines of either kind by name in the Ray cluster (``--address``, default ``auto``: the
+local cluster).
+Inside ``ray job submit`` the job's cluster is used. Credentials never appear in any output.
+
+Exit codes:
+  0  success
+  1  the work ran but failed: the demo's table does not match what was produced; the last
+     round of a stop could not be committed
+  2  bad usage or configuration: bad arguments, an invalid pipeline file (the message names
+     file, line and field), a missing topic or an unreachable Kafka cluster
+  3  a missing requirement: Java 17, or no Ray cluster to connect to
+  4  no pipeline of that name is running (status, stop), or it already runs (run)
+"""
+
+from rayconnect.cli.exit_codes import (
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_REQUIREMENT,
+    EXIT_USAGE,
+)
+from rayconnect.cli.main import build_parser, main
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_REQUIREMENT",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]

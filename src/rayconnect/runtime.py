@@ -1,0 +1,107 @@
+"""The Ray a pipeline runs in: connecting, finding a pipeline's named actors, waiting on them.
+
+Pipelines are held by named, detached actors in namespace ``rayconnect``, never by the
+driver; so every way in (the two pipeline APIs, ``rc.attach``, the CLI) finds a pipeline the
+same way: by listing the named actors whose names start with ``<pipeline>/``.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from rayconnect.actors import names
+
+#: Where a sink pipeline's roles sort in listings: the order ``stop`` ends them in.
+_ROLE_ORDER = {"enumerator": 0, "coordinator": 1, "reader": 2, "participant": 3, "writer": 4}
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Use the Ray this process is connected to, or connect/start one (namespace rayconnect)."""
+    if ray.is_initialized():
+        return
+    ray.init(address=address, namespace=names.NAMESPACE, log_to_driver=False)
+
+
+def check_reachable(address: str | None, timeout_s: float = 3.0) -> None:
+    """Raise ConnectionError if ``host:port`` does not accept connections: ``ray.init`` to a
+    dead address retries for minutes instead of failing."""
+    if not address or address == "auto" or "://" in address or ":" not in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except (OSError, ValueError) as e:
+        raise ConnectionError(f"nothing listens at {address}: {e}") from None
+
+
+def connect(address: str | None) -> None:
+    """Connect to a running Ray (``auto`` unless told); raise ConnectionError if none."""
+    if not ray.is_initialized():
+        check_reachable(address)
+        ensure_ray(address or "auto")
+
+
+def get_actor(name: str) -> Any | None:
+    """The live named actor, or None."""
+    try:
+        return ray.get_actor(name, namespace=names.NAMESPACE)
+    except ValueError:
+        return None
+
+
+def pipeline_actor_names(pipeline: str, role: str | None = None) -> list[str]:
+    """Every live named actor of a pipeline (only ``role``'s if given), in stop order:
+    enumerator, coordinator, readers, participants, writer; source tasks by index."""
+    found = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == names.NAMESPACE and names.pipeline_of(a["name"]) == pipeline
+    ]
+    if role is not None:
+        found = [n for n in found if names.role_of(n) == role]
+    return sorted(found, key=_listing_key)
+
+
+def _listing_key(name: str) -> tuple[int, str, int]:
+    role = names.role_of(name) or ""
+    last = name.rsplit("/", 1)[1]
+    return (
+        _ROLE_ORDER.get(role, 9),
+        name if not last.isdigit() else name.rsplit("/", 1)[0],
+        int(last) if last.isdigit() else 0,
+    )
+
+
+def task_actor_names(pipeline: str) -> list[str]:
+    """A source pipeline's live ``<pipeline>/task/<i>`` actors, by index."""
+    return pipeline_actor_names(pipeline, "task")
+
+
+def wait_for(
+    status: Callable[[], dict[str, Any]],
+    predicate: Callable[[dict[str, Any]], bool],
+    *,
+    what: str,
+    timeout_s: float,
+    poll_s: float,
+    transient: tuple[type[BaseException], ...] = (Exception,),
+) -> dict[str, Any]:
+    """Poll ``status()`` until ``predicate`` holds; a status call failing with ``transient``
+    (an actor restarting) is polled again. TimeoutError names ``what`` and the last status."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            last = status()
+            if predicate(last):
+                return last
+        except transient:
+            pass
+        time.sleep(poll_s)
+    raise TimeoutError(f"{what}: condition not met in {timeout_s} s: {last}")

@@ -1,0 +1,135 @@
+"""The package's shape, checked: no import cycles (not even through imports placed inside
+functions, which only hide a cycle), no private name used outside its module, no test code
+shipped in the package, and the pure ``protocol`` kept pure (see test_protocol_purity)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = SRC / "rayconnect"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {
+    _module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts
+}
+
+
+def _resolve(name: str) -> str | None:
+    """The module a dotted import names: itself, or its parent for ``from m import obj``."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str) -> list[tuple[str, int, list[str]]]:
+    """(imported module, line, imported names) for every import statement, anywhere."""
+    tree = ast.parse(MODULES[module].read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("rayconnect") and (target := _resolve(alias.name)):
+                    found.append((target, node.lineno, []))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if not node.module.startswith("rayconnect"):
+                continue
+            for alias in node.names:
+                target = _resolve(f"{node.module}.{alias.name}")
+                if target:
+                    found.append((target, node.lineno, [alias.name]))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module in MODULES:
+        for target, _, _ in _imports(module):
+            # A package's __init__ re-exporting its own modules is not a cycle of design.
+            if target != module and not target.startswith(module + "."):
+                graph[module].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_modules_were_found() -> None:
+    assert "rayconnect.protocol.coordinator" in MODULES
+    assert "rayconnect.pipelines.sink" in MODULES
+
+
+def test_no_import_cycles_even_through_function_level_imports() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    offenders = [
+        f"{module}:{line} imports {name} from {target}"
+        for module in MODULES
+        for target, line, imported in _imports(module)
+        for name in imported
+        if name.startswith("_") and target != module
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("test_only", ["pytest", "hypothesis"])
+def test_no_test_code_in_the_package(test_only: str) -> None:
+    users = [
+        m
+        for m, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and any(
+            (getattr(node, "module", None) or alias.name).split(".")[0] == test_only
+            for alias in node.names
+        )
+    ]
+    assert users == []
