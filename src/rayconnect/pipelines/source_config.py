@@ -14,7 +14,7 @@ import inspect
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -23,7 +23,11 @@ from rayconnect.properties import check_client_properties
 from rayconnect.protocol.source_task import BOUNDARIES, Boundary
 from rayconnect.protocol.types import check_name
 from rayconnect.redact import redacted_repr
-from rayconnect.source_tasks.base import SourceTask
+from rayconnect.settings_types import PositiveFloat, PositiveInt
+from rayconnect.source_tasks.base import ConfiguredTask, SourceTask, check_topic
+from rayconnect.source_tasks.delta import DeltaTableSettings, DeltaTableSource
+from rayconnect.source_tasks.files import FileSource, FileSourceSettings
+from rayconnect.source_tasks.generator import GeneratorSettings, GeneratorSource
 
 ExactlyOnce = Literal["requested", "required"]
 GLOBAL_OFFSETS_TOPIC = "rayconnect-offsets"
@@ -47,12 +51,6 @@ class KafkaTarget(msgspec.Struct, frozen=True):
             raise ConfigError("target.bootstrap_servers is empty")
         for problem in check_client_properties(self.properties):
             raise ConfigError(f"properties: {problem}")
-
-
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
-NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
-PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
-NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class SourceSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,7 +88,7 @@ class SourceSettings(msgspec.Struct, frozen=True, kw_only=True):
             ("dead_letter_topic", self.dead_letter_topic),
         ):
             if topic is not None:
-                _check_topic(field, topic)
+                check_topic(field, topic)
         if self.tasks < 1:
             raise ConfigError("tasks: must be >= 1")
         if self.transaction_boundary not in BOUNDARIES:
@@ -131,9 +129,11 @@ class TaskConfig(msgspec.Struct, frozen=True, tag_field="type"):
     must be written (there is no sensible default source)."""
 
     tag_required: ClassVar[bool] = True
+    #: the built-in source the block's fields (its settings Struct) build
+    task_class: ClassVar[type[ConfiguredTask]]
 
     def build(self) -> SourceTask:
-        raise NotImplementedError
+        return self.task_class(**msgspec.structs.asdict(self))
 
     def topics(self) -> tuple[str, ...]:
         """The Kafka topics the task writes to, when the config says (embedded broker)."""
@@ -141,90 +141,22 @@ class TaskConfig(msgspec.Struct, frozen=True, tag_field="type"):
         return (topic,) if isinstance(topic, str) else ()
 
 
-class FilesTask(TaskConfig, frozen=True, tag="files"):
+class FilesTask(FileSourceSettings, TaskConfig, frozen=True, tag="files"):
     """``rc.FileSource``: the JSON lines of the files of a folder."""
 
-    path: str
-    topic: str
-    pattern: str = "*.jsonl"
-    batch_size: PositiveInt = 1000
-    idle_s: NonNegativeFloat = 0.2
-
-    def __post_init__(self) -> None:
-        if not self.path:
-            raise ConfigError("path: must not be empty")
-        _check_topic("topic", self.topic)
-
-    def build(self) -> SourceTask:
-        from rayconnect.source_tasks.files import FileSource
-
-        return FileSource(self.path, self.topic, self.pattern, self.batch_size, self.idle_s)
+    task_class = FileSource
 
 
-class DeltaTask(TaskConfig, frozen=True, tag="delta"):
+class DeltaTask(DeltaTableSettings, TaskConfig, frozen=True, tag="delta"):
     """``rc.DeltaTableSource``: the rows each new version of a Delta table added."""
 
-    path: str
-    topic: str
-    starting_version: NonNegativeInt = 0
-    key_column: str | None = None
-    partition: NonNegativeInt = 0
-    batch_size: PositiveInt = 1000
-    idle_s: NonNegativeFloat = 0.5
-    storage_options: dict[str, str] | None = None
-
-    __repr__ = redacted_repr  # storage options may hold cloud credentials
-
-    def __post_init__(self) -> None:
-        if not self.path:
-            raise ConfigError("path: must not be empty")
-        _check_topic("topic", self.topic)
-
-    def build(self) -> SourceTask:
-        from rayconnect.source_tasks.delta import DeltaTableSource
-
-        return DeltaTableSource(
-            self.path,
-            self.topic,
-            starting_version=self.starting_version,
-            key_column=self.key_column,
-            partition=self.partition,
-            batch_size=self.batch_size,
-            idle_s=self.idle_s,
-            storage_options=dict(self.storage_options) if self.storage_options else None,
-        )
+    task_class = DeltaTableSource
 
 
-class GeneratorTask(TaskConfig, frozen=True, tag="generator"):
+class GeneratorTask(GeneratorSettings, TaskConfig, frozen=True, tag="generator"):
     """``rc.GeneratorSource``: numbered demo records."""
 
-    topic: str
-    partitions: PositiveInt = 4
-    records_per_partition: NonNegativeInt | None = None
-    batch_size: PositiveInt = 1000
-    value_size: NonNegativeInt = 200
-    idle_s: NonNegativeFloat = 0.05
-    poll_delay_s: NonNegativeFloat = 0.0
-    tag: str = ""
-    commit_every: PositiveInt | None = None
-
-    def __post_init__(self) -> None:
-        _check_topic("topic", self.topic)
-
-    def build(self) -> SourceTask:
-        from rayconnect.source_tasks.generator import GeneratorSource
-
-        return GeneratorSource(
-            self.topic,
-            partitions=self.partitions,
-            records_per_partition=self.records_per_partition,
-            batch_size=self.batch_size,
-            value_size=self.value_size,
-            idle_s=self.idle_s,
-            poll_delay_s=self.poll_delay_s,
-            tag=self.tag,
-            commit_every=self.commit_every,
-        )
+    task_class = GeneratorSource
 
 
 class PythonTask(TaskConfig, frozen=True, tag="python"):
@@ -320,13 +252,6 @@ def _pickle_by_value(module_name: str) -> bool:
     if module_name.split(".")[0] == "rayconnect" or not file:
         return False
     return not any(part in ("site-packages", "dist-packages") for part in Path(file).parts)
-
-
-def _check_topic(field: str, topic: str) -> None:
-    try:
-        check_name("topic", topic)
-    except ValueError as e:
-        raise ConfigError(f"{field}: {e}") from None
 
 
 class SourcePipelineConfig(SourceSettings, frozen=True, kw_only=True):

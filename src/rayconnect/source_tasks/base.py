@@ -18,13 +18,16 @@ even spread; GeneratorSource does.
 
 from __future__ import annotations
 
+import difflib
 import functools
+import os
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
+from rayconnect.errors import ConfigError
 from rayconnect.protocol.types import check_name
 
 
@@ -245,3 +248,45 @@ class SourceTask:
 
     async def stop(self) -> None:
         """Release resources; called once, after the last commit."""
+
+
+class ConfiguredTask(SourceTask):
+    """A built-in source whose parameters are one settings Struct (``settings_type``): the
+    constructor, the pipeline file's ``task:`` block and the checks all come from it, so a
+    parameter is written once. The constructor takes the Struct's fields, positionally or by
+    name, checks them as a pipeline file would (bounds included) and sets them as attributes.
+    """
+
+    settings_type: ClassVar[type[msgspec.Struct]]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        fields = self.settings_type.__struct_fields__
+        if len(args) > len(fields):
+            raise ConfigError(f"{type(self).__name__} takes at most {len(fields)} arguments")
+        for name, value in zip(fields, args, strict=False):
+            if name in kwargs:
+                raise ConfigError(f"{type(self).__name__}: {name} given twice")
+            kwargs[name] = value
+        for name in kwargs:
+            if name not in fields:
+                close = difflib.get_close_matches(name, fields, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(
+                    f"{type(self).__name__} takes no argument {name!r}{hint} "
+                    f"(it takes: {', '.join(fields)})"
+                )
+        values = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in kwargs.items()}
+        try:
+            self.settings = msgspec.convert(values, self.settings_type)
+        except msgspec.ValidationError as e:
+            raise ConfigError(f"{type(self).__name__}: {e}") from None
+        for name in fields:
+            setattr(self, name, getattr(self.settings, name))
+
+
+def check_topic(field: str, topic: str) -> None:
+    """ConfigError naming ``field`` unless ``topic`` is a valid Kafka topic name."""
+    try:
+        check_name("topic", topic)
+    except ValueError as e:
+        raise ConfigError(f"{field}: {e}") from None

@@ -17,34 +17,38 @@ from typing import Any
 
 import msgspec
 
-from rayconnect.source_tasks.base import SourceRecord, SourceTask, SourceTaskContext
+from rayconnect.errors import require
+from rayconnect.redact import redacted_repr
+from rayconnect.settings_types import NonNegativeFloat, NonNegativeInt, PositiveInt
+from rayconnect.source_tasks.base import (
+    ConfiguredTask,
+    SourceRecord,
+    SourceTaskContext,
+    check_topic,
+)
 
 
-class DeltaTableSource(SourceTask):
-    def __init__(
-        self,
-        path: str,
-        topic: str,
-        *,
-        starting_version: int = 0,
-        key_column: str | None = None,
-        partition: int = 0,
-        batch_size: int = 1000,
-        idle_s: float = 0.5,
-        storage_options: dict[str, str] | None = None,
-    ) -> None:
-        self.path = str(path)
-        self.topic = topic
-        self.starting_version = starting_version
-        self.key_column = key_column
-        self.partition = partition
-        self.batch_size = batch_size
-        self.idle_s = idle_s
-        self.storage_options = storage_options
+class DeltaTableSettings(msgspec.Struct, frozen=True):
+    """DeltaTableSource's parameters: its constructor's and a pipeline file's ``task:`` block's."""
 
-    @property
-    def source_partition(self) -> dict[str, str]:
-        return {"table": self.path}
+    path: str
+    topic: str
+    starting_version: NonNegativeInt = 0
+    key_column: str | None = None
+    partition: NonNegativeInt = 0
+    batch_size: PositiveInt = 1000
+    idle_s: NonNegativeFloat = 0.5
+    storage_options: dict[str, str] | None = None
+
+    __repr__ = redacted_repr  # storage options may hold cloud credentials
+
+    def __post_init__(self) -> None:
+        require(bool(self.path), "path: must not be empty")
+        check_topic("topic", self.topic)
+
+
+class DeltaTableSource(ConfiguredTask):
+    settings_type = DeltaTableSettings
 
     async def start(self, context: SourceTaskContext) -> None:
         self.context = context

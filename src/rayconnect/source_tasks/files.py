@@ -13,23 +13,34 @@ import fnmatch
 import os
 from pathlib import Path
 
-from rayconnect.source_tasks.base import SourceRecord, SourceTask, SourceTaskContext
+import msgspec
+
+from rayconnect.errors import require
+from rayconnect.settings_types import NonNegativeFloat, PositiveInt
+from rayconnect.source_tasks.base import (
+    ConfiguredTask,
+    SourceRecord,
+    SourceTaskContext,
+    check_topic,
+)
 
 
-class FileSource(SourceTask):
-    def __init__(
-        self,
-        path: str,
-        topic: str,
-        pattern: str = "*.jsonl",
-        batch_size: int = 1000,
-        idle_s: float = 0.2,
-    ) -> None:
-        self.path = str(path)
-        self.topic = topic
-        self.pattern = pattern
-        self.batch_size = batch_size
-        self.idle_s = idle_s
+class FileSourceSettings(msgspec.Struct, frozen=True):
+    """FileSource's parameters: its constructor's and a pipeline file's ``task:`` block's."""
+
+    path: str
+    topic: str
+    pattern: str = "*.jsonl"
+    batch_size: PositiveInt = 1000
+    idle_s: NonNegativeFloat = 0.2
+
+    def __post_init__(self) -> None:
+        require(bool(self.path), "path: must not be empty")
+        check_topic("topic", self.topic)
+
+
+class FileSource(ConfiguredTask):
+    settings_type = FileSourceSettings
 
     async def start(self, context: SourceTaskContext) -> None:
         self.context = context

@@ -11,33 +11,36 @@ from __future__ import annotations
 import asyncio
 import json
 
-from rayconnect.source_tasks.base import SourceRecord, SourceTask, SourceTaskContext
+import msgspec
+
+from rayconnect.settings_types import NonNegativeFloat, NonNegativeInt, PositiveInt
+from rayconnect.source_tasks.base import (
+    ConfiguredTask,
+    SourceRecord,
+    SourceTaskContext,
+    check_topic,
+)
 
 
-class GeneratorSource(SourceTask):
-    def __init__(
-        self,
-        topic: str,
-        partitions: int = 4,
-        records_per_partition: int | None = None,
-        batch_size: int = 1000,
-        value_size: int = 200,
-        idle_s: float = 0.05,
-        poll_delay_s: float = 0.0,
-        tag: str = "",
-        commit_every: int | None = None,
-    ) -> None:
-        if partitions < 1 or batch_size < 1:
-            raise ValueError("partitions and batch_size must be >= 1")
-        self.topic = topic
-        self.partitions = partitions
-        self.records_per_partition = records_per_partition
-        self.batch_size = batch_size
-        self.value_size = value_size
-        self.idle_s = idle_s
-        self.poll_delay_s = poll_delay_s
-        self.tag = tag
-        self.commit_every = commit_every
+class GeneratorSettings(msgspec.Struct, frozen=True):
+    """GeneratorSource's parameters: its constructor's and a pipeline file's ``task:`` block's."""
+
+    topic: str
+    partitions: PositiveInt = 4
+    records_per_partition: NonNegativeInt | None = None
+    batch_size: PositiveInt = 1000
+    value_size: NonNegativeInt = 200
+    idle_s: NonNegativeFloat = 0.05
+    poll_delay_s: NonNegativeFloat = 0.0
+    tag: str = ""
+    commit_every: PositiveInt | None = None
+
+    def __post_init__(self) -> None:
+        check_topic("topic", self.topic)
+
+
+class GeneratorSource(ConfiguredTask):
+    settings_type = GeneratorSettings
 
     async def start(self, context: SourceTaskContext) -> None:
         self.context = context
