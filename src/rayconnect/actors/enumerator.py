@@ -107,11 +107,6 @@ class EnumeratorActor:
                 return names.reader_of(self.config.name, reader_id)
         return None
 
-    async def poll_now(self) -> None:
-        """Poll the metadata service at once (tests, and ``rayconnect`` after an edit)."""
-        self.machine.poll_soon()
-        self._wake.set()
-
     async def status(self) -> dict[str, Any]:
         status = msgspec.to_builtins(self.machine.status())
         status.update(failed=self.failed, restored=self.restored, started_at=self.started_at)

@@ -231,11 +231,6 @@ class Enumerator:
             sub.resume(snap)
         return enum_
 
-    def poll_soon(self) -> None:
-        """Poll at the next tick, not at the end of ``discovery_interval_s`` (an operator
-        who just edited the metadata should not wait)."""
-        self._next_poll_at = -math.inf
-
     def snapshot(self) -> EnumeratorSnapshot:
         return EnumeratorSnapshot(
             {cid: snap for cid, sub in self._clusters.items() if (snap := sub.snapshot())}
