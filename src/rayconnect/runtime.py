@@ -105,3 +105,34 @@ def wait_for(
             pass
         time.sleep(poll_s)
     raise TimeoutError(f"{what}: condition not met in {timeout_s} s: {last}")
+
+
+class Handle:
+    """What both pipeline handles share: a name (so a handle survives actor restarts) and
+    waiting on their ``status()``. ``kind`` names the pipeline in errors; a status call
+    failing with one of ``transient`` (an actor restarting) is retried."""
+
+    kind = "pipeline"
+    transient: tuple[type[BaseException], ...] = (Exception,)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def status(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def wait_for(
+        self,
+        predicate: Callable[[dict[str, Any]], bool],
+        timeout_s: float = 120.0,
+        poll_s: float = 0.5,
+    ) -> dict[str, Any]:
+        """Poll ``status()`` until ``predicate(status)`` holds; raise TimeoutError otherwise."""
+        return wait_for(
+            self.status,
+            predicate,
+            what=f"{self.kind} {self.name!r}",
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            transient=self.transient,
+        )

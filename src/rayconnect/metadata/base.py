@@ -2,14 +2,14 @@
 
 A metadata service is the source of truth for which clusters and topics a pipeline reads:
 a stream it stops listing is gone, and its partitions retire. Implementations here:
-``StaticMetadataService`` (rayconnect.pipelines.sink_config, fixed streams), ``FileMetadataService``
+``StaticMetadataService`` (static.py, fixed streams), ``FileMetadataService``
 (YAML/JSON file, edits picked up while running) and ``SingleClusterMetadataService`` (each
 topic of one cluster is a stream). The enumerator only ever sees the streams, through
 ``poll_service``, so any object with these three methods works (duck-typed ``Protocol``).
 
 ``select_streams`` and ``clusters_of`` live in ``rayconnect.protocol.streams`` because the
 pure enumerator needs them; they are re-exported here as the public names.
-``config.KafkaSource.clusters()`` should call ``clusters_of`` rather than merge by itself.
+``KafkaSource.clusters()`` calls ``clusters_of`` rather than merging by itself.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from rayconnect.protocol.types import KafkaStream
 
 __all__ = [
     "KafkaMetadataService",
+    "StreamLookups",
     "MetadataError",
     "clusters_of",
     "poll_service",
@@ -46,6 +47,23 @@ class KafkaMetadataService(Protocol):
     def is_cluster_active(self, cluster_id: str) -> bool:
         """True if some stream still reads from ``cluster_id``."""
         ...
+
+
+class StreamLookups:
+    """The lookups every service answers the same way from ``get_all_streams``: a mixin, so
+    a service writes only how it gets its streams."""
+
+    __slots__ = ()
+
+    def get_all_streams(self) -> tuple[KafkaStream, ...]:
+        raise NotImplementedError
+
+    def describe_streams(self, stream_ids: list[str]) -> dict[str, KafkaStream]:
+        wanted = set(stream_ids)
+        return {s.stream_id: s for s in self.get_all_streams() if s.stream_id in wanted}
+
+    def is_cluster_active(self, cluster_id: str) -> bool:
+        return any(cluster_id in s.clusters for s in self.get_all_streams())
 
 
 async def poll_service(

@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 import yaml
 
+from rayconnect.metadata.base import StreamLookups
 from rayconnect.properties import check_client_properties
 from rayconnect.protocol.streams import MetadataError
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
@@ -143,7 +144,7 @@ def parse_streams(data: bytes, file: str = "<metadata>") -> tuple[KafkaStream, .
     return tuple(streams)
 
 
-class FileMetadataService(msgspec.Struct, tag="file", dict=True):
+class FileMetadataService(msgspec.Struct, StreamLookups, tag="file", dict=True):
     """Streams from the YAML/JSON file at ``path``; see the module docstring.
 
     ``last_error``: why the file's current content is not in force (None: it is).
@@ -208,10 +209,3 @@ class FileMetadataService(msgspec.Struct, tag="file", dict=True):
 
     def get_all_streams(self) -> tuple[KafkaStream, ...]:
         return self._streams()
-
-    def describe_streams(self, stream_ids: list[str]) -> dict[str, KafkaStream]:
-        wanted = set(stream_ids)
-        return {s.stream_id: s for s in self._streams() if s.stream_id in wanted}
-
-    def is_cluster_active(self, cluster_id: str) -> bool:
-        return any(cluster_id in s.clusters for s in self._streams())

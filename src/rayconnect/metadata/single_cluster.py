@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from rayconnect.kafka.discovery import client_properties
+from rayconnect.metadata.base import StreamLookups
 from rayconnect.properties import check_client_properties
 from rayconnect.protocol.streams import MetadataError
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
@@ -57,7 +58,7 @@ def streams_of_topics(
     )
 
 
-class SingleClusterMetadataService(msgspec.Struct, tag="single_cluster", dict=True):
+class SingleClusterMetadataService(msgspec.Struct, StreamLookups, tag="single_cluster", dict=True):
     """Each non-internal topic of the cluster at ``bootstrap_servers`` is a stream.
 
     ``topic_pattern``: a regex the whole topic name must match to be a stream.
@@ -131,10 +132,6 @@ class SingleClusterMetadataService(msgspec.Struct, tag="single_cluster", dict=Tr
 
     def get_all_streams(self) -> tuple[KafkaStream, ...]:
         return self._streams()
-
-    def describe_streams(self, stream_ids: list[str]) -> dict[str, KafkaStream]:
-        wanted = set(stream_ids)
-        return {s.stream_id: s for s in self._streams() if s.stream_id in wanted}
 
     def is_cluster_active(self, cluster_id: str) -> bool:
         return cluster_id == self.cluster_id and bool(self._view()["streams"])

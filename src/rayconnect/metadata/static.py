@@ -9,12 +9,13 @@ from __future__ import annotations
 import msgspec
 
 from rayconnect.errors import ConfigError, require
+from rayconnect.metadata.base import StreamLookups
 from rayconnect.properties import check_client_properties
 from rayconnect.protocol.types import KafkaStream, check_name
 from rayconnect.redact import redacted_repr
 
 
-class StaticMetadataService(msgspec.Struct, frozen=True, tag="static"):
+class StaticMetadataService(msgspec.Struct, StreamLookups, frozen=True, tag="static"):
     """Streams fixed at construction (FLIP-246's simplest KafkaMetadataService)."""
 
     streams: tuple[KafkaStream, ...]
@@ -46,9 +47,3 @@ class StaticMetadataService(msgspec.Struct, frozen=True, tag="static"):
 
     def get_all_streams(self) -> tuple[KafkaStream, ...]:
         return self.streams
-
-    def describe_streams(self, stream_ids: list[str]) -> dict[str, KafkaStream]:
-        return {s.stream_id: s for s in self.streams if s.stream_id in stream_ids}
-
-    def is_cluster_active(self, cluster_id: str) -> bool:
-        return any(cluster_id in s.clusters for s in self.streams)

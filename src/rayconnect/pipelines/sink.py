@@ -24,7 +24,7 @@ from rayconnect.pipelines.sink_config import (
     SparkSettings,
 )
 from rayconnect.protocol.types import TopicPartition
-from rayconnect.runtime import ensure_ray, get_actor, pipeline_actor_names, wait_for
+from rayconnect.runtime import Handle, ensure_ray, get_actor, pipeline_actor_names
 
 
 class SinkPipeline:
@@ -133,11 +133,10 @@ class SinkPipeline:
         return handle
 
 
-class PipelineHandle:
-    """Watch and stop a running pipeline; holds only its name, so it survives actor restarts."""
+class PipelineHandle(Handle):
+    """Watch and stop a running sink pipeline; holds only its name."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    transient = (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError)
 
     def _coordinator(self) -> Any:
         actor = get_actor(names.coordinator(self.name))
@@ -174,17 +173,6 @@ class PipelineHandle:
                 lag[key] = None if hw is None or committed is None else max(hw - committed, 0)
         status["lag"] = lag
         return status
-
-    def wait_for(self, predicate, timeout_s: float = 120.0, poll_s: float = 0.5) -> dict[str, Any]:
-        """Poll ``status()`` until ``predicate(status)`` holds; raise TimeoutError otherwise."""
-        return wait_for(
-            self.status,
-            predicate,
-            what=f"pipeline {self.name!r}",
-            timeout_s=timeout_s,
-            poll_s=poll_s,
-            transient=(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError),
-        )
 
     def stop(self, *, commit: bool = True, timeout_s: float = 120.0) -> dict[str, Any]:
         """Commit what was read (one last round) unless ``commit=False``, then end every actor.

@@ -33,7 +33,7 @@ from rayconnect.pipelines.source_config import (
     SourcePipelineConfig,
     SourceSettings,
 )
-from rayconnect.runtime import ensure_ray, get_actor, task_actor_names, wait_for
+from rayconnect.runtime import Handle, ensure_ray, get_actor, task_actor_names
 from rayconnect.source_tasks.base import SourceTask
 
 log = logging.getLogger(__name__)
@@ -203,11 +203,10 @@ def attach_source(name: str, *, address: str | None = None) -> SourcePipelineHan
     return SourcePipelineHandle(name)
 
 
-class SourcePipelineHandle:
+class SourcePipelineHandle(Handle):
     """Watch and stop a running source pipeline; holds only its name."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    kind = "source pipeline"
 
     def status(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Per task: state, transactions committed/aborted, records, last error, offsets."""
@@ -228,16 +227,6 @@ class SourcePipelineHandle:
             "transactions_aborted": sum(t["transactions_aborted"] for t in done),
             "warnings": sorted({t["warning"] for t in done if t.get("warning")}),
         }
-
-    def wait_for(self, predicate, timeout_s: float = 120.0, poll_s: float = 0.5) -> dict[str, Any]:
-        """Poll ``status()`` until ``predicate(status)`` holds; raise TimeoutError otherwise."""
-        return wait_for(
-            self.status,
-            predicate,
-            what=f"source pipeline {self.name!r}",
-            timeout_s=timeout_s,
-            poll_s=poll_s,
-        )
 
     def stop(self, *, timeout_s: float = 60.0) -> dict[str, Any]:
         """Each task commits its open transaction (``connector``: aborts it), then ends."""
