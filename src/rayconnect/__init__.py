@@ -19,7 +19,7 @@ _EXPORTS = {
     "KafkaSource": "rayconnect.pipelines.sink_config",
     "DeltaSink": "rayconnect.pipelines.sink_config",
     "StaticMetadataService": "rayconnect.metadata",
-    "CommitSettings": "rayconnect.pipelines.sink_config",
+    "CommitSettings": "rayconnect.protocol.settings",
     "SparkSettings": "rayconnect.pipelines.sink_config",
     "ConfigError": "rayconnect.errors",
     "FileMetadataService": "rayconnect.metadata",

@@ -8,6 +8,9 @@ before any actor starts, a ``JavaNotFoundError`` before Spark is asked to start,
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class ConfigError(ValueError):
     """A pipeline's configuration is invalid; the message names the field and the fix."""
@@ -29,3 +32,11 @@ def require(condition: bool, message: str) -> None:
     """Raise ConfigError(message) unless ``condition``: one line per check in a config."""
     if not condition:
         raise ConfigError(message)
+
+
+def no_such(what: str, name: str, known: Iterable[str]) -> ConfigError:
+    """The error for a name that is not one of ``known``, with the closest as a hint."""
+    known = list(known)
+    close = difflib.get_close_matches(str(name), known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"{what} has no {name!r}{hint} (it has: {', '.join(known) or 'none'})")

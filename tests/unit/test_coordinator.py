@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rayconnect.protocol.coordinator import TRANSITIONS, Coordinator, CoordinatorConfig, State
+from rayconnect.protocol.coordinator import TRANSITIONS, Coordinator, State
 from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, ReloadTable, Send
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.messages import (
@@ -16,10 +16,11 @@ from rayconnect.protocol.messages import (
     StartCommit,
     WriteStatus,
 )
+from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import DataFile
 
 A, B = "c1/t/0", "c1/t/1"
-CFG = CoordinatorConfig(commit_interval_s=10.0, write_timeout_s=5.0)
+CFG = CommitSettings(commit_interval_s=10.0, write_timeout_s=5.0)
 
 
 def status(
@@ -267,7 +268,7 @@ def test_the_transition_table_covers_every_state() -> None:
 
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError):
-        CoordinatorConfig(commit_interval_s=0)
+        CommitSettings(commit_interval_s=0)
 
 
 def test_a_lost_participant_is_not_waited_for_after_end() -> None:
@@ -287,7 +288,7 @@ def test_a_round_lost_of_another_round_is_ignored() -> None:
 
 
 def test_a_fresh_participant_rejoins_a_running_round() -> None:
-    coord = Coordinator("p", [A, B], CoordinatorConfig(commit_interval_s=10, write_timeout_s=4))
+    coord = Coordinator("p", [A, B], CommitSettings(commit_interval_s=10, write_timeout_s=4))
     coord.recover(7, {A: 10, B: 20}, now=0.0)
     assert coord.step(ParticipantStarted(B), now=1.0) == [
         Send(to=B, message=StartCommit(7, 1, {A: 10, B: 20}))

@@ -25,13 +25,13 @@ from rayconnect.protocol.messages import (
 from rayconnect.protocol.participant import (
     TRANSITIONS,
     Participant,
-    ParticipantConfig,
     State,
 )
+from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import DataFile
 
 KEY = "c1/t/0"
-CFG = ParticipantConfig(
+CFG = CommitSettings(
     flush_max_records=10, flush_max_bytes=1000, flush_max_age_s=5.0, request_commit_after_flushes=2
 )
 FILE = DataFile("c1/t/0/a.parquet", 10, 3)
@@ -318,7 +318,7 @@ def test_the_transition_table_has_no_holes() -> None:
 
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError):
-        ParticipantConfig(flush_max_records=0)
+        CommitSettings(flush_max_records=0)
 
 
 def test_commit_when_caught_up_asks_once_per_round_when_a_batch_reaches_the_end() -> None:

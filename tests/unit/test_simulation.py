@@ -30,7 +30,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from rayconnect.protocol.coordinator import Coordinator, CoordinatorConfig
+from rayconnect.protocol.coordinator import Coordinator
 from rayconnect.protocol.coordinator import State as CState
 from rayconnect.protocol.effects import (
     COORDINATOR,
@@ -47,14 +47,15 @@ from rayconnect.protocol.effects import (
     Send,
 )
 from rayconnect.protocol.messages import Message, ParticipantStarted, StartCommit
-from rayconnect.protocol.participant import Participant, ParticipantConfig
+from rayconnect.protocol.participant import Participant
+from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import DataFile
 
 ALL_KEYS = tuple(f"c1/t/{i}" for i in range(4))
 PIPELINE = "sim"
 BYTES_PER_RECORD = 10
-CCFG = CoordinatorConfig(commit_interval_s=10.0, write_timeout_s=5.0)
-PCFG = ParticipantConfig(
+CCFG = CommitSettings(commit_interval_s=10.0, write_timeout_s=5.0)
+PCFG = CommitSettings(
     flush_max_records=3, flush_max_bytes=50, flush_max_age_s=4.0, request_commit_after_flushes=2
 )
 LIVENESS_ROUNDS = 20

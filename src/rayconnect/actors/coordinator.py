@@ -25,7 +25,7 @@ import ray
 from rayconnect.actors import names
 from rayconnect.metrics import SinkMetrics
 from rayconnect.pipelines.sink_config import SinkPipelineConfig
-from rayconnect.protocol.coordinator import Coordinator, CoordinatorConfig
+from rayconnect.protocol.coordinator import Coordinator
 from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, Ready, ReloadTable, Send
 from rayconnect.protocol.messages import Message, RequestCommit
 
@@ -45,10 +45,7 @@ class CoordinatorActor:
         self.machine = Coordinator(
             config.name,
             partitions,
-            CoordinatorConfig(
-                commit_interval_s=config.commit.commit_interval_s,
-                write_timeout_s=config.commit.write_timeout_s,
-            ),
+            config.commit,
         )
         self.participants: dict[str, Any] = {}  # key -> handle, looked up by name lazily
         # Partitions leaving (FLIP-246 removal): key -> the first txn whose END goes out

@@ -21,7 +21,7 @@ import msgspec
 import ray
 
 from rayconnect.actors import names
-from rayconnect.pipelines.sink_config import CommitSettings, StartingOffsets
+from rayconnect.pipelines.sink_config import StartingOffsets
 from rayconnect.protocol.effects import (
     Flush,
     Pause,
@@ -32,7 +32,8 @@ from rayconnect.protocol.effects import (
     Send,
 )
 from rayconnect.protocol.messages import Message, ParticipantStarted
-from rayconnect.protocol.participant import Participant, ParticipantConfig
+from rayconnect.protocol.participant import Participant
+from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -59,13 +60,7 @@ class ParticipantActor:
         self.starting_offsets = starting_offsets
         self.machine = Participant(
             key,
-            ParticipantConfig(
-                flush_max_records=commit.flush_max_records,
-                flush_max_bytes=commit.flush_max_bytes,
-                flush_max_age_s=commit.flush_max_age_s,
-                request_commit_after_flushes=commit.request_commit_after_flushes,
-                commit_when_caught_up=commit.commit_when_caught_up,
-            ),
+            commit,
         )
         self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
         # The reader serving this partition: it announces itself (reader_attached) when it

@@ -15,16 +15,27 @@ import ray
 
 from rayconnect.actors import names
 from rayconnect.aio import run_sync
-from rayconnect.errors import ConfigError, PipelineError
+from rayconnect.errors import ConfigError, PipelineError, no_such
 from rayconnect.pipelines.sink_config import (
-    CommitSettings,
     DeltaSink,
     KafkaSource,
     SinkPipelineConfig,
     SparkSettings,
 )
+from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import TopicPartition
 from rayconnect.runtime import Handle, ensure_ray, get_actor, pipeline_actor_names
+
+
+def commit_settings_of(commit: CommitSettings | None, fields: dict[str, Any]) -> CommitSettings:
+    """``CommitSettings`` from a Struct or from keyword fields; an unknown keyword is a
+    ConfigError that suggests the closest setting."""
+    for key in fields:
+        if key not in CommitSettings.__struct_fields__:
+            raise no_such("CommitSettings", key, CommitSettings.__struct_fields__)
+    if commit is not None and fields:
+        raise ConfigError(f"give commit=CommitSettings(...) or {sorted(fields)}, not both")
+    return commit if commit is not None else CommitSettings(**fields)
 
 
 class SinkPipeline:
@@ -40,28 +51,17 @@ class SinkPipeline:
         source: KafkaSource,
         sink: DeltaSink,
         *,
-        commit_interval_s: float = 10.0,
-        write_timeout_s: float = 60.0,
-        flush_max_records: int = 200_000,
-        flush_max_bytes: int = 64 * 1024 * 1024,
-        flush_max_age_s: float = 30.0,
-        request_commit_after_flushes: int = 4,
-        commit_when_caught_up: bool = False,
+        commit: CommitSettings | None = None,
         spark: SparkSettings | None = None,
+        **commit_settings: Any,
     ) -> None:
+        """``commit_settings``: any field of ``rc.CommitSettings`` by name (its defaults are
+        the defaults), or a whole ``commit=rc.CommitSettings(...)``; not both."""
         self.config = SinkPipelineConfig(
             name=name,
             source=source,
             sink=sink,
-            commit=CommitSettings(
-                commit_interval_s=commit_interval_s,
-                write_timeout_s=write_timeout_s,
-                flush_max_records=flush_max_records,
-                flush_max_bytes=flush_max_bytes,
-                flush_max_age_s=flush_max_age_s,
-                request_commit_after_flushes=request_commit_after_flushes,
-                commit_when_caught_up=commit_when_caught_up,
-            ),
+            commit=commit_settings_of(commit, commit_settings),
             spark=spark or SparkSettings(),
         )
 

@@ -18,6 +18,7 @@ from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
 from rayconnect.metadata.static import StaticMetadataService
 from rayconnect.properties import check_client_properties
+from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.streams import (
     MetadataError,
     clusters_of,
@@ -104,29 +105,6 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     def __post_init__(self) -> None:
         require(bool(self.path), "sink.path is empty")
         require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
-
-
-class CommitSettings(msgspec.Struct, frozen=True):
-    """How rounds are paced (RFC-32) and when participants flush (KIP-89)."""
-
-    commit_interval_s: float = 10.0
-    write_timeout_s: float = 60.0
-    flush_max_records: int = 200_000
-    flush_max_bytes: int = 64 * 1024 * 1024
-    flush_max_age_s: float = 30.0
-    request_commit_after_flushes: int = 4
-    #: end a round as soon as a partition with data in it has read all there is: the
-    #: lowest latency (a table version per write, ~1 s apart), and a backlog's last round
-    #: does not wait out the interval. Off: a version per commit_interval_s.
-    commit_when_caught_up: bool = False
-
-    def __post_init__(self) -> None:
-        require(self.commit_interval_s > 0, "commit_interval_s must be > 0")
-        require(self.write_timeout_s > 0, "write_timeout_s must be > 0")
-        require(self.flush_max_records > 0, "flush_max_records must be > 0")
-        require(self.flush_max_bytes > 0, "flush_max_bytes must be > 0")
-        require(self.flush_max_age_s > 0, "flush_max_age_s must be > 0")
-        require(self.request_commit_after_flushes >= 1, "request_commit_after_flushes must be >= 1")
 
 
 class SparkSettings(msgspec.Struct, frozen=True):

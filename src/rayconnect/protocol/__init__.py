@@ -1,6 +1,6 @@
 """Pure protocol code: message types and state machines, with no IO and no IO libraries."""
 
-from rayconnect.protocol.coordinator import Coordinator, CoordinatorConfig
+from rayconnect.protocol.coordinator import Coordinator
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.messages import (
     AckCommit,
@@ -16,7 +16,8 @@ from rayconnect.protocol.messages import (
     decode,
     encode,
 )
-from rayconnect.protocol.participant import Participant, ParticipantConfig
+from rayconnect.protocol.participant import Participant
+from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import (
     ClusterMetadata,
     DataFile,
@@ -31,9 +32,8 @@ __all__ = [
     "AckCommit",
     "ClusterMetadata",
     "Coordinator",
-    "CoordinatorConfig",
+    "CommitSettings",
     "Participant",
-    "ParticipantConfig",
     "ProtocolError",
     "DataFile",
     "EndCommit",

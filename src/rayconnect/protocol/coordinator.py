@@ -72,17 +72,7 @@ from rayconnect.protocol.messages import (
     StartCommit,
     WriteStatus,
 )
-
-
-class CoordinatorConfig(msgspec.Struct, frozen=True):
-    """``commit_interval_s``: START to END. ``write_timeout_s``: END to (partial) commit."""
-
-    commit_interval_s: float = 60.0
-    write_timeout_s: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.commit_interval_s <= 0 or self.write_timeout_s <= 0:
-            raise ValueError("commit_interval_s and write_timeout_s must be > 0")
+from rayconnect.protocol.settings import CommitSettings
 
 
 class State(enum.Enum):
@@ -188,10 +178,10 @@ class Coordinator:
         self,
         pipeline: str,
         partitions: Iterable[str],
-        config: CoordinatorConfig | None = None,
+        config: CommitSettings | None = None,
     ) -> None:
         self.pipeline = pipeline
-        self.config = config or CoordinatorConfig()
+        self.config = config or CommitSettings()
         self._partitions: frozenset[str] = frozenset(partitions)
         self._state = State.IDLE
         self._epoch = 0

@@ -80,25 +80,9 @@ from rayconnect.protocol.messages import (
     RoundLost,
     StartCommit,
 )
+from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import DataFile
 from rayconnect.protocol.write_state import Batch, ReadAhead, WriteState
-
-
-class ParticipantConfig(msgspec.Struct, frozen=True):
-    """Flush bounds (whichever passes first) and the early-commit hint; 0 = never ask."""
-
-    flush_max_records: int = 100_000
-    flush_max_bytes: int = 64 * 1024 * 1024
-    flush_max_age_s: float = 30.0
-    request_commit_after_flushes: int = 0
-    #: REQUEST-COMMIT as soon as a batch reaches the high watermark in a round with data
-    commit_when_caught_up: bool = False
-
-    def __post_init__(self) -> None:
-        if self.flush_max_records <= 0 or self.flush_max_bytes <= 0 or self.flush_max_age_s <= 0:
-            raise ValueError("flush_max_records, flush_max_bytes, flush_max_age_s must be > 0")
-        if self.request_commit_after_flushes < 0:
-            raise ValueError("request_commit_after_flushes must be >= 0")
 
 
 class State(enum.Enum):
@@ -190,9 +174,9 @@ class ParticipantStatus(msgspec.Struct, frozen=True):
 class Participant:
     """One partition's side of the commit protocol; see the module docstring."""
 
-    def __init__(self, key: str, config: ParticipantConfig | None = None) -> None:
+    def __init__(self, key: str, config: CommitSettings | None = None) -> None:
         self.key = key
-        self.config = config or ParticipantConfig()
+        self.config = config or CommitSettings()
         self._state = State.PAUSED
         self._round: tuple[int, int] | None = None
         self._txn: WriteState | None = None

@@ -18,7 +18,6 @@ even spread; GeneratorSource does.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import zlib
@@ -27,7 +26,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from rayconnect.errors import ConfigError
+from rayconnect.errors import ConfigError, no_such
 from rayconnect.protocol.types import check_name
 
 
@@ -269,12 +268,7 @@ class ConfiguredTask(SourceTask):
             kwargs[name] = value
         for name in kwargs:
             if name not in fields:
-                close = difflib.get_close_matches(name, fields, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(
-                    f"{type(self).__name__} takes no argument {name!r}{hint} "
-                    f"(it takes: {', '.join(fields)})"
-                )
+                raise no_such(type(self).__name__, name, fields)
         values = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in kwargs.items()}
         try:
             self.settings = msgspec.convert(values, self.settings_type)

@@ -1,0 +1,40 @@
+"""``CommitSettings``: how rounds are paced (RFC-32) and when participants flush (KIP-89).
+
+The one place these settings and their defaults are written: the coordinator and participant
+machines read them, ``rc.SinkPipeline(...)`` takes them as keywords, and a pipeline file's
+``commit:`` block decodes into this Struct.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from rayconnect.errors import require
+
+
+class CommitSettings(msgspec.Struct, frozen=True):
+    """``commit_interval_s`` runs from the previous round's END (participants read on in
+    between) to this round's END; ``write_timeout_s`` from END to the (partial) commit."""
+
+    commit_interval_s: float = 10.0
+    write_timeout_s: float = 60.0
+    flush_max_records: int = 200_000
+    flush_max_bytes: int = 64 * 1024 * 1024
+    flush_max_age_s: float = 30.0
+    #: REQUEST-COMMIT after this many flushes in one round (KIP-89's request_commit); 0: never
+    request_commit_after_flushes: int = 4
+    #: end a round as soon as a partition with data in it has read all there is: the
+    #: lowest latency (a table version per write, ~1 s apart), and a backlog's last round
+    #: does not wait out the interval. Off: a version per commit_interval_s.
+    commit_when_caught_up: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.commit_interval_s > 0, "commit_interval_s must be > 0")
+        require(self.write_timeout_s > 0, "write_timeout_s must be > 0")
+        require(self.flush_max_records > 0, "flush_max_records must be > 0")
+        require(self.flush_max_bytes > 0, "flush_max_bytes must be > 0")
+        require(self.flush_max_age_s > 0, "flush_max_age_s must be > 0")
+        require(
+            self.request_commit_after_flushes >= 0,
+            "request_commit_after_flushes must be >= 0 (0: never ask for an early commit)",
+        )
