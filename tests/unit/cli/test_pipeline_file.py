@@ -21,7 +21,7 @@ from rayconnect.pipelines.source_config import (
 
 pytestmark = [pytest.mark.timeout(30)]
 
-EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+EXAMPLES = sorted((Path(__file__).parents[3] / "examples").glob("*.yaml"))
 EXAMPLE_ENV = {
     "KAFKA_EAST": "east:9093",
     "KAFKA_WEST": "west:9093",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-CLUSTER_YAML = Path(__file__).parents[2] / "cluster.yaml"
+CLUSTER_YAML = Path(__file__).parents[3] / "cluster.yaml"
 
 
 @pytest.mark.timeout(60)

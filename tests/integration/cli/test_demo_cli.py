@@ -63,7 +63,7 @@ def test_run_in_the_foreground_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
     import signal
     import threading
 
-    example = Path(__file__).resolve().parents[2] / "examples" / "orders-sink.yaml"
+    example = Path(__file__).resolve().parents[3] / "examples" / "orders-sink.yaml"
     table = tmp_path / "orders"
     proc = subprocess.Popen(
         [sys.executable, "-m", "rayconnect.cli", "run", str(example), "--embedded-broker"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).parents[2]
+REPO = Path(__file__).parents[3]
 BIN = Path(sys.executable).parent
 EXAMPLE = "examples/orders-sink.yaml"
 RECORDS = 2000

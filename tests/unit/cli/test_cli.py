@@ -52,7 +52,7 @@ def test_missing_file_and_bad_arguments_exit_2(tmp_path, capsys):
 
 
 def test_embedded_broker_cannot_detach(capsys):
-    example = str(Path(__file__).parents[2] / "examples" / "orders-sink.yaml")
+    example = str(Path(__file__).parents[3] / "examples" / "orders-sink.yaml")
     assert main(["run", example, "--embedded-broker", "--detach"]) == EXIT_USAGE
     assert "cannot be combined with --detach" in capsys.readouterr().err
 
@@ -70,7 +70,7 @@ def test_no_ray_at_the_address_exits_3_at_once(command, capsys):
 
 # -- source pipelines (kind: source) ---------------------------------------------------------
 
-SOURCE_EXAMPLE = str(Path(__file__).parents[2] / "examples" / "numbers-source.yaml")
+SOURCE_EXAMPLE = str(Path(__file__).parents[3] / "examples" / "numbers-source.yaml")
 
 
 def _free_port() -> int:
