@@ -56,7 +56,7 @@ def main() -> None:
                 f"(prepare {s['last_prepare_s']:.2f} s, spark {s['last_spark_s']:.2f} s) "
                 f"= {total / statistics.median(walls):,.0f} rows/s"
             )
-        ray.get(writer.stop.remote())
+        ray.get(writer.close.remote())
 
 
 if __name__ == "__main__":

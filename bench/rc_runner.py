@@ -34,7 +34,7 @@ def pipeline(name: str, bootstrap: str, topic: str, table: str, **settings: Any)
 def stop(name: str, handle: rc.PipelineHandle | None) -> None:
     try:
         writer = ray.get_actor(names.writer(name), namespace=names.NAMESPACE)
-        ray.get(writer.stop.remote(), timeout=60)  # JVMs end cleanly, not killed with the actor
+        ray.get(writer.close.remote(), timeout=60)  # JVMs end cleanly, not killed with the actor
     except Exception:
         pass
     if handle is not None:

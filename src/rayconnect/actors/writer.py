@@ -251,16 +251,9 @@ class WriterActor:
                 request.future.set_exception(exc)
 
     async def close(self) -> None:
-        """Called by ``PipelineHandle.stop`` before the actor is killed: end Spark first, so
-        RayDP's master and executors do not outlive the writer."""
-        await self.stop()
-
-    async def stop(self) -> None:
-        """Stop Spark (its master and executor actors); the actor itself stays up.
-
-        Pending writes fail; later ones are refused. Call before killing the actor so the
-        JVMs shut down cleanly instead of being killed with it.
-        """
+        """Stop Spark (its master and executor actors); the actor itself stays up until it
+        is killed. ``PipelineHandle.stop`` calls it first, so the JVMs shut down cleanly
+        instead of outliving the writer. Pending writes fail; later ones are refused."""
         self._stopped = True
         if self._drain_task is not None:
             self._drain_task.cancel()

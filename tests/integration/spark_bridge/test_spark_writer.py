@@ -72,7 +72,7 @@ def writer() -> Iterator[ray.actor.ActorHandle]:
         yield handle
     finally:
         try:
-            ray.get(handle.stop.remote(), timeout=60)
+            ray.get(handle.close.remote(), timeout=60)
         finally:
             ray.kill(handle)
             ray.shutdown()
