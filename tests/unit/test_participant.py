@@ -24,6 +24,7 @@ from rayconnect.protocol.messages import (
 )
 from rayconnect.protocol.participant import (
     TRANSITIONS,
+    Event,
     Participant,
     ParticipantConfig,
     State,
@@ -310,10 +311,20 @@ def test_impossible_local_inputs_raise(call) -> None:  # type: ignore[no-untyped
         call(writing(100))
 
 
-def test_the_transition_table_has_no_holes() -> None:
+def test_the_transition_table_ignores_late_inputs_and_has_holes_that_raise() -> None:
     assert set(TRANSITIONS.rows) == set(State)
-    for row in TRANSITIONS.rows.values():
-        assert len(row) == len(TRANSITIONS.rows[State.PAUSED])
+    for state, ignored in TRANSITIONS.ignored().items():
+        assert {Event.STALE, Event.LATE_RESULT} <= ignored, state
+    assert TRANSITIONS.ignored()[State.ENDING] == {Event.STALE, Event.LATE_RESULT, Event.END}
+    for state, event in [
+        (State.PAUSED, Event.END),  # no open round to end
+        (State.PAUSED, Event.FLUSHED),
+        (State.REPORTED, Event.FLUSHED),  # nothing is in flight once reported
+        (State.REPORTED, Event.POSITION_RESOLVED),
+        (State.WRITING, Event.REPORT),
+    ]:
+        with pytest.raises(ProtocolError):
+            TRANSITIONS.move(state, event)
 
 
 def test_config_is_validated() -> None:
