@@ -44,7 +44,7 @@ from rayconnect.protocol.effects import (
     Resume,
     Seek,
     SeekToPolicy,
-    Send,
+    SendMessage,
 )
 from rayconnect.protocol.messages import Message, ParticipantStarted, StartCommit
 from rayconnect.protocol.participant import Participant, ParticipantConfig
@@ -151,7 +151,7 @@ class PipelineSim(RuleBasedStateMachine):
                 self.jobs.append(partial(self.finish_commit, coord, eff))
             elif isinstance(eff, ReloadTable):
                 self.jobs.append(partial(self.finish_reload, coord))
-            elif isinstance(eff, Send):  # a round's START again, to a fresh participant
+            elif isinstance(eff, SendMessage):  # a round's START again, to a fresh participant
                 self.net.append((eff.to, eff.message))
             elif isinstance(eff, Fenced):
                 self.coords.remove(coord)
@@ -161,7 +161,7 @@ class PipelineSim(RuleBasedStateMachine):
     def apply_part(self, key: str, ready: list[Effect]) -> None:
         part = self.parts[key]
         for eff in ready:
-            if isinstance(eff, Send):
+            if isinstance(eff, SendMessage):
                 assert eff.to == COORDINATOR
                 self.net.append((COORDINATOR, eff.message))
             elif isinstance(eff, Seek):

@@ -28,22 +28,20 @@ I = TypeVar("I", bound=enum.Enum)  # noqa: E741 - the conventional name for "inp
 R = TypeVar("R")
 
 
-class _Ignored(enum.Enum):
+class Ignored(enum.Enum):
     IGNORED = "ignored"
 
 
 #: A cell of a ``MoveTable``: the event is expected here and deliberately has no effect.
-IGNORED: Final = _Ignored.IGNORED
+IGNORED: Final = Ignored.IGNORED
 
 
 class MoveTable(Generic[S, I]):
     """``rows[state][event]`` = the state ``event`` moves a machine to, or ``IGNORED``."""
 
-    def __init__(self, name: str, rows: Mapping[S, Mapping[I, S | _Ignored]]) -> None:
+    def __init__(self, name: str, rows: Mapping[S, Mapping[I, S | Ignored]]) -> None:
         self.name = name
-        self.rows: dict[S, dict[I, S | _Ignored]] = {
-            state: dict(row) for state, row in rows.items()
-        }
+        self.rows: dict[S, dict[I, S | Ignored]] = {state: dict(row) for state, row in rows.items()}
 
     def move(self, state: S, event: I) -> S | None:
         """The state after ``event``; None if the table ignores it in ``state``; raises
@@ -51,7 +49,7 @@ class MoveTable(Generic[S, I]):
         target = self.rows.get(state, {}).get(event)
         if target is None:
             raise ProtocolError(f"{self.name}: {event.name} cannot happen in state {state.name}")
-        return None if target is IGNORED else target  # type: ignore[return-value]
+        return None if isinstance(target, Ignored) else target
 
     def ignored(self) -> dict[S, frozenset[I]]:
         """Per state, the events the table deliberately ignores there."""
@@ -67,6 +65,29 @@ class MoveTable(Generic[S, I]):
             for state, row in self.rows.items()
             for event, target in row.items()
         )
+
+
+class TableMachine(Generic[S, I]):
+    """A machine whose ``TRANSITIONS`` table makes every move; it counts what it ignores."""
+
+    TRANSITIONS: MoveTable[S, I]
+
+    def __init__(self, initial: S) -> None:
+        self._state = initial
+        self._ignored = 0
+
+    @property
+    def state(self) -> S:
+        return self._state
+
+    def _fire(self, event: I) -> bool:
+        """Move as the table says; False (and counted) if the table ignores ``event`` here."""
+        after = self.TRANSITIONS.move(self._state, event)
+        if after is None:
+            self._ignored += 1
+            return False
+        self._state = after
+        return True
 
 
 class TransitionTable(Generic[S, I]):

@@ -71,10 +71,10 @@ from rayconnect.protocol.effects import (
     Resume,
     Seek,
     SeekToPolicy,
-    Send,
+    SendMessage,
 )
 from rayconnect.protocol.errors import ProtocolError
-from rayconnect.protocol.machine import IGNORED, MoveTable
+from rayconnect.protocol.machine import IGNORED, MoveTable, TableMachine
 from rayconnect.protocol.messages import (
     AckCommit,
     EndCommit,
@@ -197,13 +197,15 @@ class ParticipantStatus(msgspec.Struct, frozen=True):
     last_error: str | None
 
 
-class Participant:
+class Participant(TableMachine[State, Event]):
     """One partition's side of the commit protocol; see the module docstring."""
 
+    TRANSITIONS = TRANSITIONS
+
     def __init__(self, key: str, config: ParticipantConfig | None = None) -> None:
+        super().__init__(State.PAUSED)
         self.key = key
         self.config = config or ParticipantConfig()
-        self._state = State.PAUSED
         self._round: tuple[int, int] | None = None
         self._txn: WriteState | None = None
         self._ahead: ReadAhead | None = None
@@ -214,14 +216,10 @@ class Participant:
         self._reader_lost = False
         self._gap_seek: int | None = None
         self._next_flush_id = 0
-        self._dropped = self._ignored = 0
+        self._dropped = 0
         self._last_error: str | None = None
 
     # -- read-only views -------------------------------------------------------------------
-
-    @property
-    def state(self) -> State:
-        return self._state
 
     @property
     def round(self) -> tuple[int, int] | None:
@@ -327,15 +325,6 @@ class Participant:
 
     # -- handlers --------------------------------------------------------------------------
 
-    def _fire(self, event: Event) -> bool:
-        """Move as the table says; False (and counted) if the table ignores ``event`` here."""
-        after = TRANSITIONS.move(self._state, event)
-        if after is None:
-            self._ignored += 1
-            return False
-        self._state = after
-        return True
-
     def _current(self, epoch: int, txn_id: int) -> WriteState | None:
         """The open round, if the message is for it."""
         txn = self._txn
@@ -372,7 +361,7 @@ class Participant:
         assert txn is not None
         if before is State.REPORTED:
             assert txn.reported is not None
-            return [Send(to=COORDINATOR, message=txn.reported)]
+            return [SendMessage(to=COORDINATOR, message=txn.reported)]
         effects: Ready = []
         if txn.next_offset is not None and not self._reader_lost:
             self._ahead = ReadAhead(txn.next_offset)  # keep reading for the next round
@@ -461,7 +450,7 @@ class Participant:
             return []
         txn.commit_requested = True
         request = RequestCommit(epoch=txn.epoch, txn_id=txn.txn_id, partition=self.key)
-        return [Send(to=COORDINATOR, message=request)]
+        return [SendMessage(to=COORDINATOR, message=request)]
 
     def _on_flushed(self, flush_id: int, files: Iterable[DataFile]) -> Ready:
         txn = self._txn
@@ -482,7 +471,7 @@ class Participant:
         effects: Ready = [Pause()] if before is State.WRITING else self._drop_read_ahead()
         # Tell the coordinator now, so the round does not wait write_timeout_s for us.
         lost = RoundLost(epoch=txn.epoch, txn_id=txn.txn_id, partition=self.key, reason=reason)
-        effects.append(Send(to=COORDINATOR, message=lost))
+        effects.append(SendMessage(to=COORDINATOR, message=lost))
         self._close()
         return effects
 
@@ -514,7 +503,7 @@ class Participant:
         if txn is None or not txn.can_report():
             return []
         self._fire(Event.REPORT)
-        return [Send(to=COORDINATOR, message=txn.write_status(self.key))]
+        return [SendMessage(to=COORDINATOR, message=txn.write_status(self.key))]
 
     def _close(self) -> None:
         """Forget the open round (its flushes' late results will be ignored)."""
