@@ -26,8 +26,17 @@ from rayconnect.actors import names
 from rayconnect.metrics import SinkMetrics
 from rayconnect.pipelines.sink_config import SinkPipelineConfig
 from rayconnect.protocol.coordinator import Coordinator
-from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, Ready, ReloadTable, Send
-from rayconnect.protocol.messages import Message, RequestCommit
+from rayconnect.protocol.effects import (
+    Broadcast,
+    CommitTable,
+    Fenced,
+    PartitionsRetired,
+    Ready,
+    ReloadTable,
+    SendMessage,
+    Stopped,
+)
+from rayconnect.protocol.messages import Message
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +57,6 @@ class CoordinatorActor:
             config.commit,
         )
         self.participants: dict[str, Any] = {}  # key -> handle, looked up by name lazily
-        # Partitions leaving (FLIP-246 removal): key -> the first txn whose END goes out
-        # after the request. They stay in the rounds until such a round has finished, so
-        # what they read is committed first; then they leave and their actors end.
-        self._retiring: dict[str, int] = {}
-        self._finished_txn = 0
         self.started_at = time.time()
         self.table_version: int | None = None
         self.round_durations: collections.deque[float] = collections.deque(maxlen=1000)
@@ -62,6 +66,7 @@ class CoordinatorActor:
         self.fenced: str | None = None
         self._metrics = SinkMetrics(config.name)  # dashboard metrics (rayconnect.metrics)
         self._recovered = asyncio.Event()
+        self._stopped = asyncio.Event()  # the machine's Stopped: a stop asked for is done
         self._error: str | None = None
         self._last_vacuum = time.monotonic()
         self._lock = asyncio.Lock()
@@ -123,36 +128,21 @@ class CoordinatorActor:
     async def add_partitions(self, keys: list[str]) -> None:
         """Partitions join (their participants exist): they are in the next START."""
         await self._recovered.wait()
-        for key in keys:
-            self._retiring.pop(key, None)  # re-added before it left: it simply stays
-        current = set(self.machine.status().partitions)
-        if not set(keys) <= current:
-            await self._apply(
-                lambda: self.machine.set_partitions(current | set(keys), time.monotonic())
-            )
+        await self._apply(lambda: self.machine.add_partitions(keys, time.monotonic()))
 
     async def retire_partitions(self, keys: list[str]) -> None:
-        """Partitions leave once a round whose END goes out after now has finished."""
+        """Partitions leave once a round whose END goes out after now has finished (the
+        machine says when, with ``PartitionsRetired``)."""
         await self._recovered.wait()
-        status = self.machine.status()
-        first_txn = status.txn_id if status.state == "started" else status.txn_id + 1
-        for key in keys:
-            if key in status.partitions:
-                self._retiring.setdefault(key, first_txn)
+        await self._apply(lambda: self.machine.retire_partitions(keys, time.monotonic()))
 
-    async def _retire_finished(self) -> None:
-        done = [k for k, txn in self._retiring.items() if txn <= self._finished_txn]
-        if not done:
-            return
-        for key in done:
-            del self._retiring[key]
-        keep = set(self.machine.status().partitions) - set(done)
-        await self._apply(lambda: self.machine.set_partitions(keep, time.monotonic()))
-        for key in done:
-            handle = self.participants.pop(key, None) or self._participant(key)
+    def _retire(self, effect: PartitionsRetired) -> None:
+        """The machine let these partitions go: their participants end."""
+        for key in effect.keys:
             with contextlib.suppress(Exception):
+                handle = self.participants.pop(key, None) or self._participant(key)
                 ray.kill(handle, no_restart=True)
-        log.info("coordinator %s: retired %s", self.config.name, done)
+        log.info("coordinator %s: retired %s", self.config.name, list(effect.keys))
 
     def _participant(self, key: str) -> Any:
         handle = self.participants.get(key)
@@ -163,20 +153,11 @@ class CoordinatorActor:
         return handle
 
     async def shutdown(self, commit: bool = True, timeout_s: float = 60.0) -> dict[str, Any]:
-        """End the open round now and wait for its commit (if ``commit``), then stop ticking."""
-        if commit and self.fenced is None and self._recovered.is_set():
-            before = self.machine.status()
-            ended = before.rounds_committed + before.rounds_discarded + before.rounds_empty
-            partitions = before.partitions
-            if partitions:  # REQUEST-COMMIT is the protocol's way to end a round early
-                early = RequestCommit(self.machine.epoch, self.machine.txn_id, partitions[0])
-                await self._apply(lambda: self.machine.step(early, time.monotonic()))
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                s = self.machine.status()
-                if s.rounds_committed + s.rounds_discarded + s.rounds_empty > ended:
-                    break
-                await asyncio.sleep(0.05)
+        """Stop: with ``commit``, the round in progress is ended now and finished first. The
+        machine decides; this waits (at most ``timeout_s``) for its ``Stopped``."""
+        await self._apply(lambda: self.machine.stop(commit, time.monotonic()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), timeout_s)
         self._main_task.cancel()
         return await self.status()
 
@@ -187,15 +168,12 @@ class CoordinatorActor:
 
     async def _apply(self, step) -> None:
         async with self._lock:
-            txn, before = self.machine.txn_id, self._rounds_finished()
+            before = self._rounds_finished()
             await self._carry_out(step())
             if self._rounds_finished() > before:  # committed, partially or fully, or empty
-                self._finished_txn = max(self._finished_txn, txn)
                 turnaround = self.machine.status().last_end_to_start_s
                 if turnaround is not None:
                     self.end_to_starts.append(turnaround)
-        if self._retiring:
-            await self._retire_finished()
 
     def _rounds_finished(self) -> int:
         status = self.machine.status()
@@ -206,8 +184,9 @@ class CoordinatorActor:
         # round and the next round's START share a call (a round then costs each partition
         # three Ray calls: START+ACK, END, WRITE-STATUS). Nothing in a Ready waits on them.
         outbox: dict[str, list[Message]] = {}
+        retired: list[PartitionsRetired] = []  # after the messages: the ACK goes out first
         for effect in ready:
-            if isinstance(effect, Broadcast | Send):
+            if isinstance(effect, Broadcast | SendMessage):
                 for key in effect.to if isinstance(effect, Broadcast) else (effect.to,):
                     outbox.setdefault(key, []).append(effect.message)
             elif isinstance(effect, CommitTable):
@@ -218,6 +197,11 @@ class CoordinatorActor:
                 self.fenced = f"epoch {effect.epoch} fenced by epoch {effect.table_epoch}"
                 log.warning("coordinator %s: %s; stopping", self.config.name, self.fenced)
                 self._main_task.cancel()
+            elif isinstance(effect, PartitionsRetired):
+                retired.append(effect)
+            elif isinstance(effect, Stopped):
+                self._stopped.set()
+                self._main_task.cancel()
             else:
                 raise TypeError(f"coordinator cannot carry out {effect!r}")
         for key, messages in outbox.items():
@@ -225,6 +209,8 @@ class CoordinatorActor:
                 self._participant(key).deliver.remote(*messages)
             except ValueError:  # not created yet, or retired: the round copes
                 log.warning("coordinator %s: no participant %s", self.config.name, key)
+        for effect in retired:
+            self._retire(effect)
 
     async def _commit(self, commit: CommitTable) -> None:
         started = time.monotonic()

@@ -222,7 +222,10 @@ class EnumeratorActor:
                 reader_id,
                 self.config.source.max_poll_records,
             )
-            self.machine.reader_started(reader_id, effect.cluster_id, time.monotonic())
+            # Under the lock already (this runs inside _apply): carry its Ready out here.
+            await self._carry_out(
+                self.machine.reader_started(reader_id, effect.cluster_id, time.monotonic())
+            )
 
     def _reader(self, reader_id: str) -> Any | None:
         try:

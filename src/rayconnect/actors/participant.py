@@ -29,7 +29,7 @@ from rayconnect.protocol.effects import (
     Resume,
     Seek,
     SeekToPolicy,
-    Send,
+    SendMessage,
 )
 from rayconnect.protocol.messages import Message, ParticipantStarted
 from rayconnect.protocol.participant import Participant
@@ -141,7 +141,7 @@ class ParticipantActor:
 
     async def _carry_out(self, ready: Ready) -> None:
         for effect in ready:
-            if isinstance(effect, Send):
+            if isinstance(effect, SendMessage):
                 self._coordinator_handle().deliver.remote(effect.message)
             elif isinstance(effect, Flush):
                 self.flushes += 1

@@ -17,10 +17,36 @@ not go backwards. Anything else is rejected and the partition is treated as not 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
+
+import msgspec
 
 from rayconnect.protocol.effects import CommitTable
 from rayconnect.protocol.messages import RequestCommit, WriteStatus
+
+
+class RejectionKind(enum.Enum):
+    """Why a WRITE-STATUS cannot count; the coordinator decides by kind, never by text."""
+
+    ANOTHER_ROUND = "another round"
+    NOT_ENDED = "round not ended"
+    UNKNOWN_PARTITION = "partition not in the round"
+    DUPLICATE = "duplicate"  # the partition already reported: a duplicated message
+    LOST = "lost"
+    WRONG_START = "wrong start"
+    BAD_RANGE = "bad range"
+    NEGATIVE_COUNT = "negative record count"
+
+
+class Rejection(msgspec.Struct, frozen=True):
+    """A rejected WRITE-STATUS: ``kind`` to decide on, ``detail`` for people."""
+
+    kind: RejectionKind
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return self.detail or self.kind.value
 
 
 class CommitState:
@@ -51,7 +77,6 @@ class CommitState:
         self.ended_at: float | None = None
         self.commit_interval_s = commit_interval_s
         self.write_timeout_s = write_timeout_s
-        self.commit_requested = False
         self.statuses: dict[str, WriteStatus] = {}
         # Partitions that told us they cannot report (ROUND-LOST, or restarted after END):
         # not waited for; their offsets stay where the round started.
@@ -62,41 +87,47 @@ class CommitState:
     def is_current(self, epoch: int, txn_id: int) -> bool:
         return (epoch, txn_id) == (self.epoch, self.txn_id)
 
-    def request_commit(self, message: RequestCommit) -> bool:
-        """Note a participant's request to end early (KIP-89); True if it counts."""
-        if not self.is_current(message.epoch, message.txn_id):
-            return False
-        if message.partition not in self.partitions or self.ended_at is not None:
-            return False
-        self.commit_requested = True
-        return True
+    def counts_request(self, message: RequestCommit) -> bool:
+        """Whether a participant's request to end early (KIP-89) can end this round."""
+        return (
+            self.is_current(message.epoch, message.txn_id)
+            and message.partition in self.partitions
+            and self.ended_at is None
+        )
+
+    def restart_matters(self, key: str) -> bool:
+        """Whether a fresh participant of ``key`` changes this round: it can rejoin a running
+        round, or an ended round must stop waiting for it."""
+        return key in self.partitions and (not self.is_ended or key in self.missing())
 
     def end(self, now: float) -> None:
         self.ended_at = now
 
-    def rejection(self, status: WriteStatus) -> str | None:
+    def rejection(self, status: WriteStatus) -> Rejection | None:
         """Why ``status`` cannot count for this round, or None if it can."""
         key = status.partition
         if not self.is_current(status.epoch, status.txn_id):
-            return "another round"
+            return Rejection(RejectionKind.ANOTHER_ROUND)
         if self.ended_at is None:
-            return "round not ended"
+            return Rejection(RejectionKind.NOT_ENDED)
         if key not in self.partitions:
-            return "partition not in the round"
+            return Rejection(RejectionKind.UNKNOWN_PARTITION)
         if key in self.statuses:
-            return "duplicate"
+            return Rejection(RejectionKind.DUPLICATE)
         if key in self.lost:
-            return "lost"
+            return Rejection(RejectionKind.LOST)
         start = self.start_offsets.get(key)
         if start is not None and status.first_offset != start:
-            return f"first_offset {status.first_offset} != round start {start}"
+            detail = f"first_offset {status.first_offset} != round start {start}"
+            return Rejection(RejectionKind.WRONG_START, detail)
         if status.first_offset < 0 or status.next_offset < status.first_offset:
-            return f"bad range [{status.first_offset}, {status.next_offset})"
+            detail = f"bad range [{status.first_offset}, {status.next_offset})"
+            return Rejection(RejectionKind.BAD_RANGE, detail)
         if status.records < 0:
-            return "negative record count"
+            return Rejection(RejectionKind.NEGATIVE_COUNT)
         return None
 
-    def add_status(self, status: WriteStatus) -> str | None:
+    def add_status(self, status: WriteStatus) -> Rejection | None:
         """Record ``status`` unless it is rejected; returns the rejection reason, if any."""
         reason = self.rejection(status)
         if reason is None:
@@ -126,10 +157,9 @@ class CommitState:
         return self.ended_at is not None
 
     def should_end(self, now: float) -> bool:
-        """Time to send END-COMMIT: the interval passed, or a participant asked."""
-        return not self.is_ended and (
-            self.commit_requested or now >= self.interval_from + self.commit_interval_s
-        )
+        """Time to send END-COMMIT: the commit interval passed (a REQUEST-COMMIT ends the
+        round at once, without waiting for a tick)."""
+        return not self.is_ended and now >= self.interval_from + self.commit_interval_s
 
     def missing(self) -> frozenset[str]:
         """Partitions of the round still awaited: not (validly) reported, not lost."""
@@ -154,7 +184,7 @@ class CommitState:
     def deadline(self) -> float | None:
         """When the round next needs a ``tick``: its END, or its write timeout."""
         if self.ended_at is None:
-            return None if self.commit_requested else self.interval_from + self.commit_interval_s
+            return self.interval_from + self.commit_interval_s
         return None if self.is_commit_ready() else self.ended_at + self.write_timeout_s
 
     # -- the commit --------------------------------------------------------------------------

@@ -29,16 +29,28 @@ Rules
   partitions that did not report start the next round from their old offsets.
 - A full round in which no partition moved is not committed (no empty table versions); the
   next round starts at once. It is counted as ``rounds_empty``.
-- Partitions may change at run time (``set_partitions``): new ones join at the next START;
-  retired ones leave the current round at once, so it never waits for them.
+- Partitions may change at run time. New ones (``add_partitions``) join at the next START.
+  Retired ones (``retire_partitions``, FLIP-246: they left the metadata) stay in the rounds
+  until a round whose END goes out after the request has finished - committed, or found
+  empty - so what they read is committed first; then ``PartitionsRetired`` says they are
+  in no further round (their participants can stop). Adding a key back before that cancels
+  its retirement. ``set_partitions`` replaces the set at once: removed ones leave the current
+  round without being waited for.
+- A stop (``stop``) is an input like any other. ``commit=True``: a running round is ended
+  now, an ended or committing one is finished, and instead of the next START the machine
+  emits ``Stopped`` (a discarded round, or a stop while reloading, stops without one more
+  round). ``commit=False``: ``Stopped`` at once; results of a commit under way are ignored.
 - A participant that cannot report (ROUND-LOST after a failed flush, or a fresh one after
   END: PARTICIPANT-STARTED) is not waited for: the round commits the others at once, and it
   starts the next round from its old offset. A fresh participant in a running round is sent
   that round's START again and simply joins it.
-- Messages from the network that do not fit (another epoch or txn, a duplicate, an unknown
-  partition, a message in a state that does not expect it) are ignored and counted. Local
-  inputs that do not fit the table (a second ``recover``, a commit result with no commit
-  pending) raise ``ProtocolError``: they are bugs in the actor.
+- The machine works out what an input means (an *event*: a WRITE-STATUS of the round, a
+  STALE message of another round or partition, a round that turned out empty ...) and the
+  table (``TRANSITIONS``) makes the move. Messages from the network that do not fit are
+  deliberately ``IGNORED`` cells (and counted): STALE everywhere, statuses, requests and
+  lost-notes that arrive after the round moved on. Local inputs that do not fit have no
+  cell and raise ``ProtocolError`` (a second ``recover``, a commit result with no commit
+  pending): they are bugs in the actor.
 - Time is an input (``now`` in seconds, any monotonic clock); ``next_deadline()`` says when
   the actor should call ``tick`` next.
 """
@@ -46,22 +58,24 @@ Rules
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import msgspec
 
-from rayconnect.protocol.commit_state import CommitState
+from rayconnect.protocol.commit_state import CommitState, RejectionKind
 from rayconnect.protocol.effects import (
     Broadcast,
     CommitTable,
     Fenced,
+    PartitionsRetired,
     Ready,
     ReloadTable,
-    Send,
+    SendMessage,
+    Stopped,
 )
 from rayconnect.protocol.errors import ProtocolError
-from rayconnect.protocol.machine import TransitionTable
+from rayconnect.protocol.machine import IGNORED, Ignored, MoveTable, TableMachine
 from rayconnect.protocol.messages import (
     AckCommit,
     EndCommit,
@@ -82,68 +96,152 @@ class State(enum.Enum):
     COMMITTING = "committing"  # CommitTable handed to the actor
     RELOADING = "reloading"  # commit failed; ReloadTable handed to the actor
     FENCED = "fenced"  # a newer epoch exists; this coordinator is finished
+    LAST_ENDED = "last-ended"  # ENDED, and a stop waits for this round
+    LAST_COMMITTING = "last-committing"  # COMMITTING, and a stop waits for this commit
+    STOPPED = "stopped"  # the stop is done: no further round
 
 
-class Input(enum.Enum):
+class Event(enum.Enum):
+    """What an input turned out to mean; the table moves the machine on it."""
+
     RECOVER = "recover"
     TICK = "tick"
-    WRITE_STATUS = "write_status"
-    REQUEST_COMMIT = "request_commit"
+    INTERVAL_PASSED = "interval_passed"  # time to END the running round
+    REQUEST_COMMIT = "request_commit"  # a REQUEST-COMMIT that can end the running round
+    STATUS = "status"  # a WRITE-STATUS of the round (valid or rejected)
+    STATUS_DUPLICATE = "status_duplicate"  # that partition already reported
+    ROUND_LOST = "round_lost"  # a partition the round awaits will not report
+    PARTICIPANT_STARTED = "participant_started"  # a fresh participant the round knows
+    STALE = "stale"  # a message of another round or partition, or with nothing new
+    ROUND_HAS_DATA = "round_has_data"  # all reported (or time is up) and there is data
+    ROUND_EMPTY = "round_empty"  # all reported and nobody moved: nothing to commit
+    ROUND_ABANDONED = "round_abandoned"  # time is up and who reported has no data
     COMMIT_SUCCEEDED = "commit_succeeded"
     COMMIT_FAILED = "commit_failed"
     TABLE_RELOADED = "table_reloaded"
-    SET_PARTITIONS = "set_partitions"
-    ROUND_LOST = "round_lost"
-    PARTICIPANT_STARTED = "participant_started"
+    TABLE_FENCED = "table_fenced"  # the reload found a newer epoch
+    PARTITIONS = "partitions"  # set, add or retire partitions
+    STOP = "stop"  # stop after the round in progress (commit it)
+    STOP_NOW = "stop_now"  # stop without committing
 
 
 _S = State
-_I = Input
+_E = Event
+_IGNORED = IGNORED
+_ENDED: Final = (_S.ENDED, _S.LAST_ENDED)
+_Row = dict[Event, State | Ignored]
 
-#: ACKED is not a resting state: commit_succeeded sends ACK and the next START in one step.
-TRANSITIONS: Final = TransitionTable[State, Input](
+#: Stateless cells every state shares: TICK and partition changes are always welcome,
+#: STALE messages always ignored.
+_ALWAYS: Final[dict[Event, State | Ignored | None]] = {
+    _E.TICK: None,
+    _E.PARTITIONS: None,
+    _E.STALE: _IGNORED,
+}
+#: A round that moved on: what its participants still send is late, not wrong.
+_LATE: Final[_Row] = {
+    _E.STATUS: _IGNORED,
+    _E.STATUS_DUPLICATE: _IGNORED,
+    _E.ROUND_LOST: _IGNORED,
+    _E.PARTICIPANT_STARTED: _IGNORED,
+}
+
+
+def _row(state: State, cells: _Row) -> _Row:
+    """``cells`` plus the shared ones; a shared ``None`` cell is a self-loop."""
+    row: _Row = {e: state if t is None else t for e, t in _ALWAYS.items()}
+    row.update(cells)
+    return row
+
+
+def _ended(state: State, committing: State, done: State, abandoned: State) -> _Row:
+    """ENDED and LAST_ENDED differ only in where a finished round leads."""
+    return _row(
+        state,
+        {
+            _E.STATUS: state,
+            _E.STATUS_DUPLICATE: _IGNORED,
+            _E.ROUND_LOST: state,
+            _E.PARTICIPANT_STARTED: state,  # it cannot report: stop waiting for it
+            _E.ROUND_HAS_DATA: committing,
+            _E.ROUND_EMPTY: done,
+            _E.ROUND_ABANDONED: abandoned,
+            _E.STOP: _S.LAST_ENDED,
+            _E.STOP_NOW: _S.STOPPED,
+        },
+    )
+
+
+#: ``TRANSITIONS.describe()`` prints it. ACKED is not a resting state: ``commit_succeeded``
+#: sends ACK and the next START (or ``Stopped``) in one step.
+TRANSITIONS: Final = MoveTable[State, Event](
     "coordinator",
     {
-        _S.IDLE: {
-            _I.RECOVER: {_S.STARTED},
-            _I.TICK: {_S.IDLE},
-            _I.SET_PARTITIONS: {_S.IDLE},
-        },
-        _S.STARTED: {
-            # ENDED, or STARTED again when a round with no partitions ends vacuously
-            _I.TICK: {_S.STARTED, _S.ENDED},
-            _I.REQUEST_COMMIT: {_S.STARTED, _S.ENDED},
-            _I.SET_PARTITIONS: {_S.STARTED},
-            _I.ROUND_LOST: {_S.STARTED},  # noted; END will not wait for it
-            _I.PARTICIPANT_STARTED: {_S.STARTED},  # it gets this round's START again
-        },
-        _S.ENDED: {
-            # still waiting | commit (full or partial) | empty: next START |
-            # timed out with no data: discard and reload the table
-            _I.WRITE_STATUS: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
-            _I.TICK: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
-            _I.SET_PARTITIONS: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
-            # the last one awaited will never report: evaluate as if it had
-            _I.ROUND_LOST: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
-            _I.PARTICIPANT_STARTED: {_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING},
-        },
-        _S.COMMITTING: {
-            _I.COMMIT_SUCCEEDED: {_S.STARTED},
-            _I.COMMIT_FAILED: {_S.RELOADING},
-            _I.TICK: {_S.COMMITTING},
-            _I.SET_PARTITIONS: {_S.COMMITTING},
-        },
-        _S.RELOADING: {
-            _I.TABLE_RELOADED: {_S.STARTED, _S.FENCED},
-            _I.TICK: {_S.RELOADING},
-            _I.SET_PARTITIONS: {_S.RELOADING},
-        },
-        _S.FENCED: {
-            _I.TICK: {_S.FENCED},
-            _I.SET_PARTITIONS: {_S.FENCED},
-        },
+        _S.IDLE: _row(  # no round yet: every message is STALE
+            _S.IDLE,
+            {_E.RECOVER: _S.STARTED, _E.STOP: _S.STOPPED, _E.STOP_NOW: _S.STOPPED},
+        ),
+        _S.STARTED: _row(
+            _S.STARTED,
+            {
+                _E.INTERVAL_PASSED: _S.ENDED,
+                _E.REQUEST_COMMIT: _S.ENDED,
+                _E.STATUS: _IGNORED,  # before END: it cannot be complete
+                _E.ROUND_LOST: _S.STARTED,  # noted; END will not wait for it
+                _E.PARTICIPANT_STARTED: _S.STARTED,  # it gets this round's START again
+                _E.STOP: _S.LAST_ENDED,  # END now
+                _E.STOP_NOW: _S.STOPPED,
+            },
+        ),
+        _S.ENDED: _ended(_S.ENDED, _S.COMMITTING, _S.STARTED, _S.RELOADING),
+        _S.LAST_ENDED: _ended(_S.LAST_ENDED, _S.LAST_COMMITTING, _S.STOPPED, _S.STOPPED),
+        _S.COMMITTING: _row(
+            _S.COMMITTING,
+            {
+                **_LATE,
+                _E.COMMIT_SUCCEEDED: _S.STARTED,
+                _E.COMMIT_FAILED: _S.RELOADING,
+                _E.STOP: _S.LAST_COMMITTING,
+                _E.STOP_NOW: _S.STOPPED,
+            },
+        ),
+        _S.LAST_COMMITTING: _row(
+            _S.LAST_COMMITTING,
+            {
+                **_LATE,
+                _E.COMMIT_SUCCEEDED: _S.STOPPED,
+                _E.COMMIT_FAILED: _S.STOPPED,  # discarded; the next start reads the table
+                _E.STOP: _S.LAST_COMMITTING,
+                _E.STOP_NOW: _S.STOPPED,
+            },
+        ),
+        _S.RELOADING: _row(
+            _S.RELOADING,
+            {
+                **_LATE,
+                _E.TABLE_RELOADED: _S.STARTED,
+                _E.TABLE_FENCED: _S.FENCED,
+                _E.STOP: _S.STOPPED,  # the round is discarded already: nothing to finish
+                _E.STOP_NOW: _S.STOPPED,
+            },
+        ),
+        _S.FENCED: _row(_S.FENCED, {**_LATE, _E.STOP: _S.FENCED, _E.STOP_NOW: _S.FENCED}),
+        _S.STOPPED: _row(
+            _S.STOPPED,
+            {
+                **_LATE,
+                _E.REQUEST_COMMIT: _IGNORED,  # a round a STOP_NOW left running
+                # IO that was under way when the stop came: its result changes nothing
+                _E.RECOVER: _IGNORED,
+                _E.COMMIT_SUCCEEDED: _IGNORED,
+                _E.COMMIT_FAILED: _IGNORED,
+                _E.TABLE_RELOADED: _IGNORED,
+                _E.TABLE_FENCED: _IGNORED,
+                _E.STOP: _S.STOPPED,
+                _E.STOP_NOW: _S.STOPPED,
+            },
+        ),
     },
-    ignorable={_I.WRITE_STATUS, _I.REQUEST_COMMIT, _I.ROUND_LOST, _I.PARTICIPANT_STARTED},
 )
 
 
@@ -169,10 +267,13 @@ class CoordinatorStatus(msgspec.Struct, frozen=True):
     #: the commit - the protocol's own cost of a round (participants read on meanwhile).
     last_end_to_start_s: float | None
     last_error: str | None
+    retiring: tuple[str, ...] = ()  # partitions that leave once a round has finished
 
 
-class Coordinator:
+class Coordinator(TableMachine[State, Event]):
     """Drives the rounds of one pipeline; see the module docstring for the rules."""
+
+    TRANSITIONS = TRANSITIONS
 
     def __init__(
         self,
@@ -180,26 +281,24 @@ class Coordinator:
         partitions: Iterable[str],
         config: CommitSettings | None = None,
     ) -> None:
+        super().__init__(State.IDLE)
         self.pipeline = pipeline
         self.config = config or CommitSettings()
         self._partitions: frozenset[str] = frozenset(partitions)
-        self._state = State.IDLE
+        #: Partitions leaving: key -> the first txn whose finishing lets it go.
+        self._retiring: dict[str, int] = {}
         self._epoch = 0
         self._txn_id = 0
         self._offsets: dict[str, int] = {}
         self._round: CommitState | None = None
         self._pending: CommitTable | None = None
         self._committed = self._partial = self._discarded = self._empty = 0
-        self._rejected = self._ignored = self._requested = 0
+        self._rejected = self._requested = 0
         self._last_duration: float | None = None
         self._last_end_to_start: float | None = None
         self._last_error: str | None = None
 
     # -- read-only views -------------------------------------------------------------------
-
-    @property
-    def state(self) -> State:
-        return self._state
 
     @property
     def epoch(self) -> int:
@@ -221,7 +320,7 @@ class Coordinator:
 
     def next_deadline(self) -> float | None:
         """The time at which ``tick`` has something to do, or None."""
-        if self._state in (State.STARTED, State.ENDED) and self._round is not None:
+        if self._state in (State.STARTED, *_ENDED) and self._round is not None:
             return self._round.deadline()
         return None
 
@@ -245,72 +344,68 @@ class Coordinator:
             last_round_duration_s=self._last_duration,
             last_end_to_start_s=self._last_end_to_start,
             last_error=self._last_error,
+            retiring=tuple(sorted(self._retiring)),
         )
 
     # -- inputs ----------------------------------------------------------------------------
 
     def recover(self, epoch: int, table_offsets: Mapping[str, int], now: float) -> Ready:
         """The actor claimed ``epoch`` in the table and read its offsets: start round 1."""
-
-        def handle() -> Ready:
-            self._epoch = epoch
-            self._offsets = dict(table_offsets)
-            return self._start(now)
-
-        return self._drive(Input.RECOVER, handle)
+        if not self._fire(Event.RECOVER):
+            return []
+        self._epoch = epoch
+        self._offsets = dict(table_offsets)
+        return self._start(now)
 
     def step(self, message: Message, now: float) -> Ready:
         """A message from a participant: WRITE-STATUS, REQUEST-COMMIT, ROUND-LOST or
         PARTICIPANT-STARTED."""
         if isinstance(message, WriteStatus):
-            return self._drive(Input.WRITE_STATUS, lambda: self._on_status(message, now))
+            return self._on_status(message, now)
         if isinstance(message, RequestCommit):
-            return self._drive(Input.REQUEST_COMMIT, lambda: self._on_request(message, now))
+            return self._on_request(message, now)
         if isinstance(message, RoundLost):
-            return self._drive(Input.ROUND_LOST, lambda: self._on_lost(message, now))
+            return self._on_lost(message, now)
         if isinstance(message, ParticipantStarted):
-            return self._drive(
-                Input.PARTICIPANT_STARTED, lambda: self._on_participant_started(message, now)
-            )
+            return self._on_participant_started(message, now)
         raise ProtocolError(f"coordinator does not take {type(message).__name__} messages")
 
     def tick(self, now: float) -> Ready:
         """Time passed: end the round, or give up waiting for WRITE-STATUS."""
-        return self._drive(Input.TICK, lambda: self._on_tick(now))
+        self._fire(Event.TICK)
+        rnd = self._round
+        if self._state is State.STARTED and rnd is not None and rnd.should_end(now):
+            self._fire(Event.INTERVAL_PASSED)
+            return self._end(now)
+        return self._evaluate(now) if self._state in _ENDED else []
 
     def commit_succeeded(self, version: int, now: float) -> Ready:
         """The ``CommitTable`` landed as table ``version``: ACK, then the next START."""
-
-        def handle() -> Ready:
-            commit, rnd = self._pending, self._round
-            assert commit is not None and rnd is not None
-            self._pending = None
-            self._offsets.update(commit.offsets)
-            self._committed += 1
-            self._partial += int(commit.metadata["rayconnect.partial"] == "true")
-            self._last_duration = now - rnd.started_at
-            ack = AckCommit(
-                epoch=self._epoch,
-                txn_id=rnd.txn_id,
-                version=version,
-                offsets={k: v for k, v in self._offsets.items() if k in rnd.partitions},
-            )
-            ack_all = Broadcast(to=tuple(sorted(rnd.partitions)), message=ack)
-            return [ack_all, *self._start(now, interval_from=rnd.ended_at)]
-
-        return self._drive(Input.COMMIT_SUCCEEDED, handle)
+        if not self._fire(Event.COMMIT_SUCCEEDED):
+            return []
+        commit, rnd = self._pending, self._round
+        assert commit is not None and rnd is not None
+        self._pending = None
+        self._offsets.update(commit.offsets)
+        self._committed += 1
+        self._partial += int(commit.metadata["rayconnect.partial"] == "true")
+        self._last_duration = now - rnd.started_at
+        ack = AckCommit(
+            epoch=self._epoch,
+            txn_id=rnd.txn_id,
+            version=version,
+            offsets={k: v for k, v in self._offsets.items() if k in rnd.partitions},
+        )
+        return [Broadcast(to=tuple(sorted(rnd.partitions)), message=ack), *self._finished(now)]
 
     def commit_failed(self, reason: str, now: float) -> Ready:
         """The commit failed or timed out (whether it landed is unknown): reload the table."""
-
-        def handle() -> Ready:
-            self._pending = None
-            self._discarded += 1
-            self._last_error = reason
-            self._state = State.RELOADING
-            return [ReloadTable()]
-
-        return self._drive(Input.COMMIT_FAILED, handle)
+        if not self._fire(Event.COMMIT_FAILED):
+            return []
+        self._pending = None
+        self._discarded += 1
+        self._last_error = reason
+        return self._reload_or_stop()
 
     def table_reloaded(
         self, table_offsets: Mapping[str, int], now: float, table_epoch: int | None = None
@@ -319,99 +414,117 @@ class Coordinator:
 
         A ``table_epoch`` newer than ours means we are a zombie: emit ``Fenced`` and stop.
         """
-
-        def handle() -> Ready:
-            if table_epoch is not None and table_epoch > self._epoch:
-                self._state = State.FENCED
-                self._last_error = f"fenced by epoch {table_epoch}"
-                return [Fenced(epoch=self._epoch, table_epoch=table_epoch)]
-            self._offsets = dict(table_offsets)
-            return self._start(now)
-
-        return self._drive(Input.TABLE_RELOADED, handle)
+        fenced = table_epoch is not None and table_epoch > self._epoch
+        if not self._fire(Event.TABLE_FENCED if fenced else Event.TABLE_RELOADED):
+            return []
+        if fenced:
+            self._last_error = f"fenced by epoch {table_epoch}"
+            return [Fenced(epoch=self._epoch, table_epoch=table_epoch or 0)]
+        self._offsets = dict(table_offsets)
+        return self._start(now)
 
     def set_partitions(self, keys: Iterable[str], now: float) -> Ready:
-        """The pipeline's partitions now are ``keys``: new ones join at the next START,
-        retired ones leave the current round now (which may complete it)."""
+        """The pipeline's partitions now are ``keys``, at once: new ones join at the next
+        START, removed ones leave the current round now (which may complete it)."""
+        self._fire(Event.PARTITIONS)
+        self._partitions = frozenset(keys)
+        self._retiring = {k: t for k, t in self._retiring.items() if k in self._partitions}
+        rnd = self._round
+        if rnd is None or self._state not in (State.STARTED, *_ENDED):
+            return []
+        rnd.retire(rnd.partitions - self._partitions)
+        return self._evaluate(now) if self._state in _ENDED else []
 
-        def handle() -> Ready:
-            self._partitions = frozenset(keys)
-            rnd = self._round
-            if rnd is None or self._state not in (State.STARTED, State.ENDED):
-                return []
-            rnd.retire(rnd.partitions - self._partitions)
-            return self._evaluate(now) if self._state is State.ENDED else []
+    def add_partitions(self, keys: Iterable[str], now: float) -> Ready:
+        """Partitions join (their participants exist): they are in the next START. A key
+        still waiting to retire simply stays."""
+        self._fire(Event.PARTITIONS)
+        added = frozenset(keys)
+        for key in added:
+            self._retiring.pop(key, None)
+        self._partitions |= added
+        return []
 
-        return self._drive(Input.SET_PARTITIONS, handle)
+    def retire_partitions(self, keys: Iterable[str], now: float) -> Ready:
+        """Partitions left the metadata: they leave once a round whose END goes out after
+        now has finished (``PartitionsRetired``), so what they read is committed first."""
+        self._fire(Event.PARTITIONS)
+        running = self._state is State.STARTED  # its END has not gone out yet
+        first_txn = self._txn_id if running else self._txn_id + 1
+        for key in keys:
+            if key in self._partitions:
+                self._retiring.setdefault(key, first_txn)
+        return []
+
+    def stop(self, commit: bool, now: float) -> Ready:
+        """Stop: with ``commit``, after the round in progress is finished (a running one is
+        ended now); else at once. ``Stopped`` says when it is done."""
+        before = self._state
+        if not self._fire(Event.STOP if commit else Event.STOP_NOW):
+            return []
+        if self._state in (State.STOPPED, State.FENCED):
+            return [Stopped()]
+        return self._end(now) if before is State.STARTED else []
 
     # -- handlers --------------------------------------------------------------------------
 
-    def _drive(self, event: Input, handler: Callable[[], Ready]) -> Ready:
-        return TRANSITIONS.drive(self._state, event, handler, lambda: self._state, self._ignore)
-
-    def _ignore(self) -> Ready:
-        self._ignored += 1
-        return []
-
     def _on_status(self, status: WriteStatus, now: float) -> Ready:
         rnd = self._round
-        assert rnd is not None
-        if not rnd.is_current(status.epoch, status.txn_id):
-            return self._ignore()
-        reason = rnd.add_status(status)
-        if reason == "duplicate":
-            return self._ignore()
-        if reason is not None:
-            self._rejected += 1
-            self._last_error = f"WRITE-STATUS of {status.partition} rejected: {reason}"
+        if rnd is None or not rnd.is_current(status.epoch, status.txn_id):
+            self._fire(Event.STALE)
             return []
+        rejection = rnd.rejection(status)
+        duplicate = rejection is not None and rejection.kind is RejectionKind.DUPLICATE
+        if not self._fire(Event.STATUS_DUPLICATE if duplicate else Event.STATUS):
+            return []
+        if rejection is not None:
+            self._rejected += 1
+            self._last_error = f"WRITE-STATUS of {status.partition} rejected: {rejection}"
+            return []
+        rnd.add_status(status)
         return self._evaluate(now)
 
     def _on_lost(self, message: RoundLost, now: float) -> Ready:
         rnd = self._round
-        assert rnd is not None
-        if not rnd.is_current(message.epoch, message.txn_id) or not rnd.mark_lost(
-            message.partition
-        ):
-            return self._ignore()
+        news = (
+            rnd is not None
+            and rnd.is_current(message.epoch, message.txn_id)
+            and message.partition in rnd.missing()
+        )
+        if not self._fire(Event.ROUND_LOST if news else Event.STALE):
+            return []
+        assert rnd is not None and rnd.mark_lost(message.partition)
         self._last_error = f"txn {rnd.txn_id}: {message.partition} lost: {message.reason}"
-        return self._evaluate(now) if self._state is State.ENDED else []
+        return self._evaluate(now) if self._state in _ENDED else []
 
     def _on_participant_started(self, message: ParticipantStarted, now: float) -> Ready:
         """A fresh participant knows no round. While the round runs it can still join it
         (the START's offsets are the table's); once END went out it cannot report, so the
         round stops waiting for it."""
         rnd = self._round
-        assert rnd is not None
         key = message.partition
-        if key not in rnd.partitions:
-            return self._ignore()
+        news = rnd is not None and rnd.restart_matters(key)
+        if not self._fire(Event.PARTICIPANT_STARTED if news else Event.STALE):
+            return []
+        assert rnd is not None
         if self._state is State.STARTED:
             start = StartCommit(epoch=self._epoch, txn_id=rnd.txn_id, offsets=rnd.start_offsets)
-            return [Send(to=key, message=start)]
-        if not rnd.mark_lost(key):
-            return self._ignore()
+            return [SendMessage(to=key, message=start)]
+        rnd.mark_lost(key)
         return self._evaluate(now)
 
     def _on_request(self, message: RequestCommit, now: float) -> Ready:
         rnd = self._round
-        assert rnd is not None
-        if not rnd.request_commit(message):
-            return self._ignore()
+        counts = rnd is not None and rnd.counts_request(message)
+        if not self._fire(Event.REQUEST_COMMIT if counts else Event.STALE):
+            return []
         self._requested += 1
         return self._end(now)
-
-    def _on_tick(self, now: float) -> Ready:
-        rnd = self._round
-        if self._state is State.STARTED and rnd is not None and rnd.should_end(now):
-            return self._end(now)
-        if self._state is State.ENDED:
-            return self._evaluate(now)
-        return []
 
     # -- the round ---------------------------------------------------------------------------
 
     def _start(self, now: float, interval_from: float | None = None) -> Ready:
+        """START the next round (the table already moved to STARTED)."""
         if interval_from is not None:
             self._last_end_to_start = now - interval_from
         self._txn_id += 1
@@ -426,37 +539,57 @@ class Coordinator:
             write_timeout_s=self.config.write_timeout_s,
         )
         self._round = rnd
-        self._state = State.STARTED
         start = StartCommit(epoch=self._epoch, txn_id=self._txn_id, offsets=rnd.start_offsets)
         return [Broadcast(to=tuple(sorted(rnd.partitions)), message=start)]
 
     def _end(self, now: float) -> Ready:
+        """END the running round (the table already moved to an ended state)."""
         rnd = self._round
         assert rnd is not None
         rnd.end(now)
-        self._state = State.ENDED
         end = EndCommit(epoch=self._epoch, txn_id=rnd.txn_id)
         return [Broadcast(to=tuple(sorted(rnd.partitions)), message=end), *self._evaluate(now)]
 
     def _evaluate(self, now: float) -> Ready:
-        """In ENDED: commit when everyone reported or time is up; else keep waiting."""
+        """In an ended state: commit when everyone reported or time is up; else wait."""
         rnd = self._round
         assert rnd is not None
         if not rnd.is_commit_ready() and not rnd.is_commit_timed_out(now):
             return []
         if rnd.has_data():
+            self._fire(Event.ROUND_HAS_DATA)
             self._pending = rnd.commit_table(self.pipeline)
-            self._state = State.COMMITTING
             return [self._pending]
         if rnd.is_commit_ready():
+            self._fire(Event.ROUND_EMPTY)
             self._empty += 1
-            return self._start(now, interval_from=rnd.ended_at)
+            return self._finished(now)
         # Timed out with nothing to commit: discard, and start again *from the table*
         # (design.md step 4). Reloading is also how a coordinator whose participants all
         # follow a newer epoch learns that it has been fenced.
+        self._fire(Event.ROUND_ABANDONED)
         self._discarded += 1
         self._last_error = f"txn {rnd.txn_id}: no data from {sorted(rnd.statuses)}, " + (
             f"timed out waiting for {sorted(rnd.missing())}"
         )
-        self._state = State.RELOADING
-        return [ReloadTable()]
+        return self._reload_or_stop()
+
+    def _finished(self, now: float) -> Ready:
+        """The round finished (committed or empty): retire who waited for it, then START
+        the next round, or report that the stop is done."""
+        rnd = self._round
+        assert rnd is not None
+        due = sorted(k for k, txn in self._retiring.items() if txn <= rnd.txn_id)
+        effects: Ready = []
+        if due:
+            for key in due:
+                del self._retiring[key]
+            self._partitions -= frozenset(due)
+            effects.append(PartitionsRetired(tuple(due)))
+        if self._state is State.STOPPED:
+            return [*effects, Stopped()]
+        return [*effects, *self._start(now, interval_from=rnd.ended_at)]
+
+    def _reload_or_stop(self) -> Ready:
+        """A discarded round: the table says where to go on; or, when stopping, nowhere."""
+        return [Stopped()] if self._state is State.STOPPED else [ReloadTable()]

@@ -6,8 +6,9 @@ are frozen msgspec structs: values that tests compare with ``==`` and actors can
 
 Addresses. ``Broadcast`` lists its recipients (the partition keys of the round), so a Ready
 is complete by itself: an actor may queue it and carry it out after further steps without
-asking the machine who "everyone" was. ``Send`` goes to one peer; participants only ever
-talk to ``COORDINATOR``, a name no partition key can take (keys always contain ``/``).
+asking the machine who "everyone" was. ``SendMessage`` goes to one peer; participants only
+ever talk to ``COORDINATOR``, a name no partition key can take (keys always contain ``/``).
+(The source task's records go out by its own effects, in ``protocol/source_task.py``.)
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ class _Effect(msgspec.Struct, frozen=True, tag=True):
     pass
 
 
-class Send(_Effect):
-    """Deliver ``message`` to one peer: a partition key, or ``COORDINATOR``."""
+class SendMessage(_Effect):
+    """Deliver the protocol ``message`` to one peer: a partition key, or ``COORDINATOR``."""
 
     to: str
     message: Message
@@ -70,6 +71,20 @@ class Fenced(_Effect):
     table_epoch: int
 
 
+class PartitionsRetired(_Effect):
+    """These partitions left the pipeline (FLIP-246) after a round whose END went out after
+    their retirement was asked for finished (committed, or found empty): they are in no
+    further round. Stop their participants; their offsets stay in the table."""
+
+    keys: tuple[str, ...]
+
+
+class Stopped(_Effect):
+    """The stop asked for is done: the last round was committed, found empty or discarded
+    (or there was none to finish, or the stop did not wait for it). The coordinator sends
+    nothing more; its actor stops ticking and reports."""
+
+
 class Seek(_Effect):
     """Make the reader deliver this partition from ``offset`` on."""
 
@@ -105,11 +120,13 @@ class Flush(_Effect):
 
 
 Effect: TypeAlias = (
-    Send
+    SendMessage
     | Broadcast
     | CommitTable
     | ReloadTable
     | Fenced
+    | PartitionsRetired
+    | Stopped
     | Seek
     | SeekToPolicy
     | Pause

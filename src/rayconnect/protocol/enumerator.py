@@ -42,15 +42,15 @@ Ordering contract (the actor and the coordinator must honour it)
    more, so what its participant holds is all it will ever get. It comes BEFORE
    ``StartReaders``/``SendMetadataUpdate``: an added partition has its participant (and
    the coordinator knows it) before any reader may deliver it.
-3. ``added``: start the participants and ``Coordinator.set_partitions(current | added)``;
-   they join at the next START from the table's offset (or the starting-offset policy).
-4. ``retired``: do NOT call ``set_partitions`` at once - it drops the partition from the
-   round in progress, and what it read since the last commit would be lost (read again
-   later, from the table). Keep the participant in the rounds until a round whose
-   END-COMMIT went out after this effect was carried out is committed (or found empty);
-   that round's WRITE-STATUS covers all it read. THEN ``set_partitions`` without it and
-   stop the participant; its offset stays in the table. A later ``added`` holding a key
-   still waiting to retire cancels the retirement.
+3. ``added``: start the participants, then ``Coordinator.add_partitions(added)``; they join
+   at the next START from the table's offset (or the starting-offset policy).
+4. ``retired``: ``Coordinator.retire_partitions(retired)`` - NOT ``set_partitions``, which
+   drops a partition from the round in progress, so that what it read since the last
+   commit would be read again later, from the table. The coordinator machine keeps it in the
+   rounds until a round whose END-COMMIT went out after this effect was carried out is
+   committed (or found empty); that round's WRITE-STATUS covers all it read. Then it
+   emits ``PartitionsRetired`` and its actor stops the participant; the offset stays in
+   the table. A later ``added`` holding a key still waiting to retire cancels the retirement.
 5. ``StartReaders`` for a cluster whose readers restarted keeps most splits where they
    were: the new reader must resume each kept split at its participant's position (the
    participant re-seeks it), not at the table's offset, or the round gets duplicates.

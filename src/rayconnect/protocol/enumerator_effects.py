@@ -69,7 +69,8 @@ class SendMetadataUpdate(_EnumeratorEffect):
 
 class AssignPartitions(_EnumeratorEffect):
     """The pipeline's partitions change: ``added`` join (participants start, coordinator
-    ``set_partitions``), ``retired`` leave AFTER what they read is committed. See the
+    ``add_partitions``), ``retired`` leave AFTER what they read is committed (coordinator
+    ``retire_partitions``, which emits ``PartitionsRetired`` when they are gone). See the
     ordering contract in ``protocol/enumerator.py``."""
 
     added: tuple[str, ...]

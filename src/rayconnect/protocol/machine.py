@@ -1,23 +1,93 @@
-"""Transition tables as data, shared by the coordinator and the participant (h11 style).
+"""Transition tables as data (h11's ``_state.py``), shared by the five protocol machines.
 
-Each machine declares, for every state, the inputs it accepts and the states each input may
-lead to. Driving an input is three steps: look the pair up (not in the table: *ignored* if
-the input is a message from the network, ``ProtocolError`` if it is a local input), run the
-handler, then check that the handler landed in one of the listed states. The check makes the
-table the reviewed truth rather than a comment that drifts from the code.
+Two forms live here.
+
+``MoveTable`` - the table *makes* the move; the coordinator and the participant use it. A
+machine first works out what an input means (a START of a newer round, a WRITE-STATUS of
+another round, a round that turned out empty ...): that meaning is an *event*. The table
+says, for every state, what each event does: move to a state (possibly the same one), or
+``IGNORED`` - a deliberate cell, for what the network may legitimately deliver late or twice.
+An event with no cell in the current state cannot happen; ``ProtocolError`` says so. The
+handlers never assign the state themselves, so the table is the whole story of the moves.
+
+``TransitionTable`` - the older, checking form, still used by the enumerator, the cluster
+enumerator and the source task: rows list the states a handler *may* land in, the handler
+sets the state, and the table checks afterwards.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from rayconnect.protocol.errors import ProtocolError
 
 S = TypeVar("S", bound=enum.Enum)
 I = TypeVar("I", bound=enum.Enum)  # noqa: E741 - the conventional name for "input"
 R = TypeVar("R")
+
+
+class Ignored(enum.Enum):
+    IGNORED = "ignored"
+
+
+#: A cell of a ``MoveTable``: the event is expected here and deliberately has no effect.
+IGNORED: Final = Ignored.IGNORED
+
+
+class MoveTable(Generic[S, I]):
+    """``rows[state][event]`` = the state ``event`` moves a machine to, or ``IGNORED``."""
+
+    def __init__(self, name: str, rows: Mapping[S, Mapping[I, S | Ignored]]) -> None:
+        self.name = name
+        self.rows: dict[S, dict[I, S | Ignored]] = {state: dict(row) for state, row in rows.items()}
+
+    def move(self, state: S, event: I) -> S | None:
+        """The state after ``event``; None if the table ignores it in ``state``; raises
+        ``ProtocolError`` if ``event`` cannot happen in ``state``."""
+        target = self.rows.get(state, {}).get(event)
+        if target is None:
+            raise ProtocolError(f"{self.name}: {event.name} cannot happen in state {state.name}")
+        return None if isinstance(target, Ignored) else target
+
+    def ignored(self) -> dict[S, frozenset[I]]:
+        """Per state, the events the table deliberately ignores there."""
+        return {
+            state: frozenset(e for e, t in row.items() if t is IGNORED)
+            for state, row in self.rows.items()
+        }
+
+    def describe(self) -> str:
+        """The table as text, one ``STATE --EVENT--> TARGET`` line per cell (for docs/logs)."""
+        return "\n".join(
+            f"{state.name:<11} --{event.name}--> {target.name}"
+            for state, row in self.rows.items()
+            for event, target in row.items()
+        )
+
+
+class TableMachine(Generic[S, I]):
+    """A machine whose ``TRANSITIONS`` table makes every move; it counts what it ignores."""
+
+    TRANSITIONS: MoveTable[S, I]
+
+    def __init__(self, initial: S) -> None:
+        self._state = initial
+        self._ignored = 0
+
+    @property
+    def state(self) -> S:
+        return self._state
+
+    def _fire(self, event: I) -> bool:
+        """Move as the table says; False (and counted) if the table ignores ``event`` here."""
+        after = self.TRANSITIONS.move(self._state, event)
+        if after is None:
+            self._ignored += 1
+            return False
+        self._state = after
+        return True
 
 
 class TransitionTable(Generic[S, I]):

@@ -45,17 +45,20 @@ Rules
   "staying full": REQUEST-COMMIT once per round, so the coordinator ends the round early.
   With ``commit_when_caught_up`` a batch that reaches the high watermark asks the same.
 
-Error versus ignore: every input is allowed in every state (the table below has no holes),
-because late flush results, late reader batches and any message can legitimately arrive
-after the round moved on; those are ignored and counted. ``ProtocolError`` is raised only for
-what cannot happen: a flush id that was never issued, an offset range that goes backwards,
-a message type a participant never receives.
+Error versus ignore: the machine first works out what an input means - an *event* - and the
+table (``TRANSITIONS``) makes the move. Late and duplicated inputs are events of their own:
+``STALE`` (a message of another round) and ``LATE_RESULT`` (a flush result or policy offset of
+a round that is gone) are deliberately ``IGNORED`` in every state, a duplicate END while the
+flushes finish is ignored in ENDING, and all of them are counted. A cell the table lacks is
+an event that cannot happen in that state (a flush result of the open round after it
+reported, an END of an open round while PAUSED): ``ProtocolError``, like a flush id that was
+never issued, an offset range that goes backwards or a message a participant never receives.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Final
 
 import msgspec
@@ -68,10 +71,10 @@ from rayconnect.protocol.effects import (
     Resume,
     Seek,
     SeekToPolicy,
-    Send,
+    SendMessage,
 )
 from rayconnect.protocol.errors import ProtocolError
-from rayconnect.protocol.machine import TransitionTable
+from rayconnect.protocol.machine import IGNORED, MoveTable, TableMachine
 from rayconnect.protocol.messages import (
     AckCommit,
     EndCommit,
@@ -92,66 +95,73 @@ class State(enum.Enum):
     REPORTED = "reported"  # WRITE-STATUS sent; waits for ACK or a newer START
 
 
-class Input(enum.Enum):
-    START = "start"
-    END = "end"
-    ACK = "ack"
-    RECORDS = "records"
-    FLUSHED = "flushed"
-    FLUSH_FAILED = "flush_failed"
-    POSITION_RESOLVED = "position_resolved"
+class Event(enum.Enum):
+    """What an input turned out to mean; the table moves the machine on it."""
+
+    START = "start"  # START of a round newer than any seen
+    END = "end"  # END of the open round
+    ACK = "ack"  # ACK of the newest round
+    STALE = "stale"  # START, END or ACK of another round: late, duplicated or reordered
+    RECORDS = "records"  # a batch from the reader (accepted, read ahead or dropped)
+    FLUSHED = "flushed"  # a flush of the open round wrote its files
+    FLUSH_FAILED = "flush_failed"  # a flush of the open round failed: the round is lost
+    POSITION_RESOLVED = "position_resolved"  # the open round's starting-offset policy offset
+    LATE_RESULT = "late_result"  # a flush result or policy offset of a round that is gone
     TICK = "tick"
+    REPORT = "report"  # everything the round accepted is in files: WRITE-STATUS
 
 
 _S = State
-_I = Input
+_E = Event
+_IGNORED = IGNORED
 
-#: Each row lists its own state too: a stale input leaves the state as it is.
-TRANSITIONS: Final = TransitionTable[State, Input](
+#: Every state ignores STALE and LATE_RESULT; a missing cell raises ``ProtocolError``.
+TRANSITIONS: Final = MoveTable[State, Event](
     "participant",
     {
-        _S.PAUSED: {
-            _I.START: {_S.PAUSED, _S.WRITING},
-            _I.END: {_S.PAUSED},  # no open round (failed flush, or already acked)
-            _I.ACK: {_S.PAUSED},
-            _I.RECORDS: {_S.PAUSED},
-            _I.FLUSHED: {_S.PAUSED},
-            _I.FLUSH_FAILED: {_S.PAUSED},
-            _I.POSITION_RESOLVED: {_S.PAUSED},
-            _I.TICK: {_S.PAUSED},
+        _S.PAUSED: {  # no open round (so END, flush results and REPORT cannot be its own)
+            _E.START: _S.WRITING,
+            _E.ACK: _S.PAUSED,  # the newest round committed without us: note the offset
+            _E.RECORDS: _S.PAUSED,  # read ahead, or in flight when the Pause went out
+            _E.TICK: _S.PAUSED,
+            _E.STALE: _IGNORED,
+            _E.LATE_RESULT: _IGNORED,
         },
         _S.WRITING: {
-            _I.START: {_S.WRITING},
-            _I.END: {_S.WRITING, _S.ENDING, _S.REPORTED},
-            _I.ACK: {_S.WRITING, _S.PAUSED},  # committed without us (partial commit)
-            _I.RECORDS: {_S.WRITING},
-            _I.FLUSHED: {_S.WRITING},
-            _I.FLUSH_FAILED: {_S.WRITING, _S.PAUSED},
-            _I.POSITION_RESOLVED: {_S.WRITING},
-            _I.TICK: {_S.WRITING},
+            _E.START: _S.WRITING,  # a newer round: the open one is discarded
+            _E.END: _S.ENDING,
+            _E.ACK: _S.PAUSED,  # committed without us (a partial commit)
+            _E.RECORDS: _S.WRITING,
+            _E.FLUSHED: _S.WRITING,
+            _E.FLUSH_FAILED: _S.PAUSED,
+            _E.POSITION_RESOLVED: _S.WRITING,
+            _E.TICK: _S.WRITING,
+            _E.STALE: _IGNORED,
+            _E.LATE_RESULT: _IGNORED,
         },
         _S.ENDING: {
-            _I.START: {_S.ENDING, _S.WRITING},
-            _I.END: {_S.ENDING},
-            _I.ACK: {_S.ENDING, _S.PAUSED},
-            _I.RECORDS: {_S.ENDING},
-            _I.FLUSHED: {_S.ENDING, _S.REPORTED},
-            _I.FLUSH_FAILED: {_S.ENDING, _S.PAUSED},
-            _I.POSITION_RESOLVED: {_S.ENDING, _S.REPORTED},
-            _I.TICK: {_S.ENDING},
+            _E.START: _S.WRITING,
+            _E.END: _IGNORED,  # a duplicate END while the flushes finish
+            _E.ACK: _S.PAUSED,
+            _E.RECORDS: _S.ENDING,
+            _E.FLUSHED: _S.ENDING,
+            _E.FLUSH_FAILED: _S.PAUSED,
+            _E.POSITION_RESOLVED: _S.ENDING,
+            _E.TICK: _S.ENDING,
+            _E.REPORT: _S.REPORTED,
+            _E.STALE: _IGNORED,
+            _E.LATE_RESULT: _IGNORED,
         },
-        _S.REPORTED: {
-            _I.START: {_S.REPORTED, _S.WRITING},
-            _I.END: {_S.REPORTED},  # a duplicate END: send the same WRITE-STATUS again
-            _I.ACK: {_S.REPORTED, _S.PAUSED},
-            _I.RECORDS: {_S.REPORTED},
-            _I.FLUSHED: {_S.REPORTED},
-            _I.FLUSH_FAILED: {_S.REPORTED},
-            _I.POSITION_RESOLVED: {_S.REPORTED},
-            _I.TICK: {_S.REPORTED},
+        _S.REPORTED: {  # nothing in flight and the start known: no flush or policy results
+            _E.START: _S.WRITING,
+            _E.END: _S.REPORTED,  # a duplicate END: send the same WRITE-STATUS again
+            _E.ACK: _S.PAUSED,
+            _E.RECORDS: _S.REPORTED,
+            _E.TICK: _S.REPORTED,
+            _E.STALE: _IGNORED,
+            _E.LATE_RESULT: _IGNORED,
         },
     },
-    ignorable={_I.START, _I.END, _I.ACK, _I.RECORDS},
 )
 
 
@@ -171,13 +181,15 @@ class ParticipantStatus(msgspec.Struct, frozen=True):
     last_error: str | None
 
 
-class Participant:
+class Participant(TableMachine[State, Event]):
     """One partition's side of the commit protocol; see the module docstring."""
 
+    TRANSITIONS = TRANSITIONS
+
     def __init__(self, key: str, config: CommitSettings | None = None) -> None:
+        super().__init__(State.PAUSED)
         self.key = key
         self.config = config or CommitSettings()
-        self._state = State.PAUSED
         self._round: tuple[int, int] | None = None
         self._txn: WriteState | None = None
         self._ahead: ReadAhead | None = None
@@ -188,14 +200,10 @@ class Participant:
         self._reader_lost = False
         self._gap_seek: int | None = None
         self._next_flush_id = 0
-        self._dropped = self._ignored = 0
+        self._dropped = 0
         self._last_error: str | None = None
 
     # -- read-only views -------------------------------------------------------------------
-
-    @property
-    def state(self) -> State:
-        return self._state
 
     @property
     def round(self) -> tuple[int, int] | None:
@@ -248,11 +256,11 @@ class Participant:
     def step(self, message: Message, now: float) -> Ready:
         """A message from the coordinator: START-COMMIT, END-COMMIT or ACK-COMMIT."""
         if isinstance(message, StartCommit):
-            return self._drive(Input.START, lambda: self._on_start(message))
+            return self._on_start(message)
         if isinstance(message, EndCommit):
-            return self._drive(Input.END, lambda: self._on_end(message))
+            return self._on_end(message)
         if isinstance(message, AckCommit):
-            return self._drive(Input.ACK, lambda: self._on_ack(message))
+            return self._on_ack(message)
         raise ProtocolError(f"participant does not take {type(message).__name__} messages")
 
     def records(
@@ -273,41 +281,33 @@ class Participant:
                 f"{self.key}: bad batch [{first_offset}, {next_offset}) "
                 f"count={count} nbytes={nbytes}"
             )
-        return self._drive(
-            Input.RECORDS,
-            lambda: self._on_records(
-                Batch(first_offset, next_offset, count, nbytes, handle, now), caught_up
-            ),
+        self._fire(Event.RECORDS)
+        return self._on_records(
+            Batch(first_offset, next_offset, count, nbytes, handle, now), caught_up
         )
 
     def flushed(self, flush_id: int, files: Iterable[DataFile], now: float) -> Ready:
         """Flush ``flush_id`` wrote ``files``."""
         self._check_flush_id(flush_id)
-        return self._drive(Input.FLUSHED, lambda: self._on_flushed(flush_id, files))
+        return self._on_flushed(flush_id, files)
 
     def flush_failed(self, flush_id: int, reason: str, now: float) -> Ready:
         """Flush ``flush_id`` failed: its round can no longer be reported."""
         self._check_flush_id(flush_id)
-        return self._drive(Input.FLUSH_FAILED, lambda: self._on_flush_failed(flush_id, reason))
+        return self._on_flush_failed(flush_id, reason)
 
     def position_resolved(self, offset: int, now: float) -> Ready:
         """The actor carried out ``SeekToPolicy``: the reader now starts at ``offset``."""
         if offset < 0:
             raise ProtocolError(f"{self.key}: negative offset {offset}")
-        return self._drive(Input.POSITION_RESOLVED, lambda: self._on_resolved(offset))
+        return self._on_resolved(offset)
 
     def tick(self, now: float) -> Ready:
         """Time passed: flush a buffer older than ``flush_max_age_s``."""
-        return self._drive(Input.TICK, lambda: self._on_tick(now))
+        self._fire(Event.TICK)
+        return self._on_tick(now)
 
     # -- handlers --------------------------------------------------------------------------
-
-    def _drive(self, event: Input, handler: Callable[[], Ready]) -> Ready:
-        return TRANSITIONS.drive(self._state, event, handler, lambda: self._state, self._ignore)
-
-    def _ignore(self) -> Ready:
-        self._ignored += 1
-        return []
 
     def _current(self, epoch: int, txn_id: int) -> WriteState | None:
         """The open round, if the message is for it."""
@@ -315,14 +315,14 @@ class Participant:
         return txn if txn is not None and txn.is_current(epoch, txn_id) else None
 
     def _on_start(self, msg: StartCommit) -> Ready:
-        if self._round is not None and (msg.epoch, msg.txn_id) <= self._round:
-            return self._ignore()
+        newer = self._round is None or (msg.epoch, msg.txn_id) > self._round
+        if not self._fire(Event.START if newer else Event.STALE):
+            return []
         self._round = (msg.epoch, msg.txn_id)
         offset = msg.offsets.get(self.key)
         self._committed = offset
         txn = self._txn = WriteState(msg.epoch, msg.txn_id, first_offset=offset)
         self._gap_seek = None
-        self._state = State.WRITING
         ahead, self._ahead = self._ahead, None
         if ahead is not None and offset == ahead.first_offset and not self._reader_lost:
             txn.adopt(ahead)  # the reader is at ahead.next_offset already: no seek
@@ -339,12 +339,13 @@ class Participant:
 
     def _on_end(self, msg: EndCommit) -> Ready:
         txn = self._current(msg.epoch, msg.txn_id)
-        if txn is None or self._state is State.ENDING:
-            return self._ignore()
-        if self._state is State.REPORTED:
+        before = self._state
+        if not self._fire(Event.STALE if txn is None else Event.END):
+            return []
+        assert txn is not None
+        if before is State.REPORTED:
             assert txn.reported is not None
-            return [Send(to=COORDINATOR, message=txn.reported)]
-        self._state = State.ENDING
+            return [SendMessage(to=COORDINATOR, message=txn.reported)]
         effects: Ready = []
         if txn.next_offset is not None and not self._reader_lost:
             self._ahead = ReadAhead(txn.next_offset)  # keep reading for the next round
@@ -355,9 +356,10 @@ class Participant:
         return effects + self._maybe_report()
 
     def _on_ack(self, msg: AckCommit) -> Ready:
-        if self._round != (msg.epoch, msg.txn_id):
-            return self._ignore()
-        effects: Ready = [Pause()] if self._state is State.WRITING else []
+        before = self._state
+        if not self._fire(Event.ACK if self._round == (msg.epoch, msg.txn_id) else Event.STALE):
+            return []
+        effects: Ready = [Pause()] if before is State.WRITING else []
         self._committed = msg.offsets.get(self.key)
         ahead = self._ahead
         if ahead is not None and self._committed != ahead.first_offset:
@@ -432,30 +434,37 @@ class Participant:
             return []
         txn.commit_requested = True
         request = RequestCommit(epoch=txn.epoch, txn_id=txn.txn_id, partition=self.key)
-        return [Send(to=COORDINATOR, message=request)]
+        return [SendMessage(to=COORDINATOR, message=request)]
 
     def _on_flushed(self, flush_id: int, files: Iterable[DataFile]) -> Ready:
         txn = self._txn
-        if txn is None or not txn.flushed(flush_id, files):
-            return self._ignore()
+        ours = txn is not None and flush_id in txn.in_flight
+        if not self._fire(Event.FLUSHED if ours else Event.LATE_RESULT):
+            return []
+        assert txn is not None and txn.flushed(flush_id, files)
         return self._maybe_report() if self._state is State.ENDING else []
 
     def _on_flush_failed(self, flush_id: int, reason: str) -> Ready:
         txn = self._txn
-        if txn is None or flush_id not in txn.in_flight:
-            return self._ignore()
+        before = self._state
+        ours = txn is not None and flush_id in txn.in_flight
+        if not self._fire(Event.FLUSH_FAILED if ours else Event.LATE_RESULT):
+            return []
+        assert txn is not None
         self._last_error = f"flush {flush_id} of txn {txn.txn_id} failed: {reason}"
-        effects: Ready = [Pause()] if self._state is State.WRITING else self._drop_read_ahead()
+        effects: Ready = [Pause()] if before is State.WRITING else self._drop_read_ahead()
         # Tell the coordinator now, so the round does not wait write_timeout_s for us.
         lost = RoundLost(epoch=txn.epoch, txn_id=txn.txn_id, partition=self.key, reason=reason)
-        effects.append(Send(to=COORDINATOR, message=lost))
+        effects.append(SendMessage(to=COORDINATOR, message=lost))
         self._close()
         return effects
 
     def _on_resolved(self, offset: int) -> Ready:
         txn = self._txn
-        if txn is None or txn.first_offset is not None:
-            return self._ignore()
+        awaited = txn is not None and txn.first_offset is None
+        if not self._fire(Event.POSITION_RESOLVED if awaited else Event.LATE_RESULT):
+            return []
+        assert txn is not None
         txn.resolve(offset)
         effects: Ready = [self._seek(offset)] if self._reader_lost else []
         self._reader_at = offset
@@ -477,13 +486,12 @@ class Participant:
         txn = self._txn
         if txn is None or not txn.can_report():
             return []
-        self._state = State.REPORTED
-        return [Send(to=COORDINATOR, message=txn.write_status(self.key))]
+        self._fire(Event.REPORT)
+        return [SendMessage(to=COORDINATOR, message=txn.write_status(self.key))]
 
     def _close(self) -> None:
         """Forget the open round (its flushes' late results will be ignored)."""
         self._txn = None
-        self._state = State.PAUSED
 
     def _seek(self, offset: int) -> Seek:
         self._reader_at, self._reader_lost = offset, False

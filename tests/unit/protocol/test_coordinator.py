@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rayconnect.protocol.coordinator import TRANSITIONS, Coordinator, State
-from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, ReloadTable, Send
+from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, ReloadTable, SendMessage
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.messages import (
     AckCommit,
@@ -291,7 +291,7 @@ def test_a_fresh_participant_rejoins_a_running_round() -> None:
     coord = Coordinator("p", [A, B], CommitSettings(commit_interval_s=10, write_timeout_s=4))
     coord.recover(7, {A: 10, B: 20}, now=0.0)
     assert coord.step(ParticipantStarted(B), now=1.0) == [
-        Send(to=B, message=StartCommit(7, 1, {A: 10, B: 20}))
+        SendMessage(to=B, message=StartCommit(7, 1, {A: 10, B: 20}))
     ]
     assert coord.state is State.STARTED
 

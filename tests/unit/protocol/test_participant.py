@@ -12,7 +12,7 @@ from rayconnect.protocol.effects import (
     Resume,
     Seek,
     SeekToPolicy,
-    Send,
+    SendMessage,
 )
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.messages import (
@@ -24,6 +24,7 @@ from rayconnect.protocol.messages import (
 )
 from rayconnect.protocol.participant import (
     TRANSITIONS,
+    Event,
     Participant,
     State,
 )
@@ -72,7 +73,7 @@ def test_no_table_offset_seeks_by_policy_and_waits_for_the_resolved_offset() -> 
     assert feed(p, 0, 3) == []
     [flush] = p.step(EndCommit(1, 1), now=1.0)
     [send] = p.flushed(flush.flush_id, [FILE], now=1.0)  # type: ignore[union-attr]
-    assert isinstance(send, Send)
+    assert isinstance(send, SendMessage)
     assert (send.message.first_offset, send.message.next_offset) == (0, 3)
 
 
@@ -88,14 +89,14 @@ def test_idle_policy_partition_reports_once_the_offset_is_resolved() -> None:
     assert p.step(EndCommit(1, 1), now=1.0) == [Pause()]
     assert p.state is State.ENDING
     [send] = p.position_resolved(42, now=2.0)
-    assert isinstance(send, Send)
+    assert isinstance(send, SendMessage)
     assert (send.message.first_offset, send.message.next_offset) == (42, 42)
 
 
 def test_idle_partition_reports_at_once_on_end() -> None:
     p = writing(100)
     [send] = p.step(EndCommit(1, 1), now=1.0)
-    assert isinstance(send, Send) and send.to == COORDINATOR
+    assert isinstance(send, SendMessage) and send.to == COORDINATOR
     assert (send.message.first_offset, send.message.next_offset, send.message.files) == (
         100,
         100,
@@ -112,7 +113,7 @@ def test_end_flushes_the_rest_then_reports_when_the_flush_returns() -> None:
     assert (flush.first_offset, flush.next_offset, flush.batches) == (100, 103, ("batch@100",))
     assert p.state is State.ENDING
     [send] = p.flushed(flush.flush_id, [FILE], now=2.0)
-    assert isinstance(send, Send)
+    assert isinstance(send, SendMessage)
     assert send.message.files == (FILE,)
     assert (send.message.first_offset, send.message.next_offset, send.message.records) == (
         100,
@@ -150,7 +151,7 @@ def test_request_commit_once_per_round_after_enough_size_flushes() -> None:
     assert len(feed(p, 0, 10)) == 1
     flush, request = feed(p, 10, 10)
     assert isinstance(flush, Flush)
-    assert request == Send(to=COORDINATOR, message=RequestCommit(1, 1, KEY))
+    assert request == SendMessage(to=COORDINATOR, message=RequestCommit(1, 1, KEY))
     assert len(feed(p, 20, 10)) == 1  # not again in this round
 
 
@@ -169,7 +170,7 @@ def test_newer_start_discards_the_open_round_and_late_flush_results_are_ignored(
     assert p.step(StartCommit(1, 2, {KEY: 100}), now=1.0) == [Seek(100), Resume()]
     assert p.flushed(0, [FILE], now=2.0) == []  # flush of txn 1: ignored
     [send] = p.step(EndCommit(1, 2), now=3.0)
-    assert isinstance(send, Send) and send.message.files == ()
+    assert isinstance(send, SendMessage) and send.message.files == ()
 
 
 def test_older_or_duplicate_start_end_ack_are_ignored() -> None:
@@ -206,7 +207,7 @@ def test_flush_failure_abandons_the_round_and_says_so() -> None:
     [flush] = feed(p, 100, 10)
     assert p.flush_failed(flush.flush_id, "disk full", now=1.0) == [  # type: ignore[union-attr]
         Pause(),
-        Send(to=COORDINATOR, message=RoundLost(1, 1, KEY, "disk full")),
+        SendMessage(to=COORDINATOR, message=RoundLost(1, 1, KEY, "disk full")),
     ]
     assert p.state is State.PAUSED
     assert p.step(EndCommit(1, 1), now=2.0) == []  # cannot report this round
@@ -310,10 +311,20 @@ def test_impossible_local_inputs_raise(call) -> None:  # type: ignore[no-untyped
         call(writing(100))
 
 
-def test_the_transition_table_has_no_holes() -> None:
+def test_the_transition_table_ignores_late_inputs_and_has_holes_that_raise() -> None:
     assert set(TRANSITIONS.rows) == set(State)
-    for row in TRANSITIONS.rows.values():
-        assert len(row) == len(TRANSITIONS.rows[State.PAUSED])
+    for state, ignored in TRANSITIONS.ignored().items():
+        assert {Event.STALE, Event.LATE_RESULT} <= ignored, state
+    assert TRANSITIONS.ignored()[State.ENDING] == {Event.STALE, Event.LATE_RESULT, Event.END}
+    for state, event in [
+        (State.PAUSED, Event.END),  # no open round to end
+        (State.PAUSED, Event.FLUSHED),
+        (State.REPORTED, Event.FLUSHED),  # nothing is in flight once reported
+        (State.REPORTED, Event.POSITION_RESOLVED),
+        (State.WRITING, Event.REPORT),
+    ]:
+        with pytest.raises(ProtocolError):
+            TRANSITIONS.move(state, event)
 
 
 def test_config_is_validated() -> None:
@@ -324,7 +335,7 @@ def test_config_is_validated() -> None:
 def test_commit_when_caught_up_asks_once_per_round_when_a_batch_reaches_the_end() -> None:
     p = Participant(KEY, msgspec.structs.replace(CFG, commit_when_caught_up=True))
     p.step(StartCommit(1, 1, {KEY: 0}), now=0.0)
-    request = Send(to=COORDINATOR, message=RequestCommit(1, 1, KEY))
+    request = SendMessage(to=COORDINATOR, message=RequestCommit(1, 1, KEY))
     assert p.records(0, 3, 3, 30, "b0", 0.0) == []  # more to read
     assert p.records(3, 5, 2, 20, "b3", 0.0, caught_up=True) == [request]
     assert p.records(5, 6, 1, 10, "b5", 0.0, caught_up=True) == []  # once per round
@@ -342,5 +353,5 @@ def test_a_caught_up_read_ahead_asks_for_the_commit_at_the_next_start() -> None:
     p.records(0, 4, 4, 40, "b0", 1.0, caught_up=True)
     assert p.step(StartCommit(1, 2, {KEY: 0}), now=2.0) == [
         Resume(),
-        Send(to=COORDINATOR, message=RequestCommit(1, 2, KEY)),
+        SendMessage(to=COORDINATOR, message=RequestCommit(1, 2, KEY)),
     ]

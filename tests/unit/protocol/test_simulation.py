@@ -8,7 +8,10 @@ versions, an epoch fence and compare-and-set commits - the contract ``CommitTabl
 Hypothesis picks the schedule: produce, read (also while paused: an in-flight batch), replay
 old batches, deliver / duplicate / drop / reorder messages, finish flushes, commits (landed,
 failed, or landed-but-reported-failed) and reloads in any order, advance the clock, crash any
-role, start a new coordinator while the old one keeps running, change the partition set.
+role, start a new coordinator while the old one keeps running, change the partition set at
+once or retire partitions (FLIP-246: they leave after a finished round, their participants
+end) and add them back, stop the pipeline (with or without its last commit) and start it
+again.
 After every step the invariants of design.md are checked; at the end, with faults stopped
 and everything delivered, the pipeline must commit every produced record (liveness).
 """
@@ -39,12 +42,14 @@ from rayconnect.protocol.effects import (
     Effect,
     Fenced,
     Flush,
+    PartitionsRetired,
     Pause,
     ReloadTable,
     Resume,
     Seek,
     SeekToPolicy,
-    Send,
+    SendMessage,
+    Stopped,
 )
 from rayconnect.protocol.messages import Message, ParticipantStarted, StartCommit
 from rayconnect.protocol.participant import Participant
@@ -141,6 +146,8 @@ class PipelineSim(RuleBasedStateMachine):
         self.net: list[tuple[str, Message]] = []
         self.jobs: list[Job] = []
         self.last_rounds: dict[str, tuple[int, tuple[int, int] | None]] = {}
+        self.gone: set[str] = set()  # retired partitions: their participants ended
+        self.stops = 0  # stops that reported done (Stopped) by the newest coordinator
 
     # -- wiring: carry out effects ------------------------------------------------------------
 
@@ -152,17 +159,27 @@ class PipelineSim(RuleBasedStateMachine):
                 self.jobs.append(partial(self.finish_commit, coord, eff))
             elif isinstance(eff, ReloadTable):
                 self.jobs.append(partial(self.finish_reload, coord))
-            elif isinstance(eff, Send):  # a round's START again, to a fresh participant
+            elif isinstance(eff, SendMessage):  # a round's START again, to a fresh participant
                 self.net.append((eff.to, eff.message))
             elif isinstance(eff, Fenced):
                 self.coords.remove(coord)
+            elif isinstance(eff, PartitionsRetired):  # the actor ends their participants
+                for key in eff.keys:
+                    self.parts[key] = Part(Participant(key, PCFG), self.parts[key].incarnation + 1)
+                    self.gone.add(key)
+            elif isinstance(eff, Stopped):
+                newest = coord is self.coords[-1]
+                self.coords.remove(coord)
+                if newest:  # the pipeline stopped: start it again, as its user would
+                    self.stops += 1
+                    self.restart_pipeline()
             else:
                 raise AssertionError(f"coordinator emitted {eff!r}")
 
     def apply_part(self, key: str, ready: list[Effect]) -> None:
         part = self.parts[key]
         for eff in ready:
-            if isinstance(eff, Send):
+            if isinstance(eff, SendMessage):
                 assert eff.to == COORDINATOR
                 self.net.append((COORDINATOR, eff.message))
             elif isinstance(eff, Seek):
@@ -185,7 +202,23 @@ class PipelineSim(RuleBasedStateMachine):
         epoch = self.table.claim()
         self.apply_coord(coord, coord.recover(epoch, dict(self.table.txn), self.now))
 
+    def restart_pipeline(self) -> None:
+        """Every actor ends; fresh participants announce themselves, a new coordinator starts."""
+        for key in self.keys:
+            self.parts[key] = Part(Participant(key, PCFG), self.parts[key].incarnation + 1)
+            self.net.append((COORDINATOR, ParticipantStarted(key)))
+        self.gone.clear()
+        self.start_coordinator()
+
+    def revive(self, key: str) -> None:
+        """A retired partition comes back: the enumerator starts its participant first."""
+        if key in self.gone:
+            self.gone.discard(key)
+            self.net.append((COORDINATOR, ParticipantStarted(key)))
+
     def deliver(self, dest: str, msg: Message, target: int) -> None:
+        if dest in self.gone:
+            return  # its participant ended
         if dest == COORDINATOR:  # by name: usually the newest, but a zombie may answer
             coord = self.coords[target % len(self.coords)]
             self.apply_coord(coord, coord.step(msg, self.now))
@@ -353,6 +386,26 @@ class PipelineSim(RuleBasedStateMachine):
         assigned = set(coord.status().partitions) ^ {self.keys[k % len(self.keys)]}
         self.apply_coord(coord, coord.set_partitions(assigned, self.now))
 
+    @rule(k=idx)
+    def retire_or_add_partition(self, k: int) -> None:
+        """FLIP-246: the partition left the metadata (retire) or came back (add)."""
+        coord = self.coords[-1]
+        key = self.keys[k % len(self.keys)]
+        status = coord.status()
+        if key in status.partitions and key not in status.retiring:
+            self.apply_coord(coord, coord.retire_partitions([key], self.now))
+        else:
+            self.revive(key)
+            self.apply_coord(coord, coord.add_partitions([key], self.now))
+
+    @precondition(lambda self: self.table.epoch < 5)
+    @rule(commit=st.booleans())
+    def stop_pipeline(self, commit: bool) -> None:
+        """``SinkPipeline.stop(commit=...)``: the newest coordinator finishes (or not) its
+        round; on ``Stopped`` the pipeline restarts (see apply_coord)."""
+        coord = self.coords[-1]
+        self.apply_coord(coord, coord.stop(commit, self.now))
+
     # -- invariants ---------------------------------------------------------------------------
 
     def check(self) -> None:
@@ -408,8 +461,10 @@ class PipelineSim(RuleBasedStateMachine):
     def teardown(self) -> None:
         if not self.coords:
             return
+        for key in self.keys:
+            self.revive(key)
         newest = self.coords[-1]
-        self.apply_coord(newest, newest.set_partitions(self.keys, self.now))
+        self.apply_coord(newest, newest.add_partitions(self.keys, self.now))
         wait = max(CCFG.commit_interval_s, CCFG.write_timeout_s) + 1
         for _ in range(LIVENESS_ROUNDS):
             self.drain()
@@ -419,11 +474,22 @@ class PipelineSim(RuleBasedStateMachine):
             self.advance(wait)
         raise AssertionError(
             f"not live: produced {self.produced}, committed {self.table.txn}, "
-            f"coordinator {newest.status()}"
+            f"coordinator {self.coords[-1].status()}"
         )
 
 
-FAULTS = ("reorder", "network", "job", "crash", "replay", "read_paused", "toggle", "clock")
+FAULTS = (
+    "reorder",
+    "network",
+    "job",
+    "crash",
+    "replay",
+    "read_paused",
+    "toggle",
+    "clock",
+    "retire",
+    "stop",
+)
 
 
 @settings(max_examples=150, derandomize=True, deadline=None)
@@ -470,6 +536,10 @@ def test_long_random_schedules(n: int, seed: int, faults: set[str], fault_rate: 
                 sim.toggle_partition(i())
             elif kind == "clock":
                 sim.advance_clock(11.0)
+            elif kind == "retire":
+                sim.retire_or_add_partition(i())
+            elif kind == "stop" and sim.table.epoch < 5:
+                sim.stop_pipeline(rng.random() < 0.7)
         sim.check()
     sim.teardown()
 
@@ -482,3 +552,43 @@ PipelineSim.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestPipelineSimulation = PipelineSim.TestCase
+
+
+def test_a_stop_commits_every_record_read_before_it() -> None:
+    """The stop's last round, in a calm world: ended at once, committed, then ``Stopped``."""
+    sim = PipelineSim()
+    sim.init(3)
+    for k in range(3):
+        sim.produce(k, 5)
+    sim.drain()  # everything read; the clock stands still, so no round has ended
+    assert sim.table.txn == {}
+    sim.stop_pipeline(commit=True)
+    sim.drain()
+    assert sim.stops == 1 and len(sim.coords) == 1  # stopped, and started again
+    assert sim.table.txn == sim.produced
+    sim.check()
+
+
+def test_a_retired_partition_leaves_after_what_it_read_is_committed() -> None:
+    sim = PipelineSim()
+    sim.init(2)
+    kept, leaving = sim.keys
+    sim.produce(0, 5)
+    sim.produce(1, 5)
+    sim.drain()
+    sim.retire_or_add_partition(1)  # retire, mid-round
+    assert sim.coords[-1].status().retiring == (leaving,)
+    sim.advance(CCFG.commit_interval_s)
+    sim.drain()
+    assert sim.table.txn == {kept: 5, leaving: 5}
+    assert leaving in sim.gone and sim.coords[-1].status().partitions == (kept,)
+    sim.produce(1, 3)
+    sim.advance(CCFG.commit_interval_s)
+    sim.drain()
+    assert sim.table.txn[leaving] == 5  # gone: nobody reads it
+    sim.retire_or_add_partition(1)  # back: a fresh participant, from the table's offset
+    for _ in range(3):
+        sim.advance(CCFG.commit_interval_s)
+        sim.drain()
+    assert sim.table.txn == {kept: 5, leaving: 8}
+    sim.check()
