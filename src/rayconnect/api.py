@@ -131,6 +131,7 @@ class SinkPipeline:
 
         cfg = self.config
         require_java()
+        check_sink(cfg.sink)
         by_cluster = self.discover()
         keys = [tp.key for tps in by_cluster.values() for tp in tps]
         if not keys:
@@ -160,6 +161,18 @@ class SinkPipeline:
         handle = PipelineHandle(cfg.name)
         handle.wait_for(lambda s: s["readers_ready"], timeout_s=timeout_s, poll_s=0.2)
         return handle
+
+
+def check_sink(sink: DeltaSink) -> None:
+    """The table's store answers, takes the credentials and has the bucket - or a
+    ConfigError naming the setting, before any actor starts."""
+    from rayconnect.storage.check import check_table_store
+    from rayconnect.storage.location import StorageError
+
+    try:
+        check_table_store(sink.location())
+    except StorageError as e:
+        raise ConfigError(f"sink {sink.path}: {e}") from None
 
 
 def attach(name: str, *, address: str | None = None) -> Any:

@@ -33,6 +33,7 @@ from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups_detailed
 from rayconnect.spark_bridge.session import start_spark, stop_spark
+from rayconnect.storage.location import TableLocation, as_location
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def writer_name(pipeline: str) -> str:
 
 @dataclass
 class _Request:
-    table_path: str
+    table: TableLocation
     refs: list[ray.ObjectRef]
     future: asyncio.Future[list[DataFile]]
 
@@ -157,10 +158,13 @@ class WriterActor:
 
     # -- writes ---------------------------------------------------------------------------
 
-    async def write(self, table_path: str, refs: Sequence[ray.ObjectRef]) -> list[DataFile]:
-        """Write ``refs`` (Arrow tables in the raw schema) as Parquet files under the table.
+    async def write(
+        self, table: str | TableLocation, refs: Sequence[ray.ObjectRef]
+    ) -> list[DataFile]:
+        """Write ``refs`` (Arrow tables in the raw schema) as Parquet files under the table
+        (a local path, or a ``TableLocation`` on an object store).
 
-        Returns the files holding exactly these rows (paths relative to ``table_path``),
+        Returns the files holding exactly these rows (paths relative to the table root),
         uncommitted. Calls that arrive together share one Spark job. Pass the refs inside a
         list so Ray hands the refs, not the data, to this actor.
         """
@@ -169,16 +173,16 @@ class WriterActor:
         self._stats["calls"] += 1
         self._ensure_started()
         future: asyncio.Future[list[DataFile]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(table_path, list(refs), future))
+        self._pending.append(_Request(as_location(table), list(refs), future))
         assert self._wakeup is not None
         self._wakeup.set()
         return await future
 
     async def write_many(
-        self, table_path: str, groups: Sequence[Sequence[ray.ObjectRef]]
+        self, table: str | TableLocation, groups: Sequence[Sequence[ray.ObjectRef]]
     ) -> list[list[DataFile]]:
         """``write`` for several groups at once (one Spark job); files per group, in order."""
-        return list(await asyncio.gather(*(self.write(table_path, refs) for refs in groups)))
+        return list(await asyncio.gather(*(self.write(table, refs) for refs in groups)))
 
     async def _drain_loop(self) -> None:
         assert self._wakeup is not None and self._start_task is not None
@@ -196,12 +200,12 @@ class WriterActor:
             await self._gather()
             self._wakeup.clear()
             batch, self._pending = self._pending, []
-            by_table: dict[str, list[_Request]] = {}
+            by_table: dict[TableLocation, list[_Request]] = {}
             for request in batch:
-                by_table.setdefault(request.table_path, []).append(request)
-            for table_path, requests in by_table.items():
+                by_table.setdefault(request.table, []).append(request)
+            for table, requests in by_table.items():
                 try:
-                    await self._write_requests(table_path, requests)
+                    await self._write_requests(table, requests)
                 except Exception as exc:  # never let the loop die: callers would hang
                     log.exception("writer %s: unexpected error", self._app_name)
                     self._fail(requests, exc)
@@ -218,9 +222,9 @@ class WriterActor:
             seen = len(self._pending)
             await asyncio.sleep(self._gather_window_s)
 
-    async def _write_requests(self, table_path: str, requests: list[_Request]) -> None:
+    async def _write_requests(self, table: TableLocation, requests: list[_Request]) -> None:
         try:
-            result = await self._spark_write(table_path, [r.refs for r in requests])
+            result = await self._spark_write(table, [r.refs for r in requests])
         except Exception as exc:
             if len(requests) == 1:
                 self._fail(requests, exc)
@@ -230,15 +234,17 @@ class WriterActor:
                 "gathered write of %d requests failed (%s); retrying singly", len(requests), exc
             )
             for request in requests:
-                await self._write_requests(table_path, [request])
+                await self._write_requests(table, [request])
             return
         for request, files in zip(requests, result.files, strict=True):
             if not request.future.done():
                 request.future.set_result(files)
 
-    async def _spark_write(self, table_path: str, groups: list[list[ray.ObjectRef]]) -> WriteResult:
+    async def _spark_write(
+        self, table: TableLocation, groups: list[list[ray.ObjectRef]]
+    ) -> WriteResult:
         result: WriteResult = await self._run_in_spark_thread(
-            write_groups_detailed, self._spark, table_path, groups
+            write_groups_detailed, self._spark, table, groups
         )
         self._stats["spark_writes"] += 1
         self._stats["spark_jobs"] += len(result.job_ids)
