@@ -112,9 +112,16 @@ _spawner_lock = threading.Lock()
 
 
 def spawn(
-    args: Sequence[str], log_file: Path, env: dict[str, str], cwd: Path | None = None
+    args: Sequence[str],
+    log_file: Path,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    new_session: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start ``args`` with stdout+stderr appended to ``log_file``, from a long-lived thread."""
+    """Start ``args`` with stdout+stderr appended to ``log_file``, from a long-lived thread.
+
+    ``new_session``: out of the terminal's process group, so a Ctrl-C reaches only us and we
+    stop the child when we are done with it (PDEATHSIG still ends it if we die)."""
 
     def _popen() -> subprocess.Popen[bytes]:
         with open(log_file, "ab") as log:
@@ -125,6 +132,7 @@ def spawn(
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=cwd,
+                start_new_session=new_session,
                 preexec_fn=_make_preexec(),  # PDEATHSIG, see _make_preexec
                 close_fds=True,
             )
@@ -255,10 +263,15 @@ class ChildProcess(StartStop):
         return self._proc is not None and self._proc.poll() is None
 
     def _launch(
-        self, args: Sequence[str], log_path: Path, env: dict[str, str], cwd: Path | None = None
+        self,
+        args: Sequence[str],
+        log_path: Path,
+        env: dict[str, str],
+        cwd: Path | None = None,
+        new_session: bool = False,
     ) -> None:
         self._log_path = log_path
-        self._proc = spawn(args, log_path, env, cwd)
+        self._proc = spawn(args, log_path, env, cwd, new_session)
         register(self)
 
     def _wait_ready(self, probe: Callable[[], str | None], timeout: float) -> None:

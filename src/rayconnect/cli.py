@@ -4,6 +4,7 @@ Commands::
 
     rayconnect run FILE [--address ADDR] [--detach] [--interval S]
                         [--embedded-broker [--partitions P] [--demo-records N] [--demo-rate R]]
+                        [--embedded-s3]
     rayconnect list [--address ADDR] [--json]
     rayconnect status NAME [--address ADDR] [--watch] [--interval S] [--json]
     rayconnect stop NAME [--address ADDR] [--no-commit] [--timeout S]
@@ -132,6 +133,13 @@ def _add_pipeline_commands(sub) -> None:
         help="start a local tansu broker per cluster of FILE instead of its bootstrap_servers, "
         "create FILE's topics and produce demo records into them (kind: source: one broker "
         "for the target, the task's topic created, no demo records)",
+    )
+    embedded.add_argument(
+        "--embedded-s3",
+        action="store_true",
+        help="start a local S3 (SeaweedFS) and put the sink table on it: s3://BUCKET/NAME "
+        "(FILE's bucket if sink.path is s3://, else 'rayconnect'; NAME the path's last part), "
+        "with the store's endpoint and credentials as storage_options",
     )
     embedded.add_argument(
         "--partitions", type=_positive, default=4, help="partitions per topic (default 4)"

@@ -183,7 +183,8 @@ class EmbeddedS3(ChildProcess):
         env = dict(os.environ)
         env.update(self.env())
         env["TMPDIR"] = str(self._root)  # its other unix sockets go to the temp dir
-        self._launch(args, self._root / "weed.log", env, cwd=self._root)
+        # Its own session: on Ctrl-C the pipeline's last round still commits to it.
+        self._launch(args, self._root / "weed.log", env, cwd=self._root, new_session=True)
 
     def _not_ready(self) -> str | None:
         """None once S3 answers a signed request and every bucket is there."""
