@@ -148,6 +148,7 @@ class SinkPipeline:
             cores=cfg.spark.executor_cores,
             memory=cfg.spark.executor_memory,
             timeout_s=timeout_s,
+            warm_up_table=cfg.sink.location(),
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.

@@ -54,7 +54,7 @@ class _Request:
     future: asyncio.Future[list[DataFile]]
 
 
-def _warm_up_table() -> pa.Table:
+def _warm_up_record() -> pa.Table:
     """One row of the raw schema: enough to load every class a real write needs."""
     return pa.Table.from_pylist(
         [
@@ -86,6 +86,7 @@ class WriterActor:
         warm_up: bool = True,
         gather_window_s: float = 0.05,
         gather_max_s: float = 0.5,
+        warm_up_table: TableLocation | None = None,
     ) -> None:
         # A fresh Spark app name per actor *incarnation*: RayDP names an actor
         # "<app>_SPARK_MASTER", and a restarted writer must not collide with its predecessor.
@@ -93,6 +94,7 @@ class WriterActor:
         self._app_name = f"rayconnect-{safe}-{uuid.uuid4().hex[:8]}"
         self._spark_args = {"executors": executors, "cores": cores, "memory": memory}
         self._warm_up = warm_up
+        self._warm_up_table = warm_up_table
         self._gather_window_s = gather_window_s
         self._gather_max_s = gather_max_s
         self._spark: Any = None
@@ -125,18 +127,32 @@ class WriterActor:
         self._stats["spark_start_s"] = round(time.perf_counter() - t0, 3)
         if self._warm_up:
             t0 = time.perf_counter()
-            scratch = tempfile.mkdtemp(prefix="rayconnect-warm-up-")
-            try:
-                # Several round-sized writes, not one: the JVM compiles the write path only
-                # after it ran hot for a while, and until then the first rounds of a pipeline
-                # took 1.5-2x as long (probe_rounds.py: the first ~10 s of a steady load).
-                block = ray.put(_warm_up_table().take([0] * WARM_UP_ROWS))
-                for _ in range(WARM_UP_WRITES):
-                    write_groups_detailed(self._spark, scratch, [[block]] * 8)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
+            self._warm_up_writes()
             self._stats["warm_up_s"] = round(time.perf_counter() - t0, 3)
         log.info("writer %s ready: %s", self._app_name, self._stats)
+
+    def _warm_up_writes(self) -> None:
+        """Several round-sized writes, not one: the JVM compiles the write path only after it
+        ran hot for a while, and until then the first rounds of a pipeline took 1.5-2x as long
+        (probe_rounds.py: the first ~10 s of a steady load).
+
+        Into the pipeline's own table when known (its staging folder, removed right after):
+        executors on other nodes can reach it, which a local scratch folder of this node is
+        not, and the store's client warms up too. Else into a local scratch folder."""
+        block = ray.put(_warm_up_record().take([0] * WARM_UP_ROWS))
+        scratch = None
+        table = self._warm_up_table
+        if table is None:
+            scratch = tempfile.mkdtemp(prefix="rayconnect-warm-up-")
+            table = TableLocation.parse(scratch)
+        try:
+            for _ in range(WARM_UP_WRITES):
+                result = write_groups_detailed(self._spark, table, [[block]] * 8)
+                if result.staging_dir is not None:
+                    table.remove_tree(result.staging_dir)
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
 
     def _ensure_started(self) -> asyncio.Task[None]:
         if self._start_task is None:
@@ -292,6 +308,7 @@ def start_writer(
     warm_up: bool = True,
     wait: bool = True,
     timeout_s: float = 180.0,
+    warm_up_table: TableLocation | None = None,
 ) -> ray.actor.ActorHandle:
     """Get or create the named, detached, always-restarted writer actor.
 
@@ -304,7 +321,7 @@ def start_writer(
         lifetime="detached",
         max_restarts=-1,
         get_if_exists=True,
-    ).remote(name, executors, cores, memory, warm_up)
+    ).remote(name, executors, cores, memory, warm_up, warm_up_table=warm_up_table)
     if wait:
         ray.get(handle.ready.remote(), timeout=timeout_s)
     return handle

@@ -212,6 +212,15 @@ class TableLocation:
         if self.is_local:
             filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
 
+    def remove_tree(self, rel: str) -> None:
+        """Delete everything under ``rel`` (a staging folder): every object with that prefix."""
+        filesystem = self.filesystem()
+        path = self.path(rel)
+        from pyarrow import fs
+
+        if filesystem.get_file_info(path).type != fs.FileType.NotFound:
+            filesystem.delete_dir(path)
+
     def join(self, rel: str) -> str:
         """The URI of ``rel`` under the table."""
         rel = rel.strip("/")
