@@ -20,7 +20,7 @@ def _s3_folders() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("rayconnect-s3-*"))
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)  # a Ray, Spark and the store start in the subprocess
 def test_run_with_embedded_s3_commits_there_and_cleans_up(tmp_path: Path) -> None:
     before = _s3_folders()
     lines = run_then_ctrl_c(

@@ -229,3 +229,27 @@ def test_storage_credentials_from_the_environment_when_not_given():
     # a locking provider chosen by the user: no conditional-put default on top
     locked = rc.DeltaSink("s3://lake/t", storage_options={"AWS_S3_LOCKING_PROVIDER": "dynamodb"})
     assert "conditional_put" not in locked.location().delta_options(env={})
+
+
+def test_storage_credentials_from_var_in_a_pipeline_file():
+    from rayconnect.pipeline_file import loads_pipeline
+
+    text = """\
+kind: sink
+name: orders
+source:
+  metadata:
+    streams:
+      - stream_id: orders
+        clusters: {local: {bootstrap_servers: "h:9092", topics: [orders]}}
+sink:
+  path: s3://lake/orders
+  storage_options:
+    AWS_ACCESS_KEY_ID: ${S3_KEY}
+    AWS_SECRET_ACCESS_KEY: ${S3_SECRET}
+"""
+    config = loads_pipeline(text, env={"S3_KEY": S3_KEY_ID, "S3_SECRET": S3_SECRET})
+    assert S3_SECRET not in repr(config) and S3_KEY_ID not in repr(config)
+    options = config.sink.location().delta_options(env={})
+    assert options["AWS_SECRET_ACCESS_KEY"] == S3_SECRET
+    assert options["AWS_ACCESS_KEY_ID"] == S3_KEY_ID
