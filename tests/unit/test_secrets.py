@@ -232,22 +232,16 @@ def test_storage_credentials_from_the_environment_when_not_given():
 
 
 def test_storage_credentials_from_var_in_a_pipeline_file():
+    from test_pipeline_file import GOOD
+
     from rayconnect.pipeline_file import loads_pipeline
 
-    text = """\
-kind: sink
-name: orders
-source:
-  metadata:
-    streams:
-      - stream_id: orders
-        clusters: {local: {bootstrap_servers: "h:9092", topics: [orders]}}
-sink:
-  path: s3://lake/orders
-  storage_options:
-    AWS_ACCESS_KEY_ID: ${S3_KEY}
-    AWS_SECRET_ACCESS_KEY: ${S3_SECRET}
-"""
+    text = GOOD.replace(
+        "sink: {path: /data/orders}\n",
+        "sink:\n  path: s3://lake/orders\n  storage_options:\n"
+        "    AWS_ACCESS_KEY_ID: ${S3_KEY}\n    AWS_SECRET_ACCESS_KEY: ${S3_SECRET}\n",
+    )
+    assert "s3://lake" in text
     config = loads_pipeline(text, env={"S3_KEY": S3_KEY_ID, "S3_SECRET": S3_SECRET})
     assert S3_SECRET not in repr(config) and S3_KEY_ID not in repr(config)
     options = config.sink.location().delta_options(env={})
