@@ -1,7 +1,8 @@
 """Keep credentials out of everything a person or a dashboard can see.
 
 Kafka client properties carry secrets (``sasl.plain.password``, ``sasl.jaas.config``,
-``ssl.key.password``...). They must reach aiokafka unchanged, and must never show in status
+``ssl.key.password``...), and so do a table's storage options (``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``azure_storage_account_key``, ``google_service_account_key``...). They must reach aiokafka unchanged, and must never show in status
 output, logs, metric tags, the Ray dashboard or the ``repr`` of a configuration. Every place
 that shows a configuration or a status passes it through ``redact`` first.
 
@@ -20,9 +21,13 @@ __all__ = ["MASK", "is_secret_key", "redact", "redact_properties", "redacted_rep
 MASK = "***"
 
 # Java-style dotted names and aiokafka's underscored names alike.
+# Object-store options too (delta-rs ``storage_options``): AWS access key id and secret,
+# session tokens, Azure account/SAS keys, GCS service-account JSON.
 _SECRET_KEY = re.compile(
     r"password|passwd|secret|token|credential|api[._-]?key|private[._-]?key"
-    r"|sasl[._]jaas[._]config|ssl[._]key(?![._]?store[._]type)",
+    r"|sasl[._]jaas[._]config|ssl[._]key(?![._]?store[._]type)"
+    r"|access[._-]?key|account[._-]?key|master[._-]?key|(?:^|[._-])sas(?:[._-]|$)"
+    r"|service[._-]?account",
     re.IGNORECASE,
 )
 

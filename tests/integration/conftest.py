@@ -1,5 +1,6 @@
-"""Shared fixtures for tests with real parts: a local Ray that cleans up after itself, and
-helpers to build pipelines over the embedded broker and check tables exactly."""
+"""Shared fixtures for tests with real parts: a local Ray that cleans up after itself, one
+embedded S3 (SeaweedFS) per test session, and helpers to build pipelines over the embedded
+broker and check tables exactly."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import ray
+
+from rayconnect.storage.embedded_s3 import EmbeddedS3
 
 RAY_TMP = Path("/tmp/ray")
 _DASHBOARD: str | None = None  # this module's Ray: others may run on the machine too
@@ -94,3 +97,16 @@ def kill_actor(name: str, how: str) -> None:
 def kill():
     """``kill(name, "ray.kill" | "sigkill")``: end a named actor so Ray restarts it."""
     return kill_actor
+
+
+@pytest.fixture(scope="session")
+def embedded_s3() -> Iterator[EmbeddedS3]:
+    """One SeaweedFS S3 for the whole session (~2-10 s to start); tests keep apart by bucket."""
+    with EmbeddedS3() as s3:
+        yield s3
+
+
+@pytest.fixture
+def s3_bucket(embedded_s3: EmbeddedS3) -> str:
+    """A fresh, empty bucket on the session's embedded S3."""
+    return embedded_s3.new_bucket()

@@ -50,7 +50,7 @@ class CoordinatorActor:
         from rayconnect.spark_bridge.delta import DeltaCommitter
 
         self.config = config
-        self.committer = DeltaCommitter(config.sink.path, config.name)
+        self.committer = DeltaCommitter(config.sink.location(), config.name)
         self.machine = Coordinator(
             config.name,
             partitions,
@@ -282,7 +282,7 @@ class CoordinatorActor:
         status = msgspec.to_builtins(self.machine.status())
         durations = list(self.round_durations)
         status.update(
-            table=self.config.sink.path,
+            table=self.committer.table_path,
             table_version=self.table_version,
             records_committed=self.records_committed,
             fenced=self.fenced,

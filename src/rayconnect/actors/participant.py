@@ -35,6 +35,7 @@ from rayconnect.protocol.messages import Message, ParticipantStarted
 from rayconnect.protocol.participant import Participant
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
+from rayconnect.storage.location import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +49,14 @@ class ParticipantActor:
         self,
         pipeline: str,
         key: str,
-        table_path: str,
+        table: TableLocation,
         commit: CommitSettings,
         cluster: ClusterMetadata,
         starting_offsets: StartingOffsets | dict[str, int] = "earliest",
     ) -> None:
         self.pipeline = pipeline
         self.key = key
-        self.table_path = table_path
+        self.table = table
         self.cluster = cluster
         self.starting_offsets = starting_offsets
         self.machine = Participant(
@@ -193,7 +194,7 @@ class ParticipantActor:
 
     async def _flush(self, flush: Flush) -> None:
         try:
-            files = await self.writer.write.remote(self.table_path, list(flush.batches))
+            files = await self.writer.write.remote(self.table, list(flush.batches))
         except Exception as e:
             reason = f"{type(e).__name__}: {e}"
             log.warning("participant %s: flush %d failed: %s", self.key, flush.flush_id, reason)
@@ -238,7 +239,7 @@ def start_participants(
         ).remote(
             config.name,
             key,
-            config.sink.path,
+            config.sink.location(),
             config.commit,
             clusters[TopicPartition.from_key(key).cluster],
             config.source.starting_offsets,

@@ -34,6 +34,7 @@ from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups_detailed
 from rayconnect.spark_bridge.session import start_spark, stop_spark
+from rayconnect.storage.location import TableLocation, as_location
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,12 @@ WARM_UP_ROWS = 2_500  # a block; 8 groups of it: about one second of a 10k recor
 
 @dataclass
 class _Request:
-    table_path: str
+    table: TableLocation
     refs: list[ray.ObjectRef]
     future: asyncio.Future[list[DataFile]]
 
 
-def _warm_up_table() -> pa.Table:
+def _warm_up_record() -> pa.Table:
     """One row of the raw schema: enough to load every class a real write needs."""
     return pa.Table.from_pylist(
         [
@@ -80,6 +81,7 @@ class WriterActor:
         warm_up: bool = True,
         gather_window_s: float = 0.05,
         gather_max_s: float = 0.5,
+        warm_up_table: TableLocation | None = None,
     ) -> None:
         # A fresh Spark app name per actor *incarnation*: RayDP names an actor
         # "<app>_SPARK_MASTER", and a restarted writer must not collide with its predecessor.
@@ -87,6 +89,7 @@ class WriterActor:
         self._app_name = f"rayconnect-{safe}-{uuid.uuid4().hex[:8]}"
         self._spark_args = {"executors": executors, "cores": cores, "memory": memory}
         self._warm_up = warm_up
+        self._warm_up_table = warm_up_table
         self._gather_window_s = gather_window_s
         self._gather_max_s = gather_max_s
         self._spark: Any = None
@@ -119,18 +122,32 @@ class WriterActor:
         self._stats["spark_start_s"] = round(time.perf_counter() - t0, 3)
         if self._warm_up:
             t0 = time.perf_counter()
-            scratch = tempfile.mkdtemp(prefix="rayconnect-warm-up-")
-            try:
-                # Several round-sized writes, not one: the JVM compiles the write path only
-                # after it ran hot for a while, and until then the first rounds of a pipeline
-                # took 1.5-2x as long (probe_rounds.py: the first ~10 s of a steady load).
-                block = ray.put(_warm_up_table().take([0] * WARM_UP_ROWS))
-                for _ in range(WARM_UP_WRITES):
-                    write_groups_detailed(self._spark, scratch, [[block]] * 8)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
+            self._warm_up_writes()
             self._stats["warm_up_s"] = round(time.perf_counter() - t0, 3)
         log.info("writer %s ready: %s", self._app_name, self._stats)
+
+    def _warm_up_writes(self) -> None:
+        """Several round-sized writes, not one: the JVM compiles the write path only after it
+        ran hot for a while, and until then the first rounds of a pipeline took 1.5-2x as long
+        (probe_rounds.py: the first ~10 s of a steady load).
+
+        Into the pipeline's own table when known (its staging folder, removed right after):
+        executors on other nodes can reach it, which a local scratch folder of this node is
+        not, and the store's client warms up too. Else into a local scratch folder."""
+        block = ray.put(_warm_up_record().take([0] * WARM_UP_ROWS))
+        scratch = None
+        table = self._warm_up_table
+        if table is None:
+            scratch = tempfile.mkdtemp(prefix="rayconnect-warm-up-")
+            table = TableLocation.parse(scratch)
+        try:
+            for _ in range(WARM_UP_WRITES):
+                result = write_groups_detailed(self._spark, table, [[block]] * 8)
+                if result.staging_dir is not None:
+                    table.remove_tree(result.staging_dir)
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
 
     def _ensure_started(self) -> asyncio.Task[None]:
         if self._start_task is None:
@@ -152,10 +169,13 @@ class WriterActor:
 
     # -- writes ---------------------------------------------------------------------------
 
-    async def write(self, table_path: str, refs: Sequence[ray.ObjectRef]) -> list[DataFile]:
-        """Write ``refs`` (Arrow tables in the raw schema) as Parquet files under the table.
+    async def write(
+        self, table: str | TableLocation, refs: Sequence[ray.ObjectRef]
+    ) -> list[DataFile]:
+        """Write ``refs`` (Arrow tables in the raw schema) as Parquet files under the table
+        (a local path, or a ``TableLocation`` on an object store).
 
-        Returns the files holding exactly these rows (paths relative to ``table_path``),
+        Returns the files holding exactly these rows (paths relative to the table root),
         uncommitted. Calls that arrive together share one Spark job. Pass the refs inside a
         list so Ray hands the refs, not the data, to this actor.
         """
@@ -164,16 +184,16 @@ class WriterActor:
         self._stats["calls"] += 1
         self._ensure_started()
         future: asyncio.Future[list[DataFile]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(table_path, list(refs), future))
+        self._pending.append(_Request(as_location(table), list(refs), future))
         assert self._wakeup is not None
         self._wakeup.set()
         return await future
 
     async def write_many(
-        self, table_path: str, groups: Sequence[Sequence[ray.ObjectRef]]
+        self, table: str | TableLocation, groups: Sequence[Sequence[ray.ObjectRef]]
     ) -> list[list[DataFile]]:
         """``write`` for several groups at once (one Spark job); files per group, in order."""
-        return list(await asyncio.gather(*(self.write(table_path, refs) for refs in groups)))
+        return list(await asyncio.gather(*(self.write(table, refs) for refs in groups)))
 
     async def _drain_loop(self) -> None:
         assert self._wakeup is not None and self._start_task is not None
@@ -191,12 +211,12 @@ class WriterActor:
             await self._gather()
             self._wakeup.clear()
             batch, self._pending = self._pending, []
-            by_table: dict[str, list[_Request]] = {}
+            by_table: dict[TableLocation, list[_Request]] = {}
             for request in batch:
-                by_table.setdefault(request.table_path, []).append(request)
-            for table_path, requests in by_table.items():
+                by_table.setdefault(request.table, []).append(request)
+            for table, requests in by_table.items():
                 try:
-                    await self._write_requests(table_path, requests)
+                    await self._write_requests(table, requests)
                 except Exception as exc:  # never let the loop die: callers would hang
                     log.exception("writer %s: unexpected error", self._app_name)
                     self._fail(requests, exc)
@@ -213,9 +233,9 @@ class WriterActor:
             seen = len(self._pending)
             await asyncio.sleep(self._gather_window_s)
 
-    async def _write_requests(self, table_path: str, requests: list[_Request]) -> None:
+    async def _write_requests(self, table: TableLocation, requests: list[_Request]) -> None:
         try:
-            result = await self._spark_write(table_path, [r.refs for r in requests])
+            result = await self._spark_write(table, [r.refs for r in requests])
         except Exception as exc:
             if len(requests) == 1:
                 self._fail(requests, exc)
@@ -225,15 +245,17 @@ class WriterActor:
                 "gathered write of %d requests failed (%s); retrying singly", len(requests), exc
             )
             for request in requests:
-                await self._write_requests(table_path, [request])
+                await self._write_requests(table, [request])
             return
         for request, files in zip(requests, result.files, strict=True):
             if not request.future.done():
                 request.future.set_result(files)
 
-    async def _spark_write(self, table_path: str, groups: list[list[ray.ObjectRef]]) -> WriteResult:
+    async def _spark_write(
+        self, table: TableLocation, groups: list[list[ray.ObjectRef]]
+    ) -> WriteResult:
         result: WriteResult = await self._run_in_spark_thread(
-            write_groups_detailed, self._spark, table_path, groups
+            write_groups_detailed, self._spark, table, groups
         )
         self._stats["spark_writes"] += 1
         self._stats["spark_jobs"] += len(result.job_ids)
@@ -274,6 +296,7 @@ def start_writer(
     warm_up: bool = True,
     wait: bool = True,
     timeout_s: float = 180.0,
+    warm_up_table: TableLocation | None = None,
 ) -> ray.actor.ActorHandle:
     """Get or create the named, detached, always-restarted writer actor.
 
@@ -286,7 +309,7 @@ def start_writer(
         lifetime="detached",
         max_restarts=-1,
         get_if_exists=True,
-    ).remote(name, executors, cores, memory, warm_up)
+    ).remote(name, executors, cores, memory, warm_up, warm_up_table=warm_up_table)
     if wait:
         ray.get(handle.ready.remote(), timeout=timeout_s)
     return handle

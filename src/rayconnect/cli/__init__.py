@@ -4,6 +4,7 @@ Commands::
 
     rayconnect run FILE [--address ADDR] [--detach] [--interval S]
                         [--embedded-broker [--partitions P] [--demo-records N] [--demo-rate R]]
+                        [--embedded-s3]
     rayconnect list [--address ADDR] [--json]
     rayconnect status NAME [--address ADDR] [--watch] [--interval S] [--json]
     rayconnect stop NAME [--address ADDR] [--no-commit] [--timeout S]

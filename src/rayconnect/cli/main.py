@@ -105,6 +105,13 @@ def _add_pipeline_commands(sub) -> None:
         "for the target, the task's topic created, no demo records)",
     )
     embedded.add_argument(
+        "--embedded-s3",
+        action="store_true",
+        help="start a local S3 (SeaweedFS) and put the sink table on it: s3://BUCKET/NAME "
+        "(FILE's bucket if sink.path is s3://, else 'rayconnect'; NAME the path's last part), "
+        "with the store's endpoint and credentials as storage_options",
+    )
+    embedded.add_argument(
         "--partitions", type=_positive, default=4, help="partitions per topic (default 4)"
     )
     embedded.add_argument(

@@ -10,6 +10,10 @@ it: one broker per cluster id, the file's topics created (``--partitions``) and 
 ``--demo-records`` demo records, and ``--demo-rate`` more per second while it runs. The brokers
 live in this process, so it cannot be combined with ``--detach``.
 
+``--embedded-s3`` (sink pipelines) starts a local S3 (SeaweedFS, ``storage.EmbeddedS3``) in
+this process and moves the table onto it (see ``_on_embedded_s3``); it stops after the last
+round, so it cannot be combined with ``--detach`` either.
+
 A source pipeline (``kind: source``) runs the same way: progress lines count transactions
 committed/aborted and records committed; Ctrl-C/SIGTERM makes every task commit its open
 transaction (``connector`` boundaries: abort it), then the tasks end. With
@@ -55,6 +59,32 @@ def _with_brokers(config, bootstraps: dict[str, str]):
     )
     source = msgspec.structs.replace(config.source, metadata=StaticMetadataService(streams))
     return msgspec.structs.replace(config, source=source)
+
+
+EMBEDDED_BUCKET = "rayconnect"
+
+
+def _embedded_s3_table(config):
+    """Where ``--embedded-s3`` puts the table: the file's bucket and key if its sink.path is
+    already ``s3://``, else ``s3://rayconnect/<last part of the path>``."""
+    from rayconnect.storage.location import TableLocation
+
+    location = config.sink.location()
+    if location.store != "s3":
+        name = location.uri.rstrip("/").rsplit("/", 1)[-1]
+        location = TableLocation.parse(f"s3://{EMBEDDED_BUCKET}/{name}")
+    return location
+
+
+def _on_embedded_s3(config, location, s3):
+    """``config`` with its table at ``location`` on the embedded S3, with the store's
+    endpoint and credentials as storage options."""
+    import msgspec
+
+    sink = msgspec.structs.replace(
+        config.sink, path=location.uri, storage_options=s3.storage_options
+    )
+    return msgspec.structs.replace(config, sink=sink)
 
 
 class _Producer:
@@ -112,6 +142,13 @@ def run_command(args) -> int:
     if args.embedded_broker and args.detach:
         err("--embedded-broker cannot be combined with --detach: the brokers live in this process")
         return EXIT_USAGE
+    if getattr(args, "embedded_s3", False):
+        if args.detach:
+            err("--embedded-s3 cannot be combined with --detach: the store lives in this process")
+            return EXIT_USAGE
+        if not isinstance(config, SinkPipelineConfig):
+            err("--embedded-s3 is for sink pipelines (kind: sink): it holds the sink's table")
+            return EXIT_USAGE
     if isinstance(config, SourcePipelineConfig):
         return run_source(config, args)
     if not isinstance(config, SinkPipelineConfig):
@@ -136,6 +173,17 @@ def run_command(args) -> int:
             producer.create()
             producer.produce(args.demo_records)
             print(f"produced {args.demo_records:,} demo records into each topic", flush=True)
+        if getattr(args, "embedded_s3", False):
+            from rayconnect.storage.embedded_s3 import EmbeddedS3
+
+            table = _embedded_s3_table(config)
+            s3 = stack.enter_context(EmbeddedS3(buckets=[table.bucket]))
+            config = _on_embedded_s3(config, table, s3)
+            print(
+                f"embedded S3 at {s3.endpoint_url} (ready in {s3.start_seconds:.1f} s); "
+                f"table {config.sink.path}",
+                flush=True,
+            )
 
         print(f"starting pipeline {config.name!r} from {args.file} ...", flush=True)
         started = time.monotonic()

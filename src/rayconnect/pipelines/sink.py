@@ -102,6 +102,7 @@ class SinkPipeline:
 
         cfg = self.config
         require_java()
+        check_sink(cfg.sink)
         by_cluster = self.discover()
         keys = [tp.key for tps in by_cluster.values() for tp in tps]
         if not keys:
@@ -118,6 +119,7 @@ class SinkPipeline:
             cores=cfg.spark.executor_cores,
             memory=cfg.spark.executor_memory,
             timeout_s=timeout_s,
+            warm_up_table=cfg.sink.location(),
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.
@@ -131,6 +133,18 @@ class SinkPipeline:
         handle = PipelineHandle(cfg.name)
         handle.wait_for(lambda s: s["readers_ready"], timeout_s=timeout_s, poll_s=0.2)
         return handle
+
+
+def check_sink(sink: DeltaSink) -> None:
+    """The table's store answers, takes the credentials and has the bucket - or a
+    ConfigError naming the setting, before any actor starts."""
+    from rayconnect.storage.check import check_table_store
+    from rayconnect.storage.location import StorageError
+
+    try:
+        check_table_store(sink.location())
+    except StorageError as e:
+        raise ConfigError(f"sink {sink.path}: {e}") from None
 
 
 class PipelineHandle(Handle):

@@ -27,6 +27,7 @@ from rayconnect.protocol.streams import (
 )
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
 from rayconnect.redact import redacted_repr
+from rayconnect.storage.location import StorageError, TableLocation
 
 StartingOffsets = Literal["earliest", "latest"]
 
@@ -94,17 +95,31 @@ class KafkaSource(msgspec.Struct, frozen=True):
 
 
 class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
-    """A Delta table on a local path; files are written by Spark, committed by delta-rs.
+    """A Delta table on a local path or object storage (``s3://``, ``gs://``, ``az://``);
+    files are written by Spark straight to it, committed by delta-rs.
 
+    ``storage_options`` are delta-rs's (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``...);
+    settings left out come from the environment of each actor (see ``storage.location``).
     ``vacuum_retention_hours`` must outlast the longest round: files of an open round are not
     in the table yet, and vacuum would delete them."""
 
     path: str
     vacuum_retention_hours: float = 24.0
+    storage_options: dict[str, str] = {}
+
+    __repr__ = redacted_repr  # storage options hold credentials
 
     def __post_init__(self) -> None:
         require(bool(self.path), "sink.path is empty")
         require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
+        try:
+            self.location()
+        except StorageError as e:
+            raise ConfigError(f"sink.path: {e}") from None
+
+    def location(self) -> TableLocation:
+        """Where the table lives, with its storage options (a local path made absolute)."""
+        return TableLocation.parse(self.path, self.storage_options)
 
 
 class SparkSettings(msgspec.Struct, frozen=True):

@@ -12,6 +12,9 @@ commits with disjoint app ids. So:
 - ``commit`` compares the table's current versions with the ones the round started from
   (``expected``) before writing - compare-and-set; a race inside that window is caught by
   delta-rs because the competing commit carries the same app ids.
+- On an object store nothing of this needs a rename: ``TableLocation`` turns on S3's
+  conditional put (``conditional_put=etag``), so of two commits of the same version exactly
+  one creates the log entry and the other gets ``CommitFailedError``.
 - The coordinator epoch lives in its own txn, ``"<pipeline>/_coordinator"``. ``claim_epoch``
   bumps it; every epoch-fenced ``commit`` re-asserts it (same value) in its own txn list, so a
   claim that races a commit conflicts instead of being rebased around it.
@@ -26,6 +29,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,6 +40,7 @@ from deltalake.transaction import AddAction, CommitProperties, Transaction
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import STAGING_DIR, delta_stats_json, schema_differences
+from rayconnect.storage.location import TableLocation, as_location
 
 COORDINATOR_KEY = "_coordinator"
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
@@ -72,17 +77,29 @@ class CommitConflictError(RuntimeError):
 class DeltaCommitter:
     """Commits rounds of one pipeline to one Delta table; reads back its committed offsets.
 
-    Not thread-safe; one per coordinator. Assumes a local (or locally mounted) table path,
-    the same path the writer's Spark executors write to.
+    Not thread-safe; one per coordinator. The table is a local path or an object-store URI
+    (``TableLocation``); every read - log, footers - goes through its filesystem, so the
+    committer need not share a disk with the writer's Spark executors. Credentials missing
+    from the storage options are taken from this process's environment, once, here.
     """
 
     def __init__(
-        self, table_path: str, pipeline: str, schema: pa.Schema = RAW_RECORD_SCHEMA
+        self, table: str | TableLocation, pipeline: str, schema: pa.Schema = RAW_RECORD_SCHEMA
     ) -> None:
-        self.table_path = os.path.abspath(table_path)
+        self.location = as_location(table)
+        self.table_path = self.location.uri
         self.pipeline = pipeline
         self.schema = schema
+        self._options = self.location.delta_options()
+        self._fs: Any = None
         self._dt: DeltaTable | None = None
+
+    @property
+    def filesystem(self) -> Any:
+        """The table's pyarrow filesystem (made on first use)."""
+        if self._fs is None:
+            self._fs = self.location.filesystem()
+        return self._fs
 
     # -- table ----------------------------------------------------------------------------
 
@@ -92,11 +109,13 @@ class DeltaCommitter:
 
     def ensure_table(self) -> DeltaTable:
         """Create the table (all columns nullable) if missing; else check its schema."""
-        if not DeltaTable.is_deltatable(self.table_path):
+        if not DeltaTable.is_deltatable(self.table_path, storage_options=self._options):
             nullable = pa.schema([f.with_nullable(True) for f in self.schema])
             # "ignore": another coordinator creating it at the same time is fine.
-            DeltaTable.create(self.table_path, nullable, mode="ignore")
-        dt = DeltaTable(self.table_path)
+            DeltaTable.create(
+                self.table_path, nullable, mode="ignore", storage_options=self._options
+            )
+        dt = DeltaTable(self.table_path, storage_options=self._options)
         problems = schema_differences(self._table_arrow_schema(dt), self.schema)
         if problems:
             raise SchemaMismatchError(
@@ -153,8 +172,7 @@ class DeltaCommitter:
         Values are read with ``transaction_version`` afterwards; this only finds the ids.
         Classic (single or multi-part) checkpoints only, which is what delta-rs writes.
         """
-        log_dir = os.path.join(self.table_path, "_delta_log")
-        names = os.listdir(log_dir)
+        names = self._log_names()
         checkpoints: dict[int, list[str]] = {}
         for name in names:
             m = _CHECKPOINT.match(name)
@@ -163,18 +181,37 @@ class DeltaCommitter:
         start = max(checkpoints, default=-1)
         app_ids: set[str] = set()
         for name in checkpoints.get(start, []):
-            path = os.path.join(log_dir, name)
-            if "txn" not in pq.read_schema(path).names:
+            path = self._log_path(name)
+            if "txn" not in pq.read_schema(path, filesystem=self.filesystem).names:
                 continue
-            column = pq.read_table(path, columns=["txn"]).column("txn")
+            column = pq.read_table(path, columns=["txn"], filesystem=self.filesystem).column("txn")
             app_ids.update(row["appId"] for row in column.to_pylist() if row)
         for name in names:
             m = _COMMIT_JSON.match(name)
             if m and start < int(m.group(1)) <= version:
-                for action in _read_commit(os.path.join(log_dir, name)):
+                for action in self._read_commit(self._log_path(name)):
                     if "txn" in action:
                         app_ids.add(action["txn"]["appId"])
         return app_ids
+
+    def _log_path(self, name: str) -> str:
+        return self.location.path(f"_delta_log/{name}")
+
+    def _log_names(self) -> list[str]:
+        """File names in ``_delta_log`` (one LIST on an object store)."""
+        from pyarrow import fs
+
+        infos = self.filesystem.get_file_info(fs.FileSelector(self._log_path("")))
+        return [i.base_name for i in infos if i.type == fs.FileType.File]
+
+    def _read_commit(self, path: str) -> list[dict]:
+        """The actions of one commit file; [] if it is gone (log cleanup)."""
+        try:
+            with self.filesystem.open_input_stream(path) as fh:
+                text = fh.read().decode("utf-8")
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     # -- commit ---------------------------------------------------------------------------
 
@@ -244,9 +281,9 @@ class DeltaCommitter:
 
     def _add_action(self, data_file: DataFile, table_schema: pa.Schema) -> AddAction:
         """Check the file's footer against the table (delta-rs would not) and describe it."""
-        full = os.path.join(self.table_path, data_file.path)
+        full = self.location.path(data_file.path)
         try:
-            file_schema = pq.read_schema(full)
+            file_schema = pq.read_schema(full, filesystem=self.filesystem)
         except (OSError, pa.ArrowInvalid) as exc:
             raise SchemaMismatchError(
                 f"{data_file.path}: not a readable Parquet file ({exc})"
@@ -292,9 +329,8 @@ class DeltaCommitter:
 
     def _find_commit(self, commit_id: str, after: int, latest: int) -> int:
         """The version our commit got (a concurrent, rebased-over commit may be later)."""
-        log_dir = os.path.join(self.table_path, "_delta_log")
         for version in range(after + 1, latest + 1):
-            for action in _read_commit(os.path.join(log_dir, f"{version:020d}.json")):
+            for action in self._read_commit(self._log_path(f"{version:020d}.json")):
                 if action.get("commitInfo", {}).get(_COMMIT_ID) == commit_id:
                     return version
         return latest  # log cleaned up in between: only a concurrent writer could do that
@@ -320,7 +356,7 @@ class DeltaCommitter:
             enforce_retention_duration=hours >= DEFAULT_MIN_RETENTION_HOURS,
             full=True,
         )
-        if not dry_run:
+        if not dry_run and self.location.is_local:  # object stores have no folders to drop
             _remove_empty_dirs(os.path.join(self.table_path, STAGING_DIR))
         return removed
 
@@ -333,11 +369,3 @@ def _remove_empty_dirs(root: str) -> None:
         if dirpath != root:
             with contextlib.suppress(OSError):  # only succeeds when empty
                 os.rmdir(dirpath)
-
-
-def _read_commit(path: str) -> list[dict]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    except FileNotFoundError:
-        return []

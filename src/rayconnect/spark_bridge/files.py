@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rayconnect.protocol.types import DataFile, FileStats
+from rayconnect.storage.location import TableLocation, as_location
 
 #: Folder (under the table root) where writers stage files before they are committed. Not
 #: ``_staging``: delta-rs's vacuum skips top-level folders starting with ``_`` or ``.``, so
@@ -127,19 +127,29 @@ def footer_stats(metadata: pq.FileMetaData) -> FileStats:
     return FileStats(min_values=min_values, max_values=max_values, null_count=nulls)
 
 
-def describe_file(table_path: str, rel_path: str) -> tuple[DataFile, pa.Schema]:
-    """Build the ``DataFile`` of one Parquet file under ``table_path`` from its footer.
+def describe_file(
+    table: str | TableLocation, rel_path: str, filesystem: Any = None
+) -> tuple[DataFile, pa.Schema]:
+    """Build the ``DataFile`` of one Parquet file under the table from its footer.
 
-    Also returns the file's Arrow schema, so a caller can check it without a second read.
+    Reads through the table's filesystem (a local folder or an object store: a footer is one
+    ranged GET). ``filesystem`` reuses an open one. Also returns the file's Arrow schema, so
+    a caller can check it without a second read.
     """
-    full = os.path.join(table_path, rel_path)
-    st = os.stat(full)
-    metadata = pq.read_metadata(full)
+    location = as_location(table)
+    fs = filesystem if filesystem is not None else location.filesystem()
+    path = location.path(rel_path)
+    info = fs.get_file_info(path)
+    if info.size is None:
+        raise FileNotFoundError(f"{location.join(rel_path)}: no such file")
+    with fs.open_input_file(path) as fh:
+        metadata = pq.read_metadata(fh)
+    mtime = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else 0
     data_file = DataFile(
         path=rel_path,
-        size=st.st_size,
+        size=info.size,
         records=metadata.num_rows,
-        modification_time_ms=int(st.st_mtime * 1000),
+        modification_time_ms=mtime,
         stats=footer_stats(metadata),
     )
     return data_file, metadata.schema.to_arrow_schema()

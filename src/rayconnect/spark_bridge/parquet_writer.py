@@ -16,7 +16,9 @@ Exactly-once of the files: the files of a write are the ones the job's *result* 
 directory listing. A failed task attempt (or one Spark re-ran) may leave a file behind; no
 result names it, nothing commits it, and vacuum removes it with the staging folder.
 
-Files land in ``<table>/staging/<uuid>/_rc_group=<i>/``. The folder name must not start with
+Files land in ``<table>/staging/<uuid>/_rc_group=<i>/``, written through the table's
+filesystem (``storage.TableLocation``): on a local disk or straight to an object store, so
+executors on any node write where the committer reads. The folder name must not start with
 ``_`` or ``.``: delta-rs's vacuum treats such top-level folders as hidden and would never
 remove the files of an aborted round.
 """
@@ -24,7 +26,6 @@ remove the files of an aborted round.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +38,7 @@ import ray
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import STAGING_DIR, describe_file, schema_differences
+from rayconnect.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -136,7 +138,8 @@ def _block_writer(
     write_id: str,
     group_of: list[int],
     schema: pa.Schema,
-    staging_dir: str,
+    location: TableLocation,
+    staging_rel: str,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: block indexes in, (group, file path) rows out.
 
@@ -159,6 +162,7 @@ def _block_writer(
             )
         holder = ray.get_actor(holder_name, namespace=namespace)
         options = _parquet_options(schema)
+        filesystem = location.filesystem()
         attempt = uuid.uuid4().hex  # each task attempt writes files of its own
         written: list[tuple[int, str]] = []
         current: tuple[int, pq.ParquetWriter] | None = None
@@ -176,12 +180,11 @@ def _block_writer(
                     if current is None or current[0] != group:
                         if current is not None:
                             current[1].close()
-                        rel = os.path.join(
-                            f"{GROUP_COLUMN}={group}", f"part-{attempt}-{len(written)}.parquet"
-                        )
-                        path = os.path.join(staging_dir, rel)
-                        os.makedirs(os.path.dirname(path), exist_ok=True)
-                        current = (group, pq.ParquetWriter(path, schema, **options))
+                        rel = f"{GROUP_COLUMN}={group}/part-{attempt}-{len(written)}.parquet"
+                        path = location.path(f"{staging_rel}/{rel}")
+                        location.make_parents(filesystem, path)
+                        writer = pq.ParquetWriter(path, schema, filesystem=filesystem, **options)
+                        current = (group, writer)
                         written.append((group, rel))
                     current[1].write_table(table)
         finally:
@@ -215,7 +218,8 @@ def _blocks_frame(
     refs: list[ray.ObjectRef],
     group_of: list[int],
     schema: pa.Schema,
-    staging_dir: str,
+    location: TableLocation,
+    staging_rel: str,
 ) -> DataFrame:
     """The write of all blocks of all groups as ONE lazy DataFrame of (group, path) rows.
 
@@ -238,7 +242,8 @@ def _blocks_frame(
         write_id,
         group_of,
         schema,
-        staging_dir,
+        location,
+        staging_rel,
     )
     return spark.range(0, len(refs), 1, slices).mapInArrow(
         writer, from_arrow_schema(_RESULT_SCHEMA)
@@ -246,24 +251,26 @@ def _blocks_frame(
 
 
 def _describe_files(
-    table_path: str, staging_rel: str, written: list[tuple[int, str]], n_groups: int
+    location: TableLocation, staging_rel: str, written: list[tuple[int, str]], n_groups: int
 ) -> list[list[DataFile]]:
     """Each group's files, from the job's result (never a listing: see the module doc)."""
     files: list[list[DataFile]] = [[] for _ in range(n_groups)]
+    filesystem = location.filesystem()
     for group, rel in sorted(written):
-        data_file, _ = describe_file(table_path, os.path.join(staging_rel, rel))
+        data_file, _ = describe_file(location, f"{staging_rel}/{rel}", filesystem)
         files[group].append(data_file)
     return files
 
 
 def write_groups_detailed(
     spark: SparkSession,
-    table_path: str,
+    table: str | TableLocation,
     groups: Sequence[Sequence[ray.ObjectRef]],
     schema: pa.Schema = RAW_RECORD_SCHEMA,
 ) -> WriteResult:
     """Write every group in one Spark job; see ``write_groups``. Also reports the job ids."""
     start = time.perf_counter()
+    location = as_location(table)
     non_empty = [(i, refs) for i, refs in enumerate(groups) if refs]
     if not non_empty:
         return WriteResult(files=[[] for _ in groups])
@@ -276,11 +283,9 @@ def write_groups_detailed(
     sc = spark.sparkContext
     job_group = f"rayconnect-write-{write_id}"
     try:
-        df = _blocks_frame(
-            spark, holder, write_id, refs, group_of, schema, os.path.join(table_path, staging_rel)
-        )
+        df = _blocks_frame(spark, holder, write_id, refs, group_of, schema, location, staging_rel)
         prepared = time.perf_counter()
-        sc.setJobGroup(job_group, f"rayconnect: {len(non_empty)} groups -> {table_path}")
+        sc.setJobGroup(job_group, f"rayconnect: {len(non_empty)} groups -> {location.uri}")
         job_files = [(row[0], row[1]) for row in df.collect()]
     except Exception as exc:
         text = str(exc)
@@ -294,7 +299,7 @@ def write_groups_detailed(
         ray.get(holder[0].drop.remote(write_id))
     written = time.perf_counter()
     job_ids = list(sc.statusTracker().getJobIdsForGroup(job_group))
-    files = _describe_files(table_path, staging_rel, job_files, len(groups))
+    files = _describe_files(location, staging_rel, job_files, len(groups))
     return WriteResult(
         files=files,
         job_ids=sorted(job_ids),
@@ -307,18 +312,19 @@ def write_groups_detailed(
 
 def write_groups(
     spark: SparkSession,
-    table_path: str,
+    table: str | TableLocation,
     groups: Sequence[Sequence[ray.ObjectRef]],
     schema: pa.Schema = RAW_RECORD_SCHEMA,
 ) -> list[list[DataFile]]:
-    """Write all groups as Parquet files under ``table_path`` in ONE Spark job.
+    """Write all groups as Parquet files under the table (a path or a ``TableLocation``) in
+    ONE Spark job.
 
     ``groups[i]`` is a list of object refs to ``pa.Table`` (or ``pa.RecordBatch``) in the
     table's schema. Returns, for each group, the files that hold exactly that group's rows,
-    with paths relative to ``table_path`` and stats from the Parquet footers, ready to be
+    with paths relative to the table root and stats from the Parquet footers, ready to be
     committed. An empty group (or one whose batches have no rows) gets ``[]``.
 
     The files are not part of the table until a committer commits them; if nobody does,
     vacuum removes them.
     """
-    return write_groups_detailed(spark, table_path, groups, schema).files
+    return write_groups_detailed(spark, table, groups, schema).files

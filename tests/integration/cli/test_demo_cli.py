@@ -32,9 +32,7 @@ def test_demo_round_trip_is_exactly_once(tmp_path: Path) -> None:
     assert df.height == 30_000
     assert df.select(["partition", "offset"]).unique().height == 30_000
     assert sorted(df["partition"].unique().to_list()) == [0, 1, 2]
-    assert df.group_by("partition").agg(pl.col("offset").max())["offset"].to_list() == [
-        9999
-    ] * 3
+    assert df.group_by("partition").agg(pl.col("offset").max())["offset"].to_list() == [9999] * 3
 
 
 @pytest.mark.timeout(60)
@@ -54,25 +52,20 @@ def test_bad_arguments_exit_2_with_a_message(bad: list[str]) -> None:
     assert "error:" in done.stderr
 
 
-@pytest.mark.timeout(300)
-def test_run_in_the_foreground_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    """``rayconnect run FILE --embedded-broker`` in a terminal: Ctrl-C signals the whole
-    foreground process group (run, its local Ray, its brokers). Run must still commit what
-    it read in one last round and exit 0, with every record in the table once."""
+def run_then_ctrl_c(args: list[str], env: dict[str, str]) -> list[str]:
+    """``rayconnect run ARGS`` in its own process group (as a terminal job); once two rounds
+    committed, SIGINT the whole group as Ctrl-C does; it must exit 0. Returns its output."""
     import os
     import signal
     import threading
 
-    example = Path(__file__).resolve().parents[3] / "examples" / "orders-sink.yaml"
-    table = tmp_path / "orders"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rayconnect.cli", "run", str(example), "--embedded-broker"]
-        + ["--demo-records", "3000", "--demo-rate", "500", "--interval", "1"],
+        [sys.executable, "-m", "rayconnect.cli", "run", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own process group, as a terminal job has
-        env=dict(os.environ, ORDERS_TABLE=str(table)),
+        env=dict(os.environ, **env),
     )
     lines: list[str] = []
     committed = threading.Event()
@@ -94,10 +87,30 @@ def test_run_in_the_foreground_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     reader.join(10)
+    return lines
+
+
+def committed_at_stop(lines: list[str]) -> int:
+    """The total of committed offsets on run's ``stopped NAME: ...`` line."""
+    stopped = next(line for line in lines if line.startswith("stopped orders:"))
+    return int(stopped.rsplit("offsets ", 1)[1].split()[0].replace(",", ""))
+
+
+@pytest.mark.timeout(300)
+def test_run_in_the_foreground_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    """``rayconnect run FILE --embedded-broker`` in a terminal: Ctrl-C signals the whole
+    foreground process group (run, its local Ray, its brokers). Run must still commit what
+    it read in one last round and exit 0, with every record in the table once."""
+    example = Path(__file__).resolve().parents[3] / "examples" / "orders-sink.yaml"
+    table = tmp_path / "orders"
+    lines = run_then_ctrl_c(
+        [str(example), "--embedded-broker"]
+        + ["--demo-records", "3000", "--demo-rate", "500", "--interval", "1"],
+        {"ORDERS_TABLE": str(table)},
+    )
     out = "".join(lines)
     assert "SIGINT: committing what was read, then stopping..." in out
-    stopped = next(line for line in lines if line.startswith("stopped orders:"))
-    total = int(stopped.rsplit("offsets ", 1)[1].split()[0].replace(",", ""))
+    total = committed_at_stop(lines)
     df = pl.read_delta(str(table))
     assert df.height == total > 3000  # the demo rate kept producing after the first 3,000
     assert df.select(["partition", "offset"]).unique().height == total

@@ -25,12 +25,15 @@ from rayconnect.kafka.admin import create_topic, produce_demo_records
 CLUSTER = "local"
 
 
-def _pipeline(name, bootstrap, topic, table, source=None, **settings) -> rc.SinkPipeline:
+def _pipeline(
+    name, bootstrap, topic, table, source=None, storage_options=None, **settings
+) -> rc.SinkPipeline:
     meta = rc.StaticMetadataService(
         (rc.KafkaStream(topic, {CLUSTER: rc.ClusterMetadata(bootstrap, (topic,))}),)
     )
     kafka = rc.KafkaSource(meta, **(source or {}))
-    return rc.SinkPipeline(name, kafka, rc.DeltaSink(str(table)), **settings)
+    sink = rc.DeltaSink(str(table), storage_options=storage_options or {})
+    return rc.SinkPipeline(name, kafka, sink, **settings)
 
 
 class Produced:
@@ -55,8 +58,11 @@ class Produced:
         return {(CLUSTER, self.topic, p, o) for p, n in self.counts.items() for o in range(n)}
 
 
-def table_rows(path) -> list[tuple[str, str, int, int]]:
-    t = DeltaTable(str(path)).to_pyarrow_table(columns=["cluster", "topic", "partition", "offset"])
+def table_rows(path, storage_options=None) -> list[tuple[str, str, int, int]]:
+    """The table's (cluster, topic, partition, offset) rows; ``path`` may be an s3:// URI."""
+    t = DeltaTable(str(path), storage_options=storage_options).to_pyarrow_table(
+        columns=["cluster", "topic", "partition", "offset"]
+    )
     return list(
         zip(
             t["cluster"].to_pylist(),
@@ -68,8 +74,8 @@ def table_rows(path) -> list[tuple[str, str, int, int]]:
     )
 
 
-def assert_exactly_once(path, produced: Produced, status: dict) -> None:
-    rows = table_rows(path)
+def assert_exactly_once(path, produced: Produced, status: dict, storage_options=None) -> None:
+    rows = table_rows(path, storage_options)
     dupes = [r for r, c in Counter(rows).items() if c > 1]
     assert dupes == [], f"{len(dupes)} duplicated records, e.g. {dupes[:5]}"
     assert set(rows) == produced.rows(), (

@@ -223,3 +223,26 @@ def test_source_status_renders_tasks_without_secrets():
     assert "warning: exactly-once disabled" in text
     assert "KafkaConnectionError: broker down" in text and "numbers/task/0" in text
     assert "hunter2" not in text
+
+
+def test_embedded_s3_cannot_detach_and_is_for_sink_pipelines(capsys):
+    example = str(Path(__file__).parents[3] / "examples" / "orders-sink.yaml")
+    assert main(["run", example, "--embedded-s3", "--detach"]) == EXIT_USAGE
+    assert "--embedded-s3 cannot be combined with --detach" in capsys.readouterr().err
+    assert main(["run", SOURCE_EXAMPLE, "--embedded-s3"]) == EXIT_USAGE
+    assert "--embedded-s3 is for sink pipelines" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("path", "table"),
+    [("/data/orders", "s3://rayconnect/orders"), ("s3://lake/t/orders", "s3://lake/t/orders")],
+)
+def test_embedded_s3_table_keeps_the_file_s_bucket_or_uses_rayconnect(path, table):
+    import rayconnect as rc
+    from rayconnect.cli.run import _embedded_s3_table
+
+    meta = rc.StaticMetadataService(
+        (rc.KafkaStream("o", {"c": rc.ClusterMetadata("h:9092", ("o",))}),)
+    )
+    config = rc.SinkPipeline("p", rc.KafkaSource(meta), rc.DeltaSink(path)).config
+    assert _embedded_s3_table(config).uri == table

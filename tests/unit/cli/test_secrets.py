@@ -72,6 +72,18 @@ def test_tls_properties_become_one_ssl_context(tmp_path):
         "oauth.token",
         "ssl.keyfile.password",
         "api_key",
+        # object-store storage_options (delta-rs / object_store names and env vars)
+        "AWS_ACCESS_KEY_ID",
+        "aws_secret_access_key",
+        "AWS_SESSION_TOKEN",
+        "token",
+        "azure_storage_account_key",
+        "AZURE_STORAGE_ACCESS_KEY",
+        "azure_storage_sas_key",
+        "azure_client_secret",
+        "google_service_account_key",
+        "google_service_account",
+        "GOOGLE_APPLICATION_CREDENTIALS",
     ],
 )
 def test_secret_keys(key):
@@ -87,6 +99,12 @@ def test_secret_keys(key):
         "client.id",
         "ssl.cafile",
         "bootstrap_servers",
+        "AWS_ENDPOINT_URL",
+        "AWS_REGION",
+        "AWS_ALLOW_HTTP",
+        "conditional_put",
+        "azure_storage_account_name",
+        "google_bucket",
     ],
 )
 def test_not_secret_keys(key):
@@ -156,3 +174,76 @@ def test_status_text_and_json_never_show_credentials():
 def test_metric_tags_are_names_only():
     assert set(PARTITION_TAGS) == {"pipeline", "cluster", "topic", "partition"}
     assert set(PIPELINE_TAGS) == {"pipeline"}
+
+
+S3_SECRET = "s3-s3cr3t-value"
+S3_KEY_ID = "AKIAEXAMPLEKEYID"
+STORAGE = {
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:8333",
+    "AWS_ACCESS_KEY_ID": S3_KEY_ID,
+    "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+    "AWS_SESSION_TOKEN": "sess-tok-123",
+    "azure_storage_account_key": "az-acct-key",
+    "google_service_account_key": '{"private_key": "-----BEGIN PRIVATE KEY-----"}',
+}
+STORAGE_SECRETS = [S3_SECRET, S3_KEY_ID, "sess-tok-123", "az-acct-key", "BEGIN PRIVATE KEY"]
+
+
+def _s3_config():
+    meta = rc.StaticMetadataService(
+        (rc.KafkaStream("orders", {"east": rc.ClusterMetadata("h:9093", ("orders",))}),)
+    )
+    sink = rc.DeltaSink("s3://lake/orders", storage_options=STORAGE)
+    return rc.SinkPipeline("orders", rc.KafkaSource(meta), sink).config
+
+
+def test_storage_options_never_shown_but_reach_delta_rs():
+    config = _s3_config()
+    location = config.sink.location()
+    shown = [repr(config), str(config), repr(config.sink), repr(location), str(location)]
+    shown.append(json.dumps(redact(config)))
+    shown.append(json.dumps(redact({"status": {"config": config, "table": location.uri}})))
+    for text in shown:
+        for secret in STORAGE_SECRETS:
+            assert secret not in text, (secret, text)
+    assert "http://127.0.0.1:8333" in repr(config.sink)  # the endpoint is not a secret
+    # the real values still reach delta-rs and pyarrow, with the S3 defaults added
+    options = location.delta_options(env={})
+    assert options["AWS_SECRET_ACCESS_KEY"] == S3_SECRET
+    assert options["AWS_ACCESS_KEY_ID"] == S3_KEY_ID
+    assert options["conditional_put"] == "etag" and options["AWS_ALLOW_HTTP"] == "true"
+    assert location.s3_settings(env={})["session_token"] == "sess-tok-123"
+
+
+def test_storage_credentials_from_the_environment_when_not_given():
+    location = rc.DeltaSink("s3://lake/t").location()
+    env = {"AWS_ACCESS_KEY_ID": "env-id", "AWS_SECRET_ACCESS_KEY": "env-secret"}
+    options = location.delta_options(env=env)
+    assert options["AWS_ACCESS_KEY_ID"] == "env-id"
+    assert options["AWS_SECRET_ACCESS_KEY"] == "env-secret"
+    assert options["AWS_REGION"] == "us-east-1"
+    assert "AWS_ALLOW_HTTP" not in options  # no http:// endpoint: https only
+    # given options win over the environment, whatever their spelling
+    given = rc.DeltaSink("s3://lake/t", storage_options={"aws_access_key_id": "mine"})
+    assert given.location().s3_settings(env=env)["access_key_id"] == "mine"
+    # a locking provider chosen by the user: no conditional-put default on top
+    locked = rc.DeltaSink("s3://lake/t", storage_options={"AWS_S3_LOCKING_PROVIDER": "dynamodb"})
+    assert "conditional_put" not in locked.location().delta_options(env={})
+
+
+def test_storage_credentials_from_var_in_a_pipeline_file():
+    from test_pipeline_file import GOOD
+
+    from rayconnect.cli.pipeline_file import loads_pipeline
+
+    text = GOOD.replace(
+        "sink: {path: /data/orders}\n",
+        "sink:\n  path: s3://lake/orders\n  storage_options:\n"
+        "    AWS_ACCESS_KEY_ID: ${S3_KEY}\n    AWS_SECRET_ACCESS_KEY: ${S3_SECRET}\n",
+    )
+    assert "s3://lake" in text
+    config = loads_pipeline(text, env={"S3_KEY": S3_KEY_ID, "S3_SECRET": S3_SECRET})
+    assert S3_SECRET not in repr(config) and S3_KEY_ID not in repr(config)
+    options = config.sink.location().delta_options(env={})
+    assert options["AWS_SECRET_ACCESS_KEY"] == S3_SECRET
+    assert options["AWS_ACCESS_KEY_ID"] == S3_KEY_ID
