@@ -7,7 +7,8 @@ Commands::
     rayconnect list [--address ADDR] [--json]
     rayconnect status NAME [--address ADDR] [--watch] [--interval S] [--json]
     rayconnect stop NAME [--address ADDR] [--no-commit] [--timeout S]
-    rayconnect demo [--records N] [--partitions P] [--table PATH]
+    rayconnect demo [--records N] [--rate R] [--partitions P] [--interval S] [--no-chaos]
+                    [--table PATH]
 
 ``run`` starts the pipeline a pipeline file describes (see ``rayconnect.pipeline_file``): a
 sink pipeline (``kind: sink``, Kafka -> Delta) or a source pipeline (``kind: source``, any
@@ -57,16 +58,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser(
         "demo",
-        help="round trip on embedded parts: broker -> Spark on Ray -> Delta, verified",
+        help="a live sink pipeline on embedded parts, with actor kills, verified exactly once",
         description=(
-            "Starts an embedded Kafka-protocol broker (tansu), produces demo records, reads "
-            "them, writes them with Spark on Ray and commits them with their offsets in one "
-            "Delta version, then verifies the table. Exit 0 only if it holds exactly the "
-            "records produced."
+            "Starts an embedded Kafka-protocol broker (tansu), a producer writing demo records "
+            "at --rate per second, and a sink pipeline (coordinator, participants, readers, "
+            "Spark-on-Ray writer) committing a round every --interval seconds into a Delta "
+            "table, with a live line per second. Midway it kills the coordinator, a "
+            "participant and the writer (--no-chaos: not). At the end it stops the producer, "
+            "lets the pipeline catch up, stops it and verifies the table: exit 0 only if it "
+            "holds every produced record exactly once and its committed offsets equal the "
+            "high watermarks."
         ),
     )
-    demo.add_argument("--records", type=_positive, default=100_000, help="default 100000")
+    demo.add_argument(
+        "--records", type=_positive, default=40_000, help="records to produce (default 40000)"
+    )
+    demo.add_argument(
+        "--rate", type=_positive, default=2_000, help="records produced per second (default 2000)"
+    )
     demo.add_argument("--partitions", type=_positive, default=4, help="default 4")
+    demo.add_argument(
+        "--interval", type=_interval, default=2.0, help="seconds between rounds (default 2)"
+    )
+    demo.add_argument(
+        "--no-chaos", dest="chaos", action="store_false", help="do not kill actors midway"
+    )
     demo.add_argument(
         "--table", default=None, help="new folder for the Delta table (default: a temp folder)"
     )
@@ -213,7 +229,14 @@ def main(argv: list[str] | None = None) -> int:
         from rayconnect.spark_bridge.session import JavaNotFoundError
 
         try:
-            result = run_demo(args.records, args.partitions, args.table)
+            result = run_demo(
+                args.records,
+                args.partitions,
+                args.table,
+                rate=args.rate,
+                interval_s=args.interval,
+                chaos=args.chaos,
+            )
         except JavaNotFoundError as e:
             print(f"rayconnect: {e}", file=sys.stderr)
             return EXIT_REQUIREMENT

@@ -3,10 +3,8 @@ helpers to build pipelines over the embedded broker and check tables exactly."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -14,8 +12,10 @@ from pathlib import Path
 
 import pytest
 import ray
+from ray_tmp import ray_tmp_now, remove_ray_tmp_since
 
-RAY_TMP = Path("/tmp/ray")
+from rayconnect import chaos
+
 _DASHBOARD: str | None = None  # this module's Ray: others may run on the machine too
 
 
@@ -26,7 +26,7 @@ def ray_session() -> Iterator[None]:
     # environment at ray.init), so removing it can never touch another run's files.
     spark_tmp = Path(tempfile.mkdtemp(prefix="rayconnect-spark-test-"))
     os.environ["RAYCONNECT_SPARK_TMP"] = str(spark_tmp)
-    before = set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()
+    before = ray_tmp_now()
     context = ray.init(namespace="rayconnect", log_to_driver=False, include_dashboard=True)
     global _DASHBOARD
     _DASHBOARD = f"http://{context.dashboard_url}"
@@ -35,59 +35,19 @@ def ray_session() -> Iterator[None]:
     finally:
         ray.shutdown()
         time.sleep(0.5)
-        mapped = _mapped_files()
-        for path in (set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()) - before:
-            # Another Ray on this machine may have made it meanwhile: keep what is in use.
-            if path.is_dir() and not path.is_symlink() and not _in_use(path, mapped):
-                shutil.rmtree(path, ignore_errors=True)
+        remove_ray_tmp_since(before)
         os.environ.pop("RAYCONNECT_SPARK_TMP", None)
         shutil.rmtree(spark_tmp, ignore_errors=True)
-        # Ray (and RayDP's Java agent, which writes its logs through it) follows
-        # session_latest; a link to a removed session breaks the next Spark start.
-        for link in ("session_latest", "prom_metrics_service_discovery.json"):
-            path = RAY_TMP / link
-            if path.is_symlink() and not path.exists():
-                path.unlink()
-
-
-def _mapped_files() -> str:
-    """Every file some live process has mapped (a JVM's native libraries, for one)."""
-    maps = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                maps.append((proc / "maps").read_text())
-    return "\n".join(maps)
-
-
-def _in_use(path: Path, mapped: str) -> bool:
-    return f"{path}/" in mapped
 
 
 def actor_pid(name: str, namespace: str = "rayconnect", timeout_s: float = 30.0) -> int:
-    """The PID of a live named actor, from Ray's state API."""
-    from ray.util.state import list_actors
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive = list_actors(
-            address=_DASHBOARD, filters=[("name", "=", name), ("state", "=", "ALIVE")]
-        )
-        alive = [a for a in alive if a.ray_namespace == namespace and a.pid]
-        if alive:
-            return int(alive[0].pid)
-        time.sleep(0.2)
-    raise TimeoutError(f"actor {name!r} not alive after {timeout_s} s")
+    """The PID of a live named actor, from this module's Ray's state API."""
+    return chaos.actor_pid(name, _DASHBOARD, namespace, timeout_s)
 
 
 def kill_actor(name: str, how: str) -> None:
     """Kill a named actor so that Ray restarts it: ``ray.kill`` or SIGKILL of its process."""
-    if how == "ray.kill":
-        ray.kill(ray.get_actor(name, namespace="rayconnect"), no_restart=False)
-    elif how == "sigkill":
-        os.kill(actor_pid(name), signal.SIGKILL)
-    else:
-        raise ValueError(how)
+    chaos.kill_actor(name, how, _DASHBOARD)
 
 
 @pytest.fixture
