@@ -44,6 +44,10 @@ class LiveView:
         self._print(f"CHAOS   {how} {label} ({detail}); Ray restarts it (and logs the dead worker)")
         self._pending.append(_Pending(label, time.monotonic(), produced))
 
+    def steady(self) -> bool:
+        """Records committed, and no kill waiting for its recovery: ready for the next kill."""
+        return self.committed > 0 and not self._pending
+
     @property
     def rounds(self) -> tuple[int, int]:
         """(committed, discarded) rounds over every coordinator epoch seen."""

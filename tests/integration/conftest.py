@@ -3,6 +3,7 @@ helpers to build pipelines over the embedded broker and check tables exactly."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import ray
-from ray_tmp import ray_tmp_now, remove_ray_tmp_since
 
 from rayconnect import chaos
 
+RAY_TMP = Path("/tmp/ray")
 _DASHBOARD: str | None = None  # this module's Ray: others may run on the machine too
 
 
@@ -26,7 +27,7 @@ def ray_session() -> Iterator[None]:
     # environment at ray.init), so removing it can never touch another run's files.
     spark_tmp = Path(tempfile.mkdtemp(prefix="rayconnect-spark-test-"))
     os.environ["RAYCONNECT_SPARK_TMP"] = str(spark_tmp)
-    before = ray_tmp_now()
+    before = set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()
     context = ray.init(namespace="rayconnect", log_to_driver=False, include_dashboard=True)
     global _DASHBOARD
     _DASHBOARD = f"http://{context.dashboard_url}"
@@ -35,9 +36,33 @@ def ray_session() -> Iterator[None]:
     finally:
         ray.shutdown()
         time.sleep(0.5)
-        remove_ray_tmp_since(before)
+        mapped = _mapped_files()
+        for path in (set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()) - before:
+            # Another Ray on this machine may have made it meanwhile: keep what is in use.
+            if path.is_dir() and not path.is_symlink() and not _in_use(path, mapped):
+                shutil.rmtree(path, ignore_errors=True)
         os.environ.pop("RAYCONNECT_SPARK_TMP", None)
         shutil.rmtree(spark_tmp, ignore_errors=True)
+        # Ray (and RayDP's Java agent, which writes its logs through it) follows
+        # session_latest; a link to a removed session breaks the next Spark start.
+        for link in ("session_latest", "prom_metrics_service_discovery.json"):
+            path = RAY_TMP / link
+            if path.is_symlink() and not path.exists():
+                path.unlink()
+
+
+def _mapped_files() -> str:
+    """Every file some live process has mapped (a JVM's native libraries, for one)."""
+    maps = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                maps.append((proc / "maps").read_text())
+    return "\n".join(maps)
+
+
+def _in_use(path: Path, mapped: str) -> bool:
+    return f"{path}/" in mapped
 
 
 def actor_pid(name: str, namespace: str = "rayconnect", timeout_s: float = 30.0) -> int:

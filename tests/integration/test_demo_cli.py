@@ -11,7 +11,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from ray_tmp import ray_tmp_now, remove_ray_tmp_since
 
 pytestmark = [pytest.mark.integration]
 
@@ -26,12 +25,8 @@ def _demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
 
 
 def _demo_run(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """The demo into ``tmp_path/table``; what its local Ray left under /tmp/ray is removed."""
-    before = ray_tmp_now()
-    try:
-        return _demo(*args, "--table", str(tmp_path / "table"), timeout=timeout)
-    finally:
-        remove_ray_tmp_since(before)
+    """The demo into ``tmp_path/table`` (its Ray and Spark scratch: a folder it removes)."""
+    return _demo(*args, "--table", str(tmp_path / "table"), timeout=timeout)
 
 
 def _assert_table_holds_exactly(table: Path, per_partition: int, partitions: int) -> None:
@@ -47,10 +42,10 @@ def _assert_table_holds_exactly(table: Path, per_partition: int, partitions: int
     ]
 
 
-@pytest.mark.timeout(330)
+@pytest.mark.timeout(600)
 def test_demo_runs_a_live_pipeline_through_kills_exactly_once(tmp_path: Path) -> None:
     done = _demo_run(
-        tmp_path, "--records", "30000", "--rate", "1500", "--partitions", "3", timeout=300
+        tmp_path, "--records", "30000", "--rate", "1500", "--partitions", "3", timeout=570
     )
     out = done.stdout
     assert done.returncode == 0, out + done.stderr[-3000:]
@@ -80,7 +75,7 @@ def test_demo_runs_a_live_pipeline_through_kills_exactly_once(tmp_path: Path) ->
     _assert_table_holds_exactly(tmp_path / "table", 10_000, 3)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(400)
 def test_demo_without_chaos_kills_nothing_and_is_exactly_once(tmp_path: Path) -> None:
     done = _demo_run(
         tmp_path,
@@ -93,7 +88,7 @@ def test_demo_without_chaos_kills_nothing_and_is_exactly_once(tmp_path: Path) ->
         "--no-chaos",
         "--interval",
         "1",
-        timeout=220,
+        timeout=370,
     )
     out = done.stdout
     assert done.returncode == 0, out + done.stderr[-3000:]
