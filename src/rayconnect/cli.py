@@ -8,7 +8,7 @@ Commands::
     rayconnect status NAME [--address ADDR] [--watch] [--interval S] [--json]
     rayconnect stop NAME [--address ADDR] [--no-commit] [--timeout S]
     rayconnect demo [--records N] [--rate R] [--partitions P] [--interval S] [--no-chaos]
-                    [--table PATH]
+                    [--table PATH | --source]
 
 ``run`` starts the pipeline a pipeline file describes (see ``rayconnect.pipeline_file``): a
 sink pipeline (``kind: sink``, Kafka -> Delta) or a source pipeline (``kind: source``, any
@@ -85,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--table", default=None, help="new folder for the Delta table (default: a temp folder)"
+    )
+    demo.add_argument(
+        "--source",
+        action="store_true",
+        help="a source pipeline instead (generator -> Kafka, KIP-618): two tasks, killed midway "
+        "unless --no-chaos; exit 0 only if read_committed shows every record once, in order",
     )
     _add_pipeline_commands(sub)
     return parser
@@ -228,6 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         from rayconnect.demo import DemoError, run_demo
         from rayconnect.spark_bridge.session import JavaNotFoundError
 
+        if args.source:
+            if args.table is not None:
+                build_parser().error("--table is for the sink demo, not with --source")
+            from rayconnect.demo_source import run_source_demo
+
+            done = run_source_demo(args.records, args.partitions, rate=args.rate, chaos=args.chaos)
+            return EXIT_OK if done.ok else EXIT_FAILED
         try:
             result = run_demo(
                 args.records,

@@ -185,10 +185,7 @@ def run_demo(
         flush=True,
     )
     view = LiveView(out, started=started)
-    # This Ray's and Spark's files (sessions, logs, unpacked native libraries) go to a folder
-    # of the demo's own, not /tmp/ray: removed after a good run, kept for a failed one.
-    scratch = Path(tempfile.mkdtemp(prefix="rayconnect-demo-ray-"))
-    os.environ["RAYCONNECT_SPARK_TMP"] = str(scratch / "spark")
+    scratch = scratch_dir()
 
     def step(name: str, since: float) -> None:
         timings[f"{name}_s"] = time.monotonic() - since
@@ -201,16 +198,7 @@ def run_demo(
         step("broker", t)
 
         t = time.monotonic()
-        context = ray.init(
-            address="local",
-            namespace="rayconnect",
-            log_to_driver=False,
-            include_dashboard=True,
-            dashboard_port=_free_port(),
-            _temp_dir=str(scratch / "ray"),
-        )
-        dashboard = f"http://{context.dashboard_url}" if context.dashboard_url else None
-        view.event(f"ray      dashboard {dashboard or '(not running)'}: actors, logs, metrics")
+        dashboard = start_local_ray(scratch, view)
         step("ray", t)
         producer = None
         try:
@@ -273,11 +261,42 @@ def run_demo(
     result.recoveries = view.recoveries
     result.timings = timings
     _summary(result, out)
-    if result.ok:
+    remove_scratch_if(result.ok, scratch, out)
+    return result
+
+
+def scratch_dir() -> Path:
+    """A folder of the demo's own for its Ray's and Spark's files (sessions, logs, unpacked
+    native libraries) instead of /tmp/ray, where other runs' cleanups could reach them."""
+    scratch = Path(tempfile.mkdtemp(prefix="rayconnect-demo-ray-"))
+    os.environ["RAYCONNECT_SPARK_TMP"] = str(scratch / "spark")
+    return scratch
+
+
+def start_local_ray(scratch: Path, view: LiveView) -> str | None:
+    """A new local Ray (never one already running: the demo kills actors) with its dashboard
+    on a free port; the dashboard's URL, said in the view."""
+    import ray
+
+    context = ray.init(
+        address="local",
+        namespace="rayconnect",
+        log_to_driver=False,
+        include_dashboard=True,
+        dashboard_port=_free_port(),
+        _temp_dir=str(scratch / "ray"),
+    )
+    dashboard = f"http://{context.dashboard_url}" if context.dashboard_url else None
+    view.event(f"ray      dashboard {dashboard or '(not running)'}: actors, logs, metrics")
+    return dashboard
+
+
+def remove_scratch_if(ok: bool, scratch: Path, out: TextIO) -> None:
+    """After a good run nothing is left behind; a failed run keeps its logs and says where."""
+    if ok:
         shutil.rmtree(scratch, ignore_errors=True)
     else:
         print(f"  ray and spark logs {scratch}", file=out)
-    return result
 
 
 def _verify(

@@ -98,6 +98,27 @@ def test_demo_without_chaos_kills_nothing_and_is_exactly_once(tmp_path: Path) ->
     _assert_table_holds_exactly(tmp_path / "table", 4_000, 2)
 
 
+@pytest.mark.timeout(400)
+def test_source_demo_kills_both_tasks_and_reads_back_every_record_once_in_order() -> None:
+    """The broker lives in the demo's process, so what it read back is checked from its
+    report: counts per source partition, order, committed source offsets, aborted records."""
+    done = _demo(
+        "--source", "--records", "12000", "--rate", "1000", "--partitions", "3", timeout=370
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert re.search(r"CHAOS   SIGKILL task 0 \(pid \d+\)", out)
+    assert "CHAOS   ray.kill task 1" in out
+    assert out.count("RECOVERED from the task ") == 2, out
+    live = re.findall(r"transactions ([\d,]+) committed / [\d,]+ aborted \| records", out)
+    assert len(live) >= 8 and int(live[-1].replace(",", "")) > 5
+    assert "read_committed     12,000 records; in the topic " in out
+    assert "per partition      p0=4,000, p1=4,000, p2=4,000 each 0..n-1 in order" in out
+    offsets = ", ".join(f'{{"generator":{p}}}={{"seq":3999}}' for p in range(3))
+    assert f"source offsets     {offsets}" in out
+    assert "result             OK: exactly once" in out
+
+
 @pytest.mark.timeout(60)
 def test_demo_refuses_an_existing_table(tmp_path: Path) -> None:
     (tmp_path / "_delta_log").mkdir()
@@ -107,7 +128,17 @@ def test_demo_refuses_an_existing_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("bad", [["--records", "0"], ["--partitions", "-1"], ["--nope"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--records", "0"],
+        ["--partitions", "-1"],
+        ["--rate", "0"],
+        ["--interval", "0"],
+        ["--source", "--table", "/tmp/t"],
+        ["--nope"],
+    ],
+)
 def test_bad_arguments_exit_2_with_a_message(bad: list[str]) -> None:
     done = _demo(*bad, timeout=25)
     assert done.returncode == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 
 from rayconnect.demo import DemoResult
+from rayconnect.demo_source import SourceDemoResult
 from rayconnect.demo_view import LiveView
 
 KEYS = [f"local/demo-events/{p}" for p in range(3)]
@@ -84,3 +85,23 @@ def test_exactly_once_needs_rows_distinct_offsets_and_produced_to_match_the_wate
     assert not _result(exact=False).ok  # right counts, wrong offsets
     assert not _result(offsets={**dict.fromkeys(KEYS, 10), KEYS[0]: 9}).ok  # txn behind
     assert not _result(produced={**dict.fromkeys(KEYS, 10), KEYS[2]: 11}).ok  # broker lost one
+
+
+def _source(**changes) -> SourceDemoResult:
+    fields = dict(
+        partitions=2,
+        per_partition=3,
+        seqs={0: [0, 1, 2], 1: [0, 1, 2]},
+        offsets={'{"generator":0}': {"seq": 2}, '{"generator":1}': {"seq": 2}},
+        written=7,
+    )
+    return SourceDemoResult(**{**fields, **changes})
+
+
+def test_source_exactly_once_needs_each_partition_once_in_order_and_offsets_at_the_end() -> None:
+    assert _source().ok and _source().visible == 6
+    assert not _source(seqs={0: [0, 1, 2], 1: [0, 1, 1, 2]}).ok  # a duplicate
+    assert not _source(seqs={0: [0, 2, 1], 1: [0, 1, 2]}).ok  # out of order
+    assert not _source(seqs={0: [0, 1, 2]}).ok  # a partition missing
+    assert not _source(offsets={'{"generator":0}': {"seq": 2}}).ok  # an offset not committed
+    assert not _source(offsets={'{"generator":0}': {"seq": 2}, '{"generator":1}': {"seq": 1}}).ok
