@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import ray
 
+from rayconnect.cli import chaos
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 
 RAY_TMP = Path("/tmp/ray")
@@ -68,29 +68,13 @@ def _in_use(path: Path, mapped: str) -> bool:
 
 
 def actor_pid(name: str, namespace: str = "rayconnect", timeout_s: float = 30.0) -> int:
-    """The PID of a live named actor, from Ray's state API."""
-    from ray.util.state import list_actors
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive = list_actors(
-            address=_DASHBOARD, filters=[("name", "=", name), ("state", "=", "ALIVE")]
-        )
-        alive = [a for a in alive if a.ray_namespace == namespace and a.pid]
-        if alive:
-            return int(alive[0].pid)
-        time.sleep(0.2)
-    raise TimeoutError(f"actor {name!r} not alive after {timeout_s} s")
+    """The PID of a live named actor, from this module's Ray's state API."""
+    return chaos.actor_pid(name, _DASHBOARD, namespace, timeout_s)
 
 
 def kill_actor(name: str, how: str) -> None:
     """Kill a named actor so that Ray restarts it: ``ray.kill`` or SIGKILL of its process."""
-    if how == "ray.kill":
-        ray.kill(ray.get_actor(name, namespace="rayconnect"), no_restart=False)
-    elif how == "sigkill":
-        os.kill(actor_pid(name), signal.SIGKILL)
-    else:
-        raise ValueError(how)
+    chaos.kill_actor(name, how, _DASHBOARD)
 
 
 @pytest.fixture

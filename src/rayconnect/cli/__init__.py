@@ -8,7 +8,8 @@ Commands::
     rayconnect list [--address ADDR] [--json]
     rayconnect status NAME [--address ADDR] [--watch] [--interval S] [--json]
     rayconnect stop NAME [--address ADDR] [--no-commit] [--timeout S]
-    rayconnect demo [--records N] [--partitions P] [--table PATH]
+    rayconnect demo [--records N] [--rate R] [--partitions P] [--interval S] [--no-chaos]
+                    [--table PATH | --source]
 
 ``run`` starts the pipeline a pipeline file describes (see ``rayconnect.cli.pipeline_file``): a
 sink pipeline (``kind: sink``, Kafka -> Delta) or a source pipeline (``kind: source``, any

@@ -1,30 +1,40 @@
-"""``rayconnect demo``: the first round trip, end to end on real parts.
+"""``rayconnect demo``: the product working, end to end, on real parts, in under two minutes.
 
-Embedded broker -> N demo records -> aiokafka reads them into Arrow -> the Spark writer actor
-(Spark on Ray via RayDP) writes Parquet -> the Delta committer commits the files AND each
-partition's next offset in ONE table version. The demo then verifies what it claims: exactly
-N rows, N distinct (topic, partition, offset), committed offsets equal to the produced counts;
-its exit status says whether that held.
+An embedded broker (tansu), a producer writing demo records at a steady rate, and a real sink
+pipeline (``rc.SinkPipeline(...).start()``: coordinator, one participant per partition,
+readers, the Spark-on-Ray writer) committing a round every ``interval_s`` seconds. A live
+view shows rounds, records committed vs produced, lag per partition. Midway the demo kills
+the coordinator, a participant and the writer (Ray restarts each) and says so. At the end it
+stops the producer, waits until the committed offsets reach the high watermarks, stops the
+pipeline, and checks exactly once from the table alone: every produced (partition, offset)
+exactly once, and each partition's Delta txn version (the committed offset) equal to its
+high watermark. The exit status says whether that held.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import shutil
+import socket
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TextIO
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
-from rayconnect.progress import Progress
+from rayconnect.cli.demo_view import LiveView
 
 PIPELINE = "demo"
 CLUSTER = "local"
 TOPIC = "demo-events"
+CHAOS_AT = (0.2, 0.4, 0.6)
+"""When each kill happens, as a fraction of the producer's run (records / rate seconds)."""
 
 
 class DemoError(RuntimeError):
@@ -36,203 +46,306 @@ class DemoResult:
     rows: int
     distinct: int
     offsets: dict[str, int]
+    """Committed offset per partition key: the table's Delta txn versions."""
     expected: dict[str, int]
+    """High watermark per partition key, read from the broker after the producer stopped."""
+    produced: dict[str, int]
+    """Records the producer had acknowledged, per partition key."""
     exact: bool
     version: int
     elapsed_s: float
     table: str
+    rounds: tuple[int, int] = (0, 0)
+    kills: list[str] = field(default_factory=list)
+    recoveries: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         n = sum(self.expected.values())
         return (
-            self.exact and self.rows == n and self.distinct == n and self.offsets == self.expected
+            self.exact
+            and self.rows == n
+            and self.distinct == n
+            and self.offsets == self.expected
+            and self.produced == self.expected
         )
 
 
-async def _read_all(
-    bootstrap: str, topic: str, expected: dict[int, int], chunk_records: int
-) -> list[pa.RecordBatch]:
-    """Read every partition from offset 0 to its high watermark, as Arrow batches."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
-    from rayconnect.kafka.to_arrow import records_to_batch
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-        fetch_max_bytes=32 * 1024 * 1024,
+def _victims(partitions: int) -> list[tuple[str, str, str]]:
+    """(label, actor name, how) of each kill, in order: every role that holds round state."""
+    from rayconnect.actors import names
+
+    part = f"{CLUSTER}/{TOPIC}/{min(1, partitions - 1)}"
+    return [
+        ("coordinator", names.coordinator(PIPELINE), "ray.kill"),
+        (f"participant {part}", names.participant(PIPELINE, part), "sigkill"),
+        ("writer", names.writer(PIPELINE), "sigkill"),
+    ]
+
+
+def _pipeline(bootstrap: str, table: str, interval_s: float) -> Any:
+    import rayconnect as rc
+
+    meta = rc.StaticMetadataService(
+        (rc.KafkaStream(TOPIC, {CLUSTER: rc.ClusterMetadata(bootstrap, (TOPIC,))}),)
     )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(expected)]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        total = sum(expected.values())
-        progress = Progress("read   ", total)
-        batches: list[pa.RecordBatch] = []
-        pending: list = []
-        done = 0
-        while done < total:
-            fetched = await consumer.getmany(timeout_ms=1000, max_records=chunk_records)
-            for tp, records in fetched.items():
-                limit = expected[tp.partition]
-                records = [r for r in records if r.offset < limit]
-                pending.extend(records)
-                done += len(records)
-            if len(pending) >= chunk_records or (done >= total and pending):
-                batches.append(records_to_batch(CLUSTER, pending))
-                pending = []
-            progress.update(done)
-        progress.done(done)
-        return batches
-    finally:
-        await consumer.stop()
+    # A participant that died mid-round holds the others back at most write_timeout_s.
+    return rc.SinkPipeline(
+        PIPELINE,
+        rc.KafkaSource(meta),
+        rc.DeltaSink(table),
+        commit_interval_s=interval_s,
+        write_timeout_s=10,
+    )
+
+
+class _Watch:
+    """Status lines every second until a condition holds; kills at their times (or later)."""
+
+    def __init__(self, handle, view: LiveView, producer, kills: list[tuple[float, tuple]]) -> None:
+        self.handle, self.view, self.producer, self.kills = handle, view, producer, kills
+        self.dashboard: str | None = None
+        self.done_kills: list[str] = []
+        self.status: dict[str, Any] = {}
+
+    def chaos_done(self) -> bool:
+        """Every kill made and recovered from."""
+        return not self.kills and self.view.steady()
+
+    def until(self, predicate, timeout_s: float) -> bool:
+        import ray
+
+        from rayconnect.cli.chaos import kill_actor
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            tick = time.monotonic()
+            # One kill at a time, each on a pipeline that has committed since the last one.
+            if self.kills and tick >= self.kills[0][0] and self.view.steady():
+                _, (label, name, how) = self.kills.pop(0)
+                pid = kill_actor(name, how, self.dashboard)
+                detail = f"pid {pid}" if pid else name
+                self.view.killed(
+                    label, "SIGKILL" if pid else "ray.kill", detail, self.producer.produced
+                )
+                self.done_kills.append(f"{label} ({how})")
+            try:
+                self.status = self.handle.status(timeout_s=3)
+                self.view.status(self.status, self.producer.produced)
+            except (ray.exceptions.RayError, TimeoutError) as e:
+                self.view.unavailable(e)
+            if predicate(self.status):
+                return True
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+        return False
 
 
 def run_demo(
-    records: int = 100_000,
+    records: int = 40_000,
     partitions: int = 4,
     table: str | None = None,
     *,
-    chunk_records: int = 50_000,
-    out=sys.stdout,
+    rate: int = 2_000,
+    interval_s: float = 2.0,
+    chaos: bool = True,
+    catch_up_timeout_s: float = 180.0,
+    out: TextIO = sys.stdout,
 ) -> DemoResult:
     import ray
 
-    from rayconnect.actors.writer import start_writer
     from rayconnect.kafka import compat
-    from rayconnect.kafka.admin import create_topic, produce_demo_records
+    from rayconnect.kafka.admin import create_topic, high_watermarks
     from rayconnect.kafka.embedded import EmbeddedBroker
-    from rayconnect.protocol import TopicPartition
-    from rayconnect.spark_bridge.delta import DeltaCommitter
+    from rayconnect.kafka.steady import SteadyProducer
     from rayconnect.spark_bridge.session import require_java
 
-    require_java()
-    compat.apply()
     table_path = str(Path(table or tempfile.mkdtemp(prefix="rayconnect-demo-")).resolve())
     if Path(table_path, "_delta_log").exists():
         raise DemoError(
             f"{table_path} already holds a Delta table; the demo starts a fresh broker whose "
             "offsets restart at 0, so give it a new --table path (or none for a temp folder)"
         )
+    require_java()
+    compat.apply()
     started = time.monotonic()
     timings: dict[str, float] = {}
+    run_s = records / rate
     print(
-        f"rayconnect demo: {records:,} records, {partitions} partitions -> {table_path}", file=out
+        f"rayconnect demo: {records:,} records at {rate:,}/s ({run_s:.0f} s), {partitions} "
+        f"partitions, a round every {interval_s:g} s, chaos {'on' if chaos else 'off'} "
+        f"-> {table_path}",
+        file=out,
+        flush=True,
     )
+    view = LiveView(out, started=started)
+    scratch = scratch_dir()
+
+    def step(name: str, since: float) -> None:
+        timings[f"{name}_s"] = time.monotonic() - since
 
     with EmbeddedBroker(cluster_id=CLUSTER) as broker:
         bootstrap = broker.bootstrap_servers
-        print(f"  broker      tansu at {bootstrap} (log {broker.log_path})", file=out)
         t = time.monotonic()
         asyncio.run(create_topic(bootstrap, TOPIC, partitions))
-        produce_progress = Progress("produce", records)
-        counts = asyncio.run(
-            produce_demo_records(
-                bootstrap, TOPIC, records, partitions, progress=produce_progress.update
-            )
-        )
-        produce_progress.done(records)
-        timings["produce_s"] = time.monotonic() - t
+        view.event(f"broker   tansu at {bootstrap}, topic {TOPIC!r} ({partitions} partitions)")
+        step("broker", t)
 
         t = time.monotonic()
-        print("  ray         starting a local Ray and the Spark writer (~20-30 s)...", file=out)
-        ray.init(namespace="rayconnect", ignore_reinit_error=True, log_to_driver=False)
+        dashboard = start_local_ray(scratch, view)
+        step("ray", t)
+        producer = None
         try:
-            writer = start_writer(f"{PIPELINE}/writer", timeout_s=300)
-            timings["startup_s"] = time.monotonic() - t
-
-            committer = DeltaCommitter(table_path, PIPELINE)
-            committer.ensure_table()
-            keys = {p: TopicPartition(CLUSTER, TOPIC, p).key for p in range(partitions)}
-            before = committer.committed_offsets(keys.values())
+            t = time.monotonic()
+            view.event("pipeline starting: Spark writer, participants, coordinator, readers...")
+            handle = _pipeline(bootstrap, table_path, interval_s).start()
+            step("start", t)
+            view.event(f"pipeline {PIPELINE!r} running ({timings['start_s']:.1f} s to start)")
 
             t = time.monotonic()
-            batches = asyncio.run(_read_all(bootstrap, TOPIC, counts, chunk_records))
-            timings["read_s"] = time.monotonic() - t
-
-            t = time.monotonic()
-            refs = [ray.put(b) for b in batches]
-            files = ray.get(writer.write.remote(table_path, refs), timeout=600)
-            timings["write_s"] = time.monotonic() - t
-            print(f"  write       {len(files)} Parquet files in one Spark job", file=out)
-
-            t = time.monotonic()
-            offsets = {keys[p]: n for p, n in counts.items()}
-            version = committer.commit(
-                files,
-                offsets=offsets,
-                expected={k: before.get(k) for k in offsets},
-                metadata={"pipeline": PIPELINE, "source": "rayconnect demo"},
+            producer = SteadyProducer(bootstrap, TOPIC, partitions, records, rate).start()
+            view.event(f"producer {rate:,} records/s into {TOPIC!r}")
+            kills = (
+                [(t + f * run_s, v) for f, v in zip(CHAOS_AT, _victims(partitions), strict=True)]
+                if chaos
+                else []
             )
-            timings["commit_s"] = time.monotonic() - t
+            watch = _Watch(handle, view, producer, kills)
+            watch.dashboard = dashboard
+            watch.until(lambda _: producer.finished.is_set(), run_s + 60)
+            counts = producer.stop()
+            step("produce", t)
+
+            t = time.monotonic()
+            hw = asyncio.run(high_watermarks(bootstrap, TOPIC))
+            keys = {p: f"{CLUSTER}/{TOPIC}/{p}" for p in range(partitions)}
+            expected = {keys[p]: hw.get(p, 0) for p in keys}
+            want = {k: v for k, v in expected.items() if v}
+            view.event(
+                f"producer stopped at {sum(counts.values()):,} records; catching up to the "
+                "high watermarks"
+            )
+            # Kills the producer did not outlast happen now: the pipeline still has a lag.
+            caught_up = watch.until(
+                lambda s: (s.get("offsets") or {}) == want and watch.chaos_done(),
+                catch_up_timeout_s,
+            )
+            step("catch_up", t)
+            view.event(
+                "caught up" if caught_up else f"NOT caught up after {catch_up_timeout_s:g} s"
+            )
+
+            t = time.monotonic()
+            final = handle.stop(commit=True, timeout_s=60)
+            if final.get("error"):
+                view.event(f"stop: {final['error']}")
+            step("stop", t)
         finally:
+            if producer is not None and not producer.finished.is_set():
+                with contextlib.suppress(Exception):  # the error in flight matters more
+                    producer.stop()
             ray.shutdown()
 
-    elapsed = time.monotonic() - started
-    result = _verify(table_path, committer, keys, counts, version, elapsed)
+    t = time.monotonic()
+    result = _verify(table_path, keys, expected, counts)
+    step("verify", t)
+    result.elapsed_s = time.monotonic() - started
+    result.rounds = view.rounds
+    result.kills = watch.done_kills
+    result.recoveries = view.recoveries
     result.timings = timings
     _summary(result, out)
+    remove_scratch_if(result.ok, scratch, out)
     return result
 
 
-def _verify(table_path, committer, keys, counts, version, elapsed) -> DemoResult:
-    """Read the table back: rows, distinct (topic, partition, offset) and that each partition
-    holds exactly the offsets 0..count-1, nothing else."""
+def scratch_dir() -> Path:
+    """A folder of the demo's own for its Ray's and Spark's files (sessions, logs, unpacked
+    native libraries) instead of /tmp/ray, where other runs' cleanups could reach them."""
+    scratch = Path(tempfile.mkdtemp(prefix="rayconnect-demo-ray-"))
+    os.environ["RAYCONNECT_SPARK_TMP"] = str(scratch / "spark")
+    return scratch
+
+
+def start_local_ray(scratch: Path, view: LiveView) -> str | None:
+    """A new local Ray (never one already running: the demo kills actors) with its dashboard
+    on a free port; the dashboard's URL, said in the view."""
+    import ray
+
+    context = ray.init(
+        address="local",
+        namespace="rayconnect",
+        log_to_driver=False,
+        include_dashboard=True,
+        dashboard_port=_free_port(),
+        _temp_dir=str(scratch / "ray"),
+    )
+    dashboard = f"http://{context.dashboard_url}" if context.dashboard_url else None
+    view.event(f"ray      dashboard {dashboard or '(not running)'}: actors, logs, metrics")
+    return dashboard
+
+
+def remove_scratch_if(ok: bool, scratch: Path, out: TextIO) -> None:
+    """After a good run nothing is left behind; a failed run keeps its logs and says where."""
+    if ok:
+        shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        print(f"  ray and spark logs {scratch}", file=out)
+
+
+def _verify(
+    table_path: str, keys: dict[int, str], expected: dict[str, int], counts: dict[int, int]
+) -> DemoResult:
+    """From the table alone: rows, distinct (topic, partition, offset), each partition holding
+    exactly the offsets 0..high watermark-1, and its Delta txn version (committed offset)."""
     from deltalake import DeltaTable
 
-    data = DeltaTable(table_path).to_pyarrow_table(columns=["topic", "partition", "offset"])
+    dt = DeltaTable(table_path)
+    data = dt.to_pyarrow_table(columns=["topic", "partition", "offset"])
     distinct = data.group_by(["topic", "partition", "offset"]).aggregate([]).num_rows
     exact = True
-    for p, n in counts.items():
+    for p, key in keys.items():
+        n = expected[key]
         offs = data.filter(pc.equal(data["partition"], p))["offset"].to_numpy()
         exact = exact and len(offs) == n and bool((np.sort(offs) == np.arange(n)).all())
+    offsets = {key: dt.transaction_version(f"{PIPELINE}/{key}") or 0 for key in keys.values()}
     return DemoResult(
         rows=data.num_rows,
         distinct=distinct,
         exact=exact,
-        offsets=committer.committed_offsets(keys.values()),
-        expected={keys[p]: n for p, n in counts.items()},
-        version=version,
-        elapsed_s=elapsed,
+        offsets=offsets,
+        expected=expected,
+        produced={keys[p]: n for p, n in counts.items()},
+        version=dt.version(),
+        elapsed_s=0.0,
         table=table_path,
     )
 
 
-def _summary(r: DemoResult, out) -> None:
-    n = sum(r.expected.values())
+def _summary(r: DemoResult, out: TextIO) -> None:
+    n = sum(r.produced.values())
+    line = lambda label, text: print(f"  {label:<18} {text}", file=out)  # noqa: E731
     print("", file=out)
-    print(
-        f"  rows in table      {r.rows:,} ({r.distinct:,} distinct topic/partition/offset)",
-        file=out,
-    )
-    print(f"  table version      {r.version}", file=out)
-    print(
-        "  committed offsets  " + ", ".join(f"{k}={v}" for k, v in sorted(r.offsets.items())),
-        file=out,
-    )
-    print(
-        f"  elapsed            {r.elapsed_s:.1f} s ({n / r.elapsed_s:,.0f} records/s end to end)",
-        file=out,
-    )
-    steps = ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in r.timings.items())
-    print(f"  steps              {steps}", file=out)
-    data_s = sum(r.timings.get(k, 0.0) for k in ("read_s", "write_s", "commit_s"))
-    if data_s:
-        print(f"  data path          {n / data_s:,.0f} records/s (read + write + commit)", file=out)
-    print(f"  table              {r.table}", file=out)
-    print(
-        f"  read it            python -c \"import polars as pl; print(pl.read_delta('{r.table}'))\"",
-        file=out,
-    )
-    print(
-        f"                     duckdb -c \"INSTALL delta; LOAD delta; SELECT count(*) FROM delta_scan('{r.table}')\"",
-        file=out,
+    line("produced", f"{n:,} records (high watermarks {sum(r.expected.values()):,})")
+    line("rows in table", f"{r.rows:,} ({r.distinct:,} distinct topic/partition/offset)")
+    line("table version", f"{r.version} ({r.rounds[0]} rounds committed, {r.rounds[1]} discarded)")
+    line("committed offsets", ", ".join(f"{k}={v}" for k, v in sorted(r.offsets.items())))
+    line("high watermarks", ", ".join(f"{k}={v}" for k, v in sorted(r.expected.items())))
+    if r.kills:
+        line("killed", ", ".join(r.kills))
+        line("recovery", ", ".join(f"{k} {v:.1f} s" for k, v in r.recoveries.items()) or "-")
+    line("elapsed", f"{r.elapsed_s:.1f} s")
+    line("steps", ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in r.timings.items()))
+    line("table", r.table)
+    line("read it", f"python -c \"import polars as pl; print(pl.read_delta('{r.table}'))\"")
+    line(
+        "", f"duckdb -c \"INSTALL delta; LOAD delta; SELECT count(*) FROM delta_scan('{r.table}')\""
     )
     verdict = "OK: exactly once" if r.ok else "FAILED: table does not match what was produced"
-    print(f"  result             {verdict}", file=out)
+    line("result", verdict)

@@ -28,18 +28,39 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser(
         "demo",
-        help="round trip on embedded parts: broker -> Spark on Ray -> Delta, verified",
+        help="a live sink pipeline on embedded parts, with actor kills, verified exactly once",
         description=(
-            "Starts an embedded Kafka-protocol broker (tansu), produces demo records, reads "
-            "them, writes them with Spark on Ray and commits them with their offsets in one "
-            "Delta version, then verifies the table. Exit 0 only if it holds exactly the "
-            "records produced."
+            "Starts an embedded Kafka-protocol broker (tansu), a producer writing demo records "
+            "at --rate per second, and a sink pipeline (coordinator, participants, readers, "
+            "Spark-on-Ray writer) committing a round every --interval seconds into a Delta "
+            "table, with a live line per second. Midway it kills the coordinator, a "
+            "participant and the writer (--no-chaos: not). At the end it stops the producer, "
+            "lets the pipeline catch up, stops it and verifies the table: exit 0 only if it "
+            "holds every produced record exactly once and its committed offsets equal the "
+            "high watermarks."
         ),
     )
-    demo.add_argument("--records", type=_positive, default=100_000, help="default 100000")
+    demo.add_argument(
+        "--records", type=_positive, default=40_000, help="records to produce (default 40000)"
+    )
+    demo.add_argument(
+        "--rate", type=_positive, default=2_000, help="records produced per second (default 2000)"
+    )
     demo.add_argument("--partitions", type=_positive, default=4, help="default 4")
     demo.add_argument(
+        "--interval", type=_interval, default=2.0, help="seconds between rounds (default 2)"
+    )
+    demo.add_argument(
+        "--no-chaos", dest="chaos", action="store_false", help="do not kill actors midway"
+    )
+    demo.add_argument(
         "--table", default=None, help="new folder for the Delta table (default: a temp folder)"
+    )
+    demo.add_argument(
+        "--source",
+        action="store_true",
+        help="a source pipeline instead (generator -> Kafka, KIP-618): two tasks, killed midway "
+        "unless --no-chaos; exit 0 only if read_committed shows every record once, in order",
     )
     _add_pipeline_commands(sub)
     return parser
@@ -190,8 +211,22 @@ def main(argv: list[str] | None = None) -> int:
         from rayconnect.cli.demo import DemoError, run_demo
         from rayconnect.errors import JavaNotFoundError
 
+        if args.source:
+            if args.table is not None:
+                build_parser().error("--table is for the sink demo, not with --source")
+            from rayconnect.cli.demo_source import run_source_demo
+
+            done = run_source_demo(args.records, args.partitions, rate=args.rate, chaos=args.chaos)
+            return EXIT_OK if done.ok else EXIT_FAILED
         try:
-            result = run_demo(args.records, args.partitions, args.table)
+            result = run_demo(
+                args.records,
+                args.partitions,
+                args.table,
+                rate=args.rate,
+                interval_s=args.interval,
+                chaos=args.chaos,
+            )
         except JavaNotFoundError as e:
             print(f"rayconnect: {e}", file=sys.stderr)
             return EXIT_REQUIREMENT

@@ -113,18 +113,22 @@ class SinkPipeline:
                 f"pipeline {cfg.name!r} is already running: use rayconnect.attach({cfg.name!r})"
             )
         detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
-        start_writer(
+        # Spark's start-up (~20-30 s) and the participants' start overlap: both must be up
+        # before the coordinator's first START.
+        writer = start_writer(
             names.writer(cfg.name),
             executors=cfg.spark.executors,
             cores=cfg.spark.executor_cores,
             memory=cfg.spark.executor_memory,
-            timeout_s=timeout_s,
             warm_up_table=cfg.sink.location(),
+            wait=False,
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.
         participants = start_participants(cfg, keys, cfg.source.clusters())
-        ray.get([p.status.remote() for p in participants], timeout=timeout_s)
+        ray.get(
+            [p.status.remote() for p in participants] + [writer.ready.remote()], timeout=timeout_s
+        )
         coordinator = CoordinatorActor.options(name=names.coordinator(cfg.name), **detached).remote(
             cfg, keys
         )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import msgspec
 
@@ -89,3 +91,12 @@ class GeneratorSource(ConfiguredTask):
 
     def _has_more(self, n: int) -> bool:
         return self.records_per_partition is None or n < self.records_per_partition
+
+
+def sequences(values: Iterable[Mapping[str, Any]]) -> dict[int, list[int]]:
+    """Source partition -> the ``seq`` numbers of its records, in the order given: read back
+    in offset order, exactly once and in order means ``[0, 1, ..., n-1]`` for each."""
+    seqs: dict[int, list[int]] = {}
+    for v in values:
+        seqs.setdefault(v["p"], []).append(v["seq"])
+    return seqs

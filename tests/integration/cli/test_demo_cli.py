@@ -1,8 +1,10 @@
-"""``rayconnect demo`` end to end, as a user runs it: a subprocess, its exit code, its summary,
-and the table it leaves, read back independently with Polars."""
+"""``rayconnect demo`` end to end, as a user runs it: a subprocess, its exit code, its live
+view (rounds, kills, recoveries), its summary, and the table it leaves, read back
+independently with Polars."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,19 +22,99 @@ def _demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.timeout(700)
-def test_demo_round_trip_is_exactly_once(tmp_path: Path) -> None:
-    table = tmp_path / "table"
-    done = _demo("--records", "30000", "--partitions", "3", "--table", str(table))
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    assert "OK: exactly once" in done.stdout
-    assert "30,000 (30,000 distinct" in done.stdout
-    assert "local/demo-events/0=10000" in done.stdout
+def _demo_run(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """The demo into ``tmp_path/table`` (its Ray and Spark scratch: a folder it removes)."""
+    return _demo(*args, "--table", str(tmp_path / "table"), timeout=timeout)
+
+
+def _assert_table_holds_exactly(table: Path, per_partition: int, partitions: int) -> None:
+    """Read back with Polars, independently of the demo's own check."""
     df = pl.read_delta(str(table))
-    assert df.height == 30_000
-    assert df.select(["partition", "offset"]).unique().height == 30_000
-    assert sorted(df["partition"].unique().to_list()) == [0, 1, 2]
-    assert df.group_by("partition").agg(pl.col("offset").max())["offset"].to_list() == [9999] * 3
+    assert df.height == per_partition * partitions
+    assert df.select(["topic", "partition", "offset"]).unique().height == df.height
+    by_partition = df.group_by("partition").agg(
+        pl.col("offset").min().alias("lo"), pl.col("offset").max().alias("hi"), pl.len()
+    )
+    assert sorted(by_partition.rows()) == [
+        (p, 0, per_partition - 1, per_partition) for p in range(partitions)
+    ]
+
+
+@pytest.mark.timeout(600)
+def test_demo_runs_a_live_pipeline_through_kills_exactly_once(tmp_path: Path) -> None:
+    done = _demo_run(
+        tmp_path, "--records", "30000", "--rate", "1500", "--partitions", "3", timeout=570
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert "\r" not in out  # plain lines when stdout is not a terminal
+    # the live view: a line a second while producing (20 s) with rounds, records and lag
+    live = re.findall(
+        r"rounds (\d+) committed / \d+ discarded \| records ([\d,]+) committed / ([\d,]+) "
+        r"produced \| lag p0=\S+ p1=\S+ p2=\S+ \| table v\d+",
+        out,
+    )
+    assert len(live) >= 15, out
+    assert max(int(r) for r, _, _ in live) >= 3
+    assert "dashboard http://127.0.0.1:" in out
+    # every kill happened, was said, and was recovered from
+    assert "CHAOS   ray.kill coordinator" in out
+    assert re.search(r"CHAOS   SIGKILL participant local/demo-events/1 \(pid \d+\)", out)
+    assert re.search(r"CHAOS   SIGKILL writer \(pid \d+\)", out)
+    assert out.count("RECOVERED from the ") == 3, out
+    assert "killed             coordinator (ray.kill), participant local/demo-events/1 " in out
+    # the demo's own verdict, from the table: rows, distinct offsets, txn versions = watermarks
+    assert "rows in table      30,000 (30,000 distinct" in out
+    offsets = ", ".join(f"local/demo-events/{p}=10000" for p in range(3))
+    assert f"committed offsets  {offsets}" in out
+    assert f"high watermarks    {offsets}" in out
+    assert "result             OK: exactly once" in out
+    assert re.search(r"steps +broker [\d.]+ s, ray [\d.]+ s, start [\d.]+ s, produce", out)
+    _assert_table_holds_exactly(tmp_path / "table", 10_000, 3)
+
+
+@pytest.mark.timeout(400)
+def test_demo_without_chaos_kills_nothing_and_is_exactly_once(tmp_path: Path) -> None:
+    done = _demo_run(
+        tmp_path,
+        "--records",
+        "8000",
+        "--rate",
+        "2000",
+        "--partitions",
+        "2",
+        "--no-chaos",
+        "--interval",
+        "1",
+        timeout=370,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert "chaos off" in out
+    assert "CHAOS" not in out and "killed  " not in out
+    assert "result             OK: exactly once" in out
+    _assert_table_holds_exactly(tmp_path / "table", 4_000, 2)
+
+
+@pytest.mark.timeout(400)
+def test_source_demo_kills_both_tasks_and_reads_back_every_record_once_in_order() -> None:
+    """The broker lives in the demo's process, so what it read back is checked from its
+    report: counts per source partition, order, committed source offsets, aborted records."""
+    done = _demo(
+        "--source", "--records", "12000", "--rate", "1000", "--partitions", "3", timeout=370
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert re.search(r"CHAOS   SIGKILL task 0 \(pid \d+\)", out)
+    assert "CHAOS   ray.kill task 1" in out
+    assert out.count("RECOVERED from the task ") == 2, out
+    live = re.findall(r"transactions ([\d,]+) committed / [\d,]+ aborted \| records", out)
+    assert len(live) >= 8 and int(live[-1].replace(",", "")) > 5
+    assert "read_committed     12,000 records; in the topic " in out
+    assert "per partition      p0=4,000, p1=4,000, p2=4,000 each 0..n-1 in order" in out
+    offsets = ", ".join(f'{{"generator":{p}}}={{"seq":3999}}' for p in range(3))
+    assert f"source offsets     {offsets}" in out
+    assert "result             OK: exactly once" in out
 
 
 @pytest.mark.timeout(60)
@@ -44,7 +126,17 @@ def test_demo_refuses_an_existing_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("bad", [["--records", "0"], ["--partitions", "-1"], ["--nope"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--records", "0"],
+        ["--partitions", "-1"],
+        ["--rate", "0"],
+        ["--interval", "0"],
+        ["--source", "--table", "/tmp/t"],
+        ["--nope"],
+    ],
+)
 def test_bad_arguments_exit_2_with_a_message(bad: list[str]) -> None:
     done = _demo(*bad, timeout=25)
     assert done.returncode == 2

@@ -24,7 +24,7 @@ import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.actors.source_task import TaskRunner
 from rayconnect.kafka import compat
-from rayconnect.kafka.admin import create_topic, high_watermarks
+from rayconnect.kafka.admin import create_topic
 from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.kafka.offsets_store import (
     combined_offsets,
@@ -33,9 +33,11 @@ from rayconnect.kafka.offsets_store import (
     offset_value,
     read_offsets,
 )
+from rayconnect.kafka.read_back import read_topic
 from rayconnect.pipelines.source import prepare_generation
 from rayconnect.pipelines.source_config import SourceSettings
 from rayconnect.source_tasks.base import encode_partition
+from rayconnect.source_tasks.generator import sequences
 
 pytestmark = [pytest.mark.usefixtures("ray_session")]
 
@@ -52,41 +54,12 @@ async def read_all(
     isolation_level: str = "read_committed",
     headers: bool = False,
 ) -> list[tuple[Any, ...]]:
-    """(key, value) of every record read_committed shows, per partition in offset order,
-    up to the high watermark (so every transaction must be decided)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    marks = await high_watermarks(bootstrap, topic)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level=isolation_level,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        fetch_max_wait_ms=50,
-        max_partition_fetch_bytes=16 << 20,
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in marks]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        out: list[tuple[Any, ...]] = []
-        deadline = time.monotonic() + 60
-        while not all([await consumer.position(tp) >= marks[tp.partition] for tp in tps]):
-            assert time.monotonic() < deadline, "read_committed never reached the high watermark"
-            for records in (await consumer.getmany(timeout_ms=100)).values():
-                out += [(r.key, r.value, *([dict(r.headers)] if headers else [])) for r in records]
-        return out
-    finally:
-        await consumer.stop()
+    return await read_topic(bootstrap, topic, isolation_level, headers)
 
 
 def generator_seqs(bootstrap: str) -> tuple[dict[int, list[int]], list[dict[str, Any]]]:
     values = [json.loads(v) for _, v in run(read_all(bootstrap))]
-    seqs: dict[int, list[int]] = {}
-    for v in values:
-        seqs.setdefault(v["p"], []).append(v["seq"])
-    return seqs, values
+    return sequences(values), values
 
 
 def assert_exactly_once_in_order(seqs: dict[int, list[int]], start: dict[int, int] | None = None):
