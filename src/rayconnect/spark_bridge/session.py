@@ -16,14 +16,11 @@ Everything here encodes facts measured on Java 17 + raydp 1.6.5 + pyspark 3.5.7
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from typing import TYPE_CHECKING
 
-from rayconnect.errors import JavaNotFoundError
+from rayconnect.spark_bridge.java import MIN_JAVA, use_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,56 +44,15 @@ ADD_OPENS_PACKAGES: tuple[str, ...] = (
     "sun.util.calendar",
 )
 
-_JAVA_FIX = (
-    "install OpenJDK 17: apt-get install -y openjdk-17-jre-headless, "
-    "or set JAVA_HOME to a Java >= {min} installation"
-)
 
+def require_java(min_version: int = MIN_JAVA) -> int:
+    """Choose the Java Spark will run (``java.py``: the user's Java 17, else the packaged
+    one), export it into this process's environment, and return its major version.
 
-def _java_executable() -> str | None:
-    """The java binary Spark will use: JAVA_HOME first (as spark-submit does), then PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        candidate = os.path.join(home, "bin", "java")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("java")
-
-
-def parse_java_major(version_output: str) -> int | None:
-    """Major version from ``java -version`` output ('1.8.0_392' -> 8, '17.0.15' -> 17)."""
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
-    if match is None:
-        return None
-    major = int(match.group(1))
-    if major == 1 and match.group(2) is not None:  # pre-9 scheme: 1.<major>
-        major = int(match.group(2))
-    return major
-
-
-def require_java(min_version: int = 17) -> int:
-    """Check that Java >= ``min_version`` is installed; return its major version.
-
-    Checked up front because a missing or old JVM otherwise surfaces deep inside RayDP as an
-    opaque gateway error (or a hang), long after the actor started.
+    Called before Ray starts (a local Ray inherits the environment) and in the process that
+    starts Spark; raises JavaNotFoundError when a Java the user forces is not usable.
     """
-    fix = _JAVA_FIX.format(min=min_version)
-    java = _java_executable()
-    if java is None:
-        raise JavaNotFoundError(f"java not found (Spark needs Java >= {min_version}): {fix}")
-    try:
-        proc = subprocess.run(
-            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise JavaNotFoundError(f"could not run {java} -version ({exc}): {fix}") from exc
-    output = proc.stderr + proc.stdout  # java prints its version on stderr
-    major = parse_java_major(output)
-    if major is None:
-        raise JavaNotFoundError(f"could not parse the output of {java} -version: {fix}")
-    if major < min_version:
-        raise JavaNotFoundError(f"{java} is Java {major}, Spark needs >= {min_version}: {fix}")
-    return major
+    return use_java(min_version).major
 
 
 def spark_tmp_dir() -> str:
@@ -154,7 +110,7 @@ def start_spark(
     """
     import raydp  # heavy import: only where Spark is really started
 
-    require_java()
+    use_java()  # the Spark driver JVM starts from this process
     # Executors are started by the JVM; they must run this interpreter, which has pyspark.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     configs = spark_configs()

@@ -9,13 +9,10 @@ would end every Ray on the machine.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,59 +22,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from fixtures.processes import free_port, kill_pids, pids_of
 
 REPO = Path(__file__).parents[3]
 BIN = Path(sys.executable).parent
 EXAMPLE = "examples/orders-sink.yaml"
 RECORDS = 2000
 PARTITIONS = 4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _descendants(pids: set[int]) -> set[int]:
-    children: dict[int, list[int]] = defaultdict(list)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children[int(fields[1])].append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    found, todo = set(pids), list(pids)
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _pids_of(marker: str) -> set[int]:
-    """Processes whose command line mentions ``marker`` (our head's temp dir), and their
-    descendants (workers, the job's driver and its broker, Spark's JVMs)."""
-    own = set()
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if marker in cmdline.read_bytes().decode(errors="replace"):
-                own.add(int(cmdline.parent.name))
-        except OSError:
-            continue
-    own.discard(os.getpid())
-    return _descendants(own) - {os.getpid()}
-
-
-def _kill(pids: set[int], grace_s: float = 10.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-            time.sleep(0.2)
 
 
 def _scrape(port: int) -> dict[str, dict[tuple, float]]:
@@ -106,7 +57,7 @@ def test_ray_job_submit_status_dashboard_metrics_stop(tmp_path):
 
     # Short path: Ray's unix sockets live under the temp dir (108-byte limit).
     temp_dir = Path(tempfile.mkdtemp(prefix="rc-job-", dir="/tmp"))
-    gcs, dash, metrics_port = _free_port(), _free_port(), _free_port()
+    gcs, dash, metrics_port = free_port(), free_port(), free_port()
     table = tmp_path / "orders"
     env = {
         **os.environ,
@@ -141,8 +92,8 @@ def test_ray_job_submit_status_dashboard_metrics_stop(tmp_path):
             f"--dashboard-port={dash}",
             "--dashboard-host=127.0.0.1",
             f"--metrics-export-port={metrics_port}",
-            f"--ray-client-server-port={_free_port()}",
-            f"--dashboard-agent-listen-port={_free_port()}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
             "--include-dashboard=true",
             "--disable-usage-stats",
             timeout=120,
@@ -294,6 +245,6 @@ def test_ray_job_submit_status_dashboard_metrics_stop(tmp_path):
         )
         assert again.returncode == 4, again
     finally:
-        _kill(_pids_of(str(temp_dir)))
+        kill_pids(pids_of(str(temp_dir)))
         shutil.rmtree(temp_dir, ignore_errors=True)
         print("\ntimings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))

@@ -19,17 +19,13 @@ from deltalake import DeltaTable
 
 from rayconnect.actors import names
 from rayconnect.actors.writer import start_writer
+from rayconnect.errors import JavaNotFoundError
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.delta import DeltaCommitter
 from rayconnect.spark_bridge.files import STAGING_DIR, schema_differences
 from rayconnect.spark_bridge.parquet_writer import InputSchemaError
-from rayconnect.spark_bridge.session import (
-    JavaNotFoundError,
-    parse_java_major,
-    require_java,
-    spark_configs,
-)
+from rayconnect.spark_bridge.session import require_java, spark_configs
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -216,10 +212,8 @@ def test_write_timing(
 
 
 def test_require_java_and_configs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    assert parse_java_major('openjdk version "17.0.15" 2025-04-15') == 17
-    assert parse_java_major('java version "1.8.0_392"') == 8
     assert require_java(17) >= 17
-    with pytest.raises(JavaNotFoundError, match="openjdk-17-jre-headless"):
+    with pytest.raises(JavaNotFoundError, match="Spark needs >= 99"):
         require_java(99)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))
