@@ -21,6 +21,7 @@ _EXPORTS = {
     "StaticMetadataService": "rayconnect.config",
     "CommitSettings": "rayconnect.config",
     "SparkSettings": "rayconnect.config",
+    "Placement": "rayconnect.placement",
     "ConfigError": "rayconnect.config",
     "FileMetadataService": "rayconnect.metadata",
     "SingleClusterMetadataService": "rayconnect.metadata",

@@ -24,6 +24,7 @@ from rayconnect.config import (
     SinkPipelineConfig,
     SparkSettings,
 )
+from rayconnect.placement import Placement
 from rayconnect.protocol.types import TopicPartition
 
 
@@ -77,6 +78,7 @@ class SinkPipeline:
         request_commit_after_flushes: int = 4,
         commit_when_caught_up: bool = False,
         spark: SparkSettings | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.config = SinkPipelineConfig(
             name=name,
@@ -92,6 +94,7 @@ class SinkPipeline:
                 commit_when_caught_up=commit_when_caught_up,
             ),
             spark=spark or SparkSettings(),
+            placement=placement or Placement(),
         )
 
     @classmethod
@@ -136,6 +139,7 @@ class SinkPipeline:
         if not keys:
             raise ConfigError(f"pipeline {cfg.name!r}: the subscribed topics have no partitions")
         ensure_ray(address)
+        cfg.placement.check()
         if _get_actor(names.coordinator(cfg.name)) is not None:
             raise PipelineError(
                 f"pipeline {cfg.name!r} is already running: use rayconnect.attach({cfg.name!r})"
@@ -147,16 +151,21 @@ class SinkPipeline:
             cores=cfg.spark.executor_cores,
             memory=cfg.spark.executor_memory,
             timeout_s=timeout_s,
+            placement=cfg.placement,
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.
         participants = start_participants(cfg, keys, cfg.source.clusters())
         ray.get([p.status.remote() for p in participants], timeout=timeout_s)
-        coordinator = CoordinatorActor.options(name=names.coordinator(cfg.name), **detached).remote(
-            cfg, keys
-        )
+        coordinator = CoordinatorActor.options(
+            name=names.coordinator(cfg.name),
+            **detached,
+            **cfg.placement.actor_options("coordinator"),
+        ).remote(cfg, keys)
         ray.get(coordinator.ready.remote(), timeout=timeout_s)
-        EnumeratorActor.options(name=names.enumerator(cfg.name), **detached).remote(cfg)
+        EnumeratorActor.options(
+            name=names.enumerator(cfg.name), **detached, **cfg.placement.actor_options("enumerator")
+        ).remote(cfg)
         handle = PipelineHandle(cfg.name)
         handle.wait_for(lambda s: s["readers_ready"], timeout_s=timeout_s, poll_s=0.2)
         return handle

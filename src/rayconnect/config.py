@@ -15,6 +15,7 @@ import msgspec
 
 from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
+from rayconnect.placement import Placement
 from rayconnect.properties import check_client_properties
 from rayconnect.protocol.streams import (
     MetadataError,
@@ -185,6 +186,7 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
     sink: DeltaSink
     commit: CommitSettings = CommitSettings()
     spark: SparkSettings = SparkSettings()
+    placement: Placement = Placement()
 
     __repr__ = redacted_repr
 

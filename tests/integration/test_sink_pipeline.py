@@ -16,7 +16,10 @@ from collections import Counter
 
 import pytest
 import ray
+import sink_checks
 from deltalake import DeltaTable
+from sink_checks import Produced, assert_exactly_once, table_rows
+from sink_checks import caught_up as _caught_up
 
 import rayconnect as rc
 from rayconnect.actors import names
@@ -24,65 +27,8 @@ from rayconnect.kafka.admin import create_topic, produce_demo_records
 
 pytestmark = [pytest.mark.integration]
 
-CLUSTER = "local"
-
-
-def _pipeline(name, bootstrap, topic, table, source=None, **settings) -> rc.SinkPipeline:
-    meta = rc.StaticMetadataService(
-        (rc.KafkaStream(topic, {CLUSTER: rc.ClusterMetadata(bootstrap, (topic,))}),)
-    )
-    kafka = rc.KafkaSource(meta, **(source or {}))
-    return rc.SinkPipeline(name, kafka, rc.DeltaSink(str(table)), **settings)
-
-
-class Produced:
-    """What was produced so far, per partition (offsets are 0..n-1 on a fresh topic)."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.counts = Counter({p: 0 for p in range(partitions)})
-        asyncio.run(create_topic(bootstrap, topic, partitions))
-
-    def more(self, n: int) -> None:
-        start = sum(self.counts.values())
-        counts = asyncio.run(
-            produce_demo_records(self.bootstrap, self.topic, n, self.partitions, start_index=start)
-        )
-        self.counts.update(counts)
-
-    def offsets(self) -> dict[str, int]:
-        return {f"{CLUSTER}/{self.topic}/{p}": n for p, n in self.counts.items() if n}
-
-    def rows(self) -> set[tuple[str, str, int, int]]:
-        return {(CLUSTER, self.topic, p, o) for p, n in self.counts.items() for o in range(n)}
-
-
-def table_rows(path) -> list[tuple[str, str, int, int]]:
-    t = DeltaTable(str(path)).to_pyarrow_table(columns=["cluster", "topic", "partition", "offset"])
-    return list(
-        zip(
-            t["cluster"].to_pylist(),
-            t["topic"].to_pylist(),
-            t["partition"].to_pylist(),
-            t["offset"].to_pylist(),
-            strict=True,
-        )
-    )
-
-
-def assert_exactly_once(path, produced: Produced, status: dict) -> None:
-    rows = table_rows(path)
-    dupes = [r for r, c in Counter(rows).items() if c > 1]
-    assert dupes == [], f"{len(dupes)} duplicated records, e.g. {dupes[:5]}"
-    assert set(rows) == produced.rows(), (
-        f"missing {len(produced.rows() - set(rows))}, extra {len(set(rows) - produced.rows())}"
-    )
-    assert status["offsets"] == produced.offsets()
-
-
-def _caught_up(produced: Produced):
-    want = produced.offsets()
-    return lambda s: s["offsets"] == want
+CLUSTER = sink_checks.CLUSTER
+_pipeline = sink_checks.pipeline
 
 
 @pytest.mark.timeout(900)
