@@ -220,7 +220,8 @@ def spark_problem(spark: SparkSession, app_name: str) -> tuple[str, bool] | None
         master = ray.get_actor(app_name + RAYDP_SPARK_MASTER_SUFFIX)
         ray.get(master.get_master_url.remote(), timeout=10)
     except Exception as e:
-        return f"RayDP master lost ({type(e).__name__})", True
+        first_line = (str(e).strip().splitlines() or [""])[-1][:200]
+        return f"RayDP master or app master lost ({type(e).__name__}: {first_line})", True
     # The driver's block manager counts as one.
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
     return None if executors >= 1 else ("no Spark executor registered", False)

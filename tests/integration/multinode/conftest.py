@@ -1,9 +1,11 @@
 """Fixtures for tests on a Ray cluster of several nodes on this machine
 (tests/integration/local_cluster.py).
 
-Only the ``spark*`` nodes have CPUs: the Spark executors (1 CPU each) can only land there,
-one per node, so two nodes write files; rayconnect's own actors take no CPU and go wherever
-their placement sends them. The head (the driver's node) cannot be removed.
+Only the ``spark*`` nodes have CPUs: the Spark executors (1 CPU each, in a SPREAD placement
+group) can only land there, one per node, so two nodes write files; spark2's second CPU is
+the room a lost executor (or a restarted Spark's group) needs once spark1 is gone.
+rayconnect's own actors take no CPU and go wherever their placement sends them. The head
+(the driver's node) cannot be removed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import rayconnect as rc
 from rayconnect.kafka.embedded import EmbeddedBroker
 
 #: The worker nodes: name (also its label ``node``) -> CPUs.
-WORKERS: dict[str, int] = {"ingest": 0, "control": 0, "spark1": 1, "spark2": 1}
+WORKERS: dict[str, int] = {"ingest": 0, "control": 0, "spark1": 1, "spark2": 2}
 
 
 @pytest.fixture(scope="module")

