@@ -215,6 +215,7 @@ class EnumeratorActor:
                 name=names.reader_of(self.config.name, reader_id),
                 namespace=names.NAMESPACE,
                 lifetime="detached",
+                **self.config.placement.actor_options("reader"),
             ).remote(
                 self.config.name,
                 effect.cluster_id,

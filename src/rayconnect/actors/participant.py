@@ -236,6 +236,7 @@ def start_participants(
             namespace=names.NAMESPACE,
             lifetime="detached",
             get_if_exists=True,
+            **config.placement.actor_options("participant"),
         ).remote(
             config.name,
             key,

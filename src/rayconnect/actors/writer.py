@@ -11,6 +11,10 @@ A thin shell around ``spark_bridge.parquet_writer.write_groups``. What it adds:
 - All Spark calls run on ONE dedicated thread: the event loop stays free to accept (and
   gather) new requests during a job, and PySpark's pinned-thread mode keeps per-thread
   properties (the job group used to count jobs) on the same JVM thread.
+- **A Spark that cannot recover ends the actor.** When the node of RayDP's app master (or of
+  every executor) is lost, Spark waits for executors forever. A watchdog sees it and exits
+  the process; Ray restarts the writer with a fresh Spark session, and the rounds whose
+  writes failed are read again (the protocol's job).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -30,16 +35,21 @@ import pyarrow as pa
 import ray
 
 from rayconnect.actors import names
+from rayconnect.placement import Placement
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups_detailed
-from rayconnect.spark_bridge.session import start_spark, stop_spark
+from rayconnect.spark_bridge.session import spark_problem, start_spark, stop_spark
 from rayconnect.storage.location import TableLocation, as_location
 
 log = logging.getLogger(__name__)
 
 WARM_UP_WRITES = 4
 WARM_UP_ROWS = 2_500  # a block; 8 groups of it: about one second of a 10k records/s stream
+SPARK_CHECK_S = 2.0
+#: How long Spark may have no executor before the writer restarts: RayDP restarts a lost
+#: executor by itself (on a new node once Ray re-placed its bundle); this waits for that.
+SPARK_NO_EXECUTOR_S = 30.0
 
 
 @dataclass
@@ -82,12 +92,18 @@ class WriterActor:
         gather_window_s: float = 0.05,
         gather_max_s: float = 0.5,
         warm_up_table: TableLocation | None = None,
+        placement_group_strategy: str | None = None,
     ) -> None:
         # A fresh Spark app name per actor *incarnation*: RayDP names an actor
         # "<app>_SPARK_MASTER", and a restarted writer must not collide with its predecessor.
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         self._app_name = f"rayconnect-{safe}-{uuid.uuid4().hex[:8]}"
-        self._spark_args = {"executors": executors, "cores": cores, "memory": memory}
+        self._spark_args = {
+            "executors": executors,
+            "cores": cores,
+            "memory": memory,
+            "placement_group_strategy": placement_group_strategy,
+        }
         self._warm_up = warm_up
         self._warm_up_table = warm_up_table
         self._gather_window_s = gather_window_s
@@ -96,6 +112,7 @@ class WriterActor:
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spark")
         self._start_task: asyncio.Task[None] | None = None
         self._drain_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
         self._pending: list[_Request] = []
         self._wakeup: asyncio.Event | None = None
         self._stopped = False
@@ -205,6 +222,7 @@ class WriterActor:
                 self._pending = []
                 await self._wakeup.wait()
                 self._wakeup.clear()
+        self._watch_task = asyncio.ensure_future(self._watch_spark())
         while True:
             await self._wakeup.wait()
             # Let the other flushes of the same END-COMMIT arrive: ms here vs ~0.5 s a job.
@@ -220,6 +238,30 @@ class WriterActor:
                 except Exception as exc:  # never let the loop die: callers would hang
                     log.exception("writer %s: unexpected error", self._app_name)
                     self._fail(requests, exc)
+
+    async def _watch_spark(self) -> None:
+        """Exit the process (Ray restarts the actor) once Spark cannot run a job any more:
+        at once when RayDP's master is lost, after SPARK_NO_EXECUTOR_S without executors."""
+        loop = asyncio.get_running_loop()
+        lost_since: float | None = None
+        while not self._stopped:
+            await asyncio.sleep(SPARK_CHECK_S)
+            if self._stopped or self._spark is None:
+                return
+            try:
+                problem = await loop.run_in_executor(
+                    None, spark_problem, self._spark, self._app_name
+                )
+            except Exception as e:  # the driver JVM itself is gone
+                problem = (f"Spark driver unreachable ({type(e).__name__}: {e})", True)
+            if problem is None:
+                lost_since = None
+                continue
+            reason, for_good = problem
+            lost_since = lost_since or time.monotonic()
+            if for_good or time.monotonic() - lost_since >= SPARK_NO_EXECUTOR_S:
+                log.error("writer %s: %s; restarting with a new Spark", self._app_name, reason)
+                os._exit(1)  # not exit_actor(): that is a clean exit, which Ray never restarts
 
     async def _gather(self) -> None:
         """Wait while flushes keep arriving: the participants' END-COMMIT flushes reach us
@@ -297,19 +339,31 @@ def start_writer(
     wait: bool = True,
     timeout_s: float = 180.0,
     warm_up_table: TableLocation | None = None,
+    placement: Placement | None = None,
 ) -> ray.actor.ActorHandle:
     """Get or create the named, detached, always-restarted writer actor.
 
     ``name`` is ``names.writer(pipeline)``. With ``wait`` (default) this blocks until Spark is
     started and warmed up (~20-30 s on 2 cores), so the first round pays no start-up cost.
+    ``placement`` places the writer and its executors (default: spread over the nodes).
     """
+    placement = placement or Placement()
     handle = WriterActor.options(
         name=name,
         namespace=namespace,
         lifetime="detached",
         max_restarts=-1,
         get_if_exists=True,
-    ).remote(name, executors, cores, memory, warm_up, warm_up_table=warm_up_table)
+        **placement.actor_options("writer"),
+    ).remote(
+        name,
+        executors,
+        cores,
+        memory,
+        warm_up,
+        placement_group_strategy=placement.spark_group_strategy,
+        warm_up_table=warm_up_table,
+    )
     if wait:
         ray.get(handle.ready.remote(), timeout=timeout_s)
     return handle

@@ -22,6 +22,7 @@ YAML, plus ``kind``::
     sink: {path: /data/orders}      # rc.DeltaSink
     commit: {commit_interval_s: 5}  # rc.CommitSettings
     spark: {executors: 1}           # rc.SparkSettings
+    placement: {strategy: spread}   # rc.Placement: spread | pack, prefer: {role: {label: value}}
 
 A source pipeline (KIP-618: any source -> Kafka) is ``rc.SourcePipeline``'s keyword
 arguments (``rayconnect.pipelines.source_config.SourcePipelineConfig``), with the task as a tagged

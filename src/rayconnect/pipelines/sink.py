@@ -22,6 +22,7 @@ from rayconnect.pipelines.sink_config import (
     SinkPipelineConfig,
     SparkSettings,
 )
+from rayconnect.placement import Placement
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import TopicPartition
 from rayconnect.runtime import Handle, ensure_ray, get_actor, pipeline_actor_names
@@ -53,6 +54,7 @@ class SinkPipeline:
         *,
         commit: CommitSettings | None = None,
         spark: SparkSettings | None = None,
+        placement: Placement | None = None,
         **commit_settings: Any,
     ) -> None:
         """``commit_settings``: any field of ``rc.CommitSettings`` by name (its defaults are
@@ -63,6 +65,7 @@ class SinkPipeline:
             sink=sink,
             commit=commit_settings_of(commit, commit_settings),
             spark=spark or SparkSettings(),
+            placement=placement or Placement(),
         )
 
     @classmethod
@@ -108,6 +111,7 @@ class SinkPipeline:
         if not keys:
             raise ConfigError(f"pipeline {cfg.name!r}: the subscribed topics have no partitions")
         ensure_ray(address)
+        cfg.placement.check()
         if get_actor(names.coordinator(cfg.name)) is not None:
             raise PipelineError(
                 f"pipeline {cfg.name!r} is already running: use rayconnect.attach({cfg.name!r})"
@@ -122,6 +126,7 @@ class SinkPipeline:
             memory=cfg.spark.executor_memory,
             warm_up_table=cfg.sink.location(),
             wait=False,
+            placement=cfg.placement,
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.
@@ -129,11 +134,15 @@ class SinkPipeline:
         ray.get(
             [p.status.remote() for p in participants] + [writer.ready.remote()], timeout=timeout_s
         )
-        coordinator = CoordinatorActor.options(name=names.coordinator(cfg.name), **detached).remote(
-            cfg, keys
-        )
+        coordinator = CoordinatorActor.options(
+            name=names.coordinator(cfg.name),
+            **detached,
+            **cfg.placement.actor_options("coordinator"),
+        ).remote(cfg, keys)
         ray.get(coordinator.ready.remote(), timeout=timeout_s)
-        EnumeratorActor.options(name=names.enumerator(cfg.name), **detached).remote(cfg)
+        EnumeratorActor.options(
+            name=names.enumerator(cfg.name), **detached, **cfg.placement.actor_options("enumerator")
+        ).remote(cfg)
         handle = PipelineHandle(cfg.name)
         handle.wait_for(lambda s: s["readers_ready"], timeout_s=timeout_s, poll_s=0.2)
         return handle

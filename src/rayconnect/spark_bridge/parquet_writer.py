@@ -97,12 +97,21 @@ _holders: dict[str, tuple[ray.actor.ActorHandle, str, str]] = {}
 def _holder(spark: SparkSession) -> tuple[ray.actor.ActorHandle, str, str]:
     """This session's block holder (created on first use): handle, name, namespace.
 
-    Owned by the process running the session (the writer actor), so it dies with it.
+    Owned by the process running the session (the writer actor), so it dies with it; and
+    placed on its node, so that no other node's loss can take it (and every later write).
     """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     name = f"{spark.sparkContext.appName}_RC_BLOCKS"
     if name not in _holders:
-        namespace = ray.get_runtime_context().namespace
-        handle = _BlockHolder.options(name=name, namespace=namespace, get_if_exists=True).remote()
+        context = ray.get_runtime_context()
+        namespace = context.namespace
+        handle = _BlockHolder.options(
+            name=name,
+            namespace=namespace,
+            get_if_exists=True,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False),
+        ).remote()
         _holders[name] = (handle, name, namespace)
     return _holders[name]
 

@@ -15,9 +15,11 @@ Everything here encodes facts measured on Java 17 + raydp 1.6.5 + pyspark 3.5.7
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from rayconnect.spark_bridge.java import MIN_JAVA, use_java
@@ -92,6 +94,9 @@ def spark_configs() -> dict[str, str]:
         # A failed write is retried by the protocol (the round is lost, the data re-read),
         # not by Spark: retrying a task whose object refs died only delays that by ~25 s.
         "spark.task.maxFailures": "1",
+        # RayDP's app master only coordinates: without this it asks for a CPU to be placed
+        # and waits forever on a cluster whose CPUs the executors' placement group holds.
+        "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
     }
 
 
@@ -101,12 +106,15 @@ def start_spark(
     cores: int = 1,
     memory: str = "1GB",
     extra_configs: dict[str, str] | None = None,
+    placement_group_strategy: str | None = None,
 ) -> SparkSession:
     """Start RayDP's Spark cluster in this process and return its SparkSession.
 
     One session per process (RayDP keeps a global context), so ``app_name`` must be unique per
     process: RayDP names an actor ``<app_name>_SPARK_MASTER``. Requires ``ray.init`` done
-    (RayDP would otherwise start a private local Ray).
+    (RayDP would otherwise start a private local Ray). ``placement_group_strategy``
+    (``SPREAD``/``PACK``) puts the executors in a placement group of that strategy; a bundle
+    on a lost node is re-placed by Ray and RayDP restarts its executor there.
     """
     import raydp  # heavy import: only where Spark is really started
 
@@ -115,13 +123,62 @@ def start_spark(
     os.environ["PYSPARK_PYTHON"] = sys.executable
     configs = spark_configs()
     configs.update(extra_configs or {})
-    return raydp.init_spark(
-        app_name=app_name,
-        num_executors=executors,
-        executor_cores=cores,
-        executor_memory=memory,
-        configs=configs,
-    )
+    with _master_on_this_node():
+        return raydp.init_spark(
+            app_name=app_name,
+            num_executors=executors,
+            executor_cores=cores,
+            executor_memory=memory,
+            configs=configs,
+            placement_group_strategy=placement_group_strategy,
+        )
+
+
+@contextlib.contextmanager
+def _master_on_this_node() -> Iterator[None]:
+    """Start RayDP's master actor on this process's node (raydp 1.6.5 places it with Ray's
+    default policy, which on a cluster may pick any node). It must run here: the driver JVM
+    joins Ray through the raylet socket of the *master's* node (``_generate_ray_configs``),
+    which exists only on that machine; and a master on another node ties Spark's life to
+    a second node. Hard affinity: if this node dies, so does the writer that owns it."""
+    import ray
+    import raydp.spark.ray_cluster as raydp_cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    original = raydp_cluster.RayDPSparkMaster
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+    class _Pinned:
+        @staticmethod
+        def options(**options: object) -> object:
+            return original.options(scheduling_strategy=here, **options)
+
+    raydp_cluster.RayDPSparkMaster = _Pinned
+    try:
+        yield
+    finally:
+        raydp_cluster.RayDPSparkMaster = original
+
+
+def spark_problem(spark: SparkSession, app_name: str) -> tuple[str, bool] | None:
+    """Why the Spark session ``app_name`` of this process cannot run a job now, and whether
+    that is for good (True) or may heal (False); None when it can.
+
+    RayDP restarts a lost executor, but not its master actor, nor the app master JVM that
+    owns the executors: when their node is lost, every executor goes with them and a job
+    waits for resources forever instead of failing. Checked from any thread."""
+    import ray
+    from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
+
+    try:
+        master = ray.get_actor(app_name + RAYDP_SPARK_MASTER_SUFFIX)
+        ray.get(master.get_master_url.remote(), timeout=10)
+    except Exception as e:
+        first_line = (str(e).strip().splitlines() or [""])[-1][:200]
+        return f"RayDP master or app master lost ({type(e).__name__}: {first_line})", True
+    # The driver's block manager counts as one.
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+    return None if executors >= 1 else ("no Spark executor registered", False)
 
 
 def stop_spark() -> None:

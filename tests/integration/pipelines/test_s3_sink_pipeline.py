@@ -15,8 +15,17 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 from pyarrow import fs
-from test_sink_pipeline import CLUSTER, Produced, _caught_up, _pipeline, assert_exactly_once
+from sink_checks import (
+    CLUSTER,
+    Produced,
+    assert_exactly_once,
+    caught_up,
+    kill_landed_in_round,
+    open_round_with_data,
+    pipeline,
+)
 
+import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.kafka.admin import high_watermarks
 from rayconnect.storage.embedded_s3 import EmbeddedS3
@@ -31,30 +40,30 @@ def test_pipeline_into_s3_exactly_once_through_a_coordinator_kill(
     uri = f"s3://{s3_bucket}/orders"
     produced = Produced(bootstrap, "s3orders", 3)
     produced.more(3000)
-    pipeline = _pipeline(
+    sink = rc.DeltaSink(uri, storage_options=options)
+    handle = pipeline(
         "s3sink",
         bootstrap,
         "s3orders",
-        uri,
-        storage_options=options,
+        sink,
         commit_interval_s=2,
         write_timeout_s=30,
         flush_max_records=1500,
-    )
-    handle = pipeline.start()
+    ).start()
     try:
-        status = handle.wait_for(_caught_up(produced), timeout_s=180)
-        assert_exactly_once(uri, produced, status, options)
+        status = handle.wait_for(caught_up(produced), timeout_s=180)
+        assert_exactly_once(sink, produced, status)
         first_epoch = status["epoch"]
 
         produced.more(3000)
-        time.sleep(1.0)  # the round is open and holds data: kill now
-        killed_at = time.monotonic()
+        before = handle.wait_for(open_round_with_data, timeout_s=60, poll_s=0.05)
+        killed_at = time.time()
         kill(names.coordinator("s3sink"), "sigkill")
         produced.more(2000)
-        status = handle.wait_for(_caught_up(produced), timeout_s=300)
-        recovered_s = time.monotonic() - killed_at
-        assert_exactly_once(uri, produced, status, options)
+        status = handle.wait_for(caught_up(produced), timeout_s=300)
+        recovered_s = time.time() - killed_at
+        assert kill_landed_in_round(sink, before, killed_at)
+        assert_exactly_once(sink, produced, status)
         assert status["epoch"] > first_epoch  # the new incarnation fenced the old one
         hw = asyncio.run(high_watermarks(bootstrap, "s3orders"))
         assert status["offsets"] == {f"{CLUSTER}/s3orders/{p}": n for p, n in hw.items() if n}

@@ -16,77 +16,23 @@ from collections import Counter
 
 import pytest
 import ray
+import sink_checks
 from deltalake import DeltaTable
+from sink_checks import (
+    Produced,
+    assert_exactly_once,
+    kill_landed_in_round,
+    open_round_with_data,
+    table_rows,
+)
+from sink_checks import caught_up as _caught_up
 
 import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.kafka.admin import create_topic, produce_demo_records
 
-CLUSTER = "local"
-
-
-def _pipeline(
-    name, bootstrap, topic, table, source=None, storage_options=None, **settings
-) -> rc.SinkPipeline:
-    meta = rc.StaticMetadataService(
-        (rc.KafkaStream(topic, {CLUSTER: rc.ClusterMetadata(bootstrap, (topic,))}),)
-    )
-    kafka = rc.KafkaSource(meta, **(source or {}))
-    sink = rc.DeltaSink(str(table), storage_options=storage_options or {})
-    return rc.SinkPipeline(name, kafka, sink, **settings)
-
-
-class Produced:
-    """What was produced so far, per partition (offsets are 0..n-1 on a fresh topic)."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.counts = Counter({p: 0 for p in range(partitions)})
-        asyncio.run(create_topic(bootstrap, topic, partitions))
-
-    def more(self, n: int) -> None:
-        start = sum(self.counts.values())
-        counts = asyncio.run(
-            produce_demo_records(self.bootstrap, self.topic, n, self.partitions, start_index=start)
-        )
-        self.counts.update(counts)
-
-    def offsets(self) -> dict[str, int]:
-        return {f"{CLUSTER}/{self.topic}/{p}": n for p, n in self.counts.items() if n}
-
-    def rows(self) -> set[tuple[str, str, int, int]]:
-        return {(CLUSTER, self.topic, p, o) for p, n in self.counts.items() for o in range(n)}
-
-
-def table_rows(path, storage_options=None) -> list[tuple[str, str, int, int]]:
-    """The table's (cluster, topic, partition, offset) rows; ``path`` may be an s3:// URI."""
-    t = DeltaTable(str(path), storage_options=storage_options).to_pyarrow_table(
-        columns=["cluster", "topic", "partition", "offset"]
-    )
-    return list(
-        zip(
-            t["cluster"].to_pylist(),
-            t["topic"].to_pylist(),
-            t["partition"].to_pylist(),
-            t["offset"].to_pylist(),
-            strict=True,
-        )
-    )
-
-
-def assert_exactly_once(path, produced: Produced, status: dict, storage_options=None) -> None:
-    rows = table_rows(path, storage_options)
-    dupes = [r for r, c in Counter(rows).items() if c > 1]
-    assert dupes == [], f"{len(dupes)} duplicated records, e.g. {dupes[:5]}"
-    assert set(rows) == produced.rows(), (
-        f"missing {len(produced.rows() - set(rows))}, extra {len(set(rows) - produced.rows())}"
-    )
-    assert status["offsets"] == produced.offsets()
-
-
-def _caught_up(produced: Produced):
-    want = produced.offsets()
-    return lambda s: s["offsets"] == want
+CLUSTER = sink_checks.CLUSTER
+_pipeline = sink_checks.pipeline
 
 
 @pytest.mark.timeout(900)
@@ -121,12 +67,12 @@ def test_exactly_once_while_every_role_is_killed_mid_round(
                 # A kill that missed its round proves nothing: kill again until one cuts.
                 for _attempt in range(4):
                     produced.more(3000)
-                    before = handle.wait_for(_open_round_with_data, timeout_s=60, poll_s=0.05)
+                    before = handle.wait_for(open_round_with_data, timeout_s=60, poll_s=0.05)
                     killed_at = time.time()
                     kill(victim, how)
                     produced.more(2000)
                     handle.wait_for(_caught_up(produced), timeout_s=240)
-                    if _cut(tmp_path / "t", before, killed_at):
+                    if kill_landed_in_round(tmp_path / "t", before, killed_at):
                         break
                 else:
                     pytest.fail(f"4 kills of {victim} ({how}) all missed an open round")
@@ -139,33 +85,6 @@ def test_exactly_once_while_every_role_is_killed_mid_round(
         for k, v in recovery.items():
             print(f"  {k:<24} {v:6.1f} s")
         handle.stop(commit=False)
-
-
-def _in_flight(status: dict) -> int:
-    """Records the readers have read past the table's committed offsets."""
-    committed = status["offsets"]
-    return sum(
-        max(p["position"] - committed.get(key, 0), 0)
-        for reader in status["readers"].values()
-        for key, p in reader.get("partitions", {}).items()
-        if p.get("position") is not None
-    )
-
-
-def _open_round_with_data(status: dict) -> bool:
-    return status["state"] == "started" and _in_flight(status) > 0
-
-
-def _cut(table, before: dict, killed_at: float) -> bool:
-    """Did the kill land inside the round ``before`` saw open (with data)? Yes unless the
-    table shows that round (its epoch and txn id) committed before the kill."""
-    for commit in DeltaTable(str(table)).history():
-        if (commit.get("rayconnect.epoch"), commit.get("rayconnect.txn_id")) == (
-            str(before["epoch"]),
-            str(before["txn_id"]),
-        ):
-            return commit["timestamp"] / 1000 > killed_at
-    return True
 
 
 @pytest.mark.timeout(600)

@@ -1,0 +1,104 @@
+"""Where a sink pipeline's actors and Spark executors run on a Ray cluster.
+
+Every rayconnect actor asks for ``num_cpus=0``, so Ray's default (hybrid) policy never sees
+a node fill up and puts them all on the node of whoever creates them: the driver's node,
+or the enumerator's for readers. On a cluster that leaves the workers idle, makes one node
+carry every reader's network and memory, and lets one lost node take the whole pipeline
+down at once. ``Placement`` turns one small setting into Ray actor options:
+
+- ``strategy="spread"`` (default): actors use Ray's ``SPREAD`` strategy and the Spark
+  executors a ``SPREAD`` placement group, so reading, buffering and writing are shared by
+  the nodes and a lost node takes only its share with it.
+- ``strategy="pack"``: Ray's default policy (the creator's node) and a ``PACK`` group for
+  the executors: fewest cross-node copies, for a cluster of one big node.
+- ``prefer={"participant": {"pool": "ingest"}}``: start that role's actors on the nodes
+  whose Ray labels match (``ray start --labels='{"pool": "ingest"}'``; values in Ray's
+  selector syntax: ``v``, ``!v``, ``in(a,b)``, ``!in(a,b)``). If no such node is left (it
+  was lost), Ray restarts them on any node instead of waiting for one to come back. Ray
+  labels, not ``NodeAffinitySchedulingStrategy(soft=True)``: measured on Ray 2.60, soft
+  affinity to a node without CPUs did not hold (4 actors pinned to one node landed on 3).
+
+Measured on a 3-node test cluster: README/bench/README.md ("Placement on a Ray cluster").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from rayconnect.errors import ConfigError
+
+Strategy = Literal["spread", "pack"]
+
+#: The roles of a sink pipeline that ``prefer`` may place.
+ROLES: tuple[str, ...] = ("coordinator", "enumerator", "writer", "participant", "reader")
+
+_SPARK_GROUP_STRATEGY = {"spread": "SPREAD", "pack": "PACK"}
+
+
+class Placement(msgspec.Struct, frozen=True):
+    """Where the pipeline's actors and Spark executors run (see the module docstring)."""
+
+    strategy: Strategy = "spread"
+    prefer: dict[str, dict[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        if self.strategy not in _SPARK_GROUP_STRATEGY:
+            raise ConfigError(
+                f"placement.strategy {self.strategy!r}: use one of {sorted(_SPARK_GROUP_STRATEGY)}"
+            )
+        from ray._private.label_utils import validate_label_selector
+
+        for role, selector in self.prefer.items():
+            if role not in ROLES:
+                raise ConfigError(f"placement.prefer: unknown role {role!r}, use one of {ROLES}")
+            problem = (
+                validate_label_selector(selector)
+                if isinstance(selector, dict) and selector
+                else "give node labels to match, e.g. {'pool': 'ingest'}"
+            )
+            if problem:
+                raise ConfigError(f"placement.prefer[{role!r}]: {problem}")
+
+    @property
+    def spark_group_strategy(self) -> str:
+        """RayDP's ``placement_group_strategy`` for the executors."""
+        return _SPARK_GROUP_STRATEGY[self.strategy]
+
+    def check(self) -> None:
+        """Every preferred selector matches an alive node of the connected Ray: a typo
+        would otherwise silently mean "anywhere" (the preference falls back)."""
+        import ray
+
+        labels = [n.get("Labels") or {} for n in ray.nodes() if n.get("Alive")]
+        for role, selector in sorted(self.prefer.items()):
+            if not any(matches(selector, node) for node in labels):
+                raise ConfigError(
+                    f"placement.prefer[{role!r}]: no alive Ray node has the labels {selector} "
+                    "(start nodes with ray start --labels=...)"
+                )
+
+    def actor_options(self, role: str) -> dict[str, Any]:
+        """Ray ``.options()`` for an actor of ``role``."""
+        selector = self.prefer.get(role)
+        if selector is not None:
+            # Any node at all once none matches: a lost node must not stall a restart.
+            return {"label_selector": dict(selector), "fallback_strategy": [{"label_selector": {}}]}
+        if self.strategy == "spread":
+            return {"scheduling_strategy": "SPREAD"}
+        return {}
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    """Whether a node with ``labels`` satisfies ``selector`` (Ray's selector syntax)."""
+    for key, wanted in selector.items():
+        negate = wanted.startswith("!")
+        wanted = wanted.removeprefix("!")
+        if wanted.startswith("in(") and wanted.endswith(")"):
+            values = {v.strip() for v in wanted[3:-1].split(",")}
+        else:
+            values = {wanted}
+        if (labels.get(key) in values) == negate:
+            return False
+    return True
