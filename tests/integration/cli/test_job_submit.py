@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from fixtures.processes import free_port, kill_pids, pids_of
 
+from rayconnect.spark_bridge.java import find_java
+
 REPO = Path(__file__).parents[3]
 BIN = Path(sys.executable).parent
 EXAMPLE = "examples/orders-sink.yaml"
@@ -66,6 +68,8 @@ def test_ray_job_submit_status_dashboard_metrics_stop(tmp_path):
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     env.pop("RAY_ADDRESS", None)
+    # The README's `eval "$(python -m rayconnect.spark_bridge.java)"` before `ray start`
+    env.update(find_java(env).environment(env))
 
     def run(*cmd, timeout=120, check=True):
         done = subprocess.run(

@@ -67,8 +67,12 @@ def scratch() -> Iterator[Path]:
     try:
         yield temp_dir
     finally:
-        kill_pids(pids_of(str(temp_dir)))
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        for _ in range(3):  # a process still dying may write a log file again
+            kill_pids(pids_of(str(temp_dir)))
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            time.sleep(1)
+            if not temp_dir.exists():
+                break
 
 
 def _environment(temp_dir: Path, **extra: str) -> dict[str, str]:
