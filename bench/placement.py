@@ -69,7 +69,7 @@ def main() -> None:
                 )
                 nodes: dict[str, list[str]] = {}
                 for actor, node in where.items():
-                    role = actor.split("/")[1] if "/" in actor else "executor"
+                    role = "executor" if actor.startswith("executor/") else actor.split("/")[1]
                     nodes.setdefault(role, []).append(node)
                 run = {
                     "strategy": strategy,

@@ -8,8 +8,9 @@ import re
 import pytest
 
 import rayconnect as rc
+from rayconnect import placement as placement_module
 from rayconnect.cli.pipeline_file import PipelineFileError, loads_pipeline
-from rayconnect.pipelines.sink_config import ConfigError
+from rayconnect.errors import ConfigError
 from rayconnect.placement import matches
 
 pytestmark = [pytest.mark.timeout(30)]
@@ -34,9 +35,13 @@ def test_spread_is_the_default_for_actors_and_executors():
     assert loads_pipeline(FILE).placement == placement
 
 
-def test_pack_leaves_actors_to_rays_default_and_packs_the_executors():
+def test_pack_prefers_the_starting_processs_node_and_packs_the_executors(monkeypatch):
+    monkeypatch.setattr(placement_module, "_this_node", lambda: "ab12")
     placement = rc.Placement("pack")
-    assert placement.actor_options("reader") == {}
+    assert placement.actor_options("reader") == {
+        "label_selector": {"ray.io/node-id": "ab12"},
+        "fallback_strategy": [{"label_selector": {}}],
+    }
     assert placement.spark_group_strategy == "PACK"
 
 
