@@ -278,14 +278,22 @@ def start_local_ray(scratch: Path, view: LiveView) -> str | None:
     on a free port; the dashboard's URL, said in the view."""
     import ray
 
-    context = ray.init(
-        address="local",
-        namespace="rayconnect",
-        log_to_driver=False,
-        include_dashboard=True,
-        dashboard_port=_free_port(),
-        _temp_dir=str(scratch / "ray"),
-    )
+    for attempt in (1, 2):
+        try:
+            context = ray.init(
+                address="local",
+                namespace="rayconnect",
+                log_to_driver=False,
+                include_dashboard=True,
+                dashboard_port=_free_port(),
+                _temp_dir=str(scratch / "ray"),
+            )
+            break
+        except Exception as e:  # Ray gives its raylet 30 s: not enough on a loaded machine
+            if attempt == 2:
+                raise
+            view.event(f"ray      did not start ({type(e).__name__}: {e}); trying once more")
+            ray.shutdown()
     dashboard = f"http://{context.dashboard_url}" if context.dashboard_url else None
     view.event(f"ray      dashboard {dashboard or '(not running)'}: actors, logs, metrics")
     return dashboard
