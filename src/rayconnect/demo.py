@@ -21,6 +21,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -190,7 +191,7 @@ def run_demo(
     def step(name: str, since: float) -> None:
         timings[f"{name}_s"] = time.monotonic() - since
 
-    with EmbeddedBroker(cluster_id=CLUSTER) as broker:
+    with kept_on_error(scratch, out), EmbeddedBroker(cluster_id=CLUSTER) as broker:
         bootstrap = broker.bootstrap_servers
         t = time.monotonic()
         asyncio.run(create_topic(bootstrap, TOPIC, partitions))
@@ -271,6 +272,16 @@ def scratch_dir() -> Path:
     scratch = Path(tempfile.mkdtemp(prefix="rayconnect-demo-ray-"))
     os.environ["RAYCONNECT_SPARK_TMP"] = str(scratch / "spark")
     return scratch
+
+
+@contextlib.contextmanager
+def kept_on_error(scratch: Path, out: TextIO) -> Iterator[None]:
+    """A demo that fails with an error keeps its Ray's logs: say where they are."""
+    try:
+        yield
+    except BaseException:
+        print(f"  ray and spark logs {scratch}", file=out, flush=True)
+        raise
 
 
 def start_local_ray(scratch: Path, view: LiveView) -> str | None:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from rayconnect.demo import remove_scratch_if, scratch_dir, start_local_ray
+from rayconnect.demo import kept_on_error, remove_scratch_if, scratch_dir, start_local_ray
 from rayconnect.demo_view import LiveView
 
 PIPELINE = "demo-source"
@@ -156,7 +156,7 @@ def run_source_demo(
     timings: dict[str, float] = {}
     done_kills: list[str] = []
     want = {encode_partition({"generator": p}): {"seq": per - 1} for p in range(partitions)}
-    with EmbeddedBroker(cluster_id="target") as broker:
+    with kept_on_error(scratch, out), EmbeddedBroker(cluster_id="target") as broker:
         bootstrap = broker.bootstrap_servers
         asyncio.run(create_topic(bootstrap, TOPIC, partitions))
         view.event(f"broker   tansu at {bootstrap}, topic {TOPIC!r} ({partitions} partitions)")
