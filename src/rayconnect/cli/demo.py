@@ -21,6 +21,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -190,7 +191,7 @@ def run_demo(
     def step(name: str, since: float) -> None:
         timings[f"{name}_s"] = time.monotonic() - since
 
-    with EmbeddedBroker(cluster_id=CLUSTER) as broker:
+    with kept_on_error(scratch, out), EmbeddedBroker(cluster_id=CLUSTER) as broker:
         bootstrap = broker.bootstrap_servers
         t = time.monotonic()
         asyncio.run(create_topic(bootstrap, TOPIC, partitions))
@@ -273,19 +274,37 @@ def scratch_dir() -> Path:
     return scratch
 
 
+@contextlib.contextmanager
+def kept_on_error(scratch: Path, out: TextIO) -> Iterator[None]:
+    """A demo that fails with an error keeps its Ray's logs: say where they are."""
+    try:
+        yield
+    except BaseException:
+        print(f"  ray and spark logs {scratch}", file=out, flush=True)
+        raise
+
+
 def start_local_ray(scratch: Path, view: LiveView) -> str | None:
     """A new local Ray (never one already running: the demo kills actors) with its dashboard
     on a free port; the dashboard's URL, said in the view."""
     import ray
 
-    context = ray.init(
-        address="local",
-        namespace="rayconnect",
-        log_to_driver=False,
-        include_dashboard=True,
-        dashboard_port=_free_port(),
-        _temp_dir=str(scratch / "ray"),
-    )
+    for attempt in (1, 2):
+        try:
+            context = ray.init(
+                address="local",
+                namespace="rayconnect",
+                log_to_driver=False,
+                include_dashboard=True,
+                dashboard_port=_free_port(),
+                _temp_dir=str(scratch / "ray"),
+            )
+            break
+        except Exception as e:  # Ray gives its raylet 30 s: not enough on a loaded machine
+            if attempt == 2:
+                raise
+            view.event(f"ray      did not start ({type(e).__name__}: {e}); trying once more")
+            ray.shutdown()
     dashboard = f"http://{context.dashboard_url}" if context.dashboard_url else None
     view.event(f"ray      dashboard {dashboard or '(not running)'}: actors, logs, metrics")
     return dashboard

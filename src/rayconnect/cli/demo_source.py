@@ -12,13 +12,14 @@ source offsets (the pipeline's offsets topic) at each partition's last record.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from rayconnect.cli.demo import remove_scratch_if, scratch_dir, start_local_ray
+from rayconnect.cli.demo import kept_on_error, remove_scratch_if, scratch_dir, start_local_ray
 from rayconnect.cli.demo_view import LiveView
 
 PIPELINE = "demo-source"
@@ -68,8 +69,8 @@ class _Tasks:
 
     def __init__(self, view: LiveView) -> None:
         self.view = view
-        self._seen: dict[tuple[int, int], tuple[int, int, int]] = {}
-        self.pending: dict[int, tuple[str, int, float]] = {}  # task -> (label, restarts, at)
+        self._seen: dict[tuple[int, int], tuple[int, int, int]] = {}  # (task, pid) -> counts
+        self.pending: dict[int, tuple[str, int | None, float]] = {}  # task -> (label, pid, at)
 
     def total(self, i: int) -> int:
         return sum(v[i] for v in self._seen.values())
@@ -78,7 +79,7 @@ class _Tasks:
         tasks = status.get("tasks") or {}
         for index, t in tasks.items():
             if "records_committed" in t:
-                key = (int(index), int(t.get("restarts") or 0))
+                key = (int(index), int(t.get("pid") or 0))
                 self._seen[key] = (
                     t["transactions_committed"],
                     t["transactions_aborted"],
@@ -90,9 +91,9 @@ class _Tasks:
             f"aborted | records {self.total(2):,} committed of {goal:,}"
         )
         now = time.monotonic()
-        for index, (label, restarts, at) in list(self.pending.items()):
+        for index, (label, pid, at) in list(self.pending.items()):
             t = tasks.get(index) or {}
-            if (t.get("restarts") or 0) > restarts and t.get("transactions_committed", 0) > 0:
+            if t.get("pid") not in (None, pid) and t.get("transactions_committed", 0) > 0:
                 del self.pending[index]
                 self.view.recoveries[label] = now - at
                 self.view.event(
@@ -155,7 +156,7 @@ def run_source_demo(
     timings: dict[str, float] = {}
     done_kills: list[str] = []
     want = {encode_partition({"generator": p}): {"seq": per - 1} for p in range(partitions)}
-    with EmbeddedBroker(cluster_id="target") as broker:
+    with kept_on_error(scratch, out), EmbeddedBroker(cluster_id="target") as broker:
         bootstrap = broker.bootstrap_servers
         asyncio.run(create_topic(bootstrap, TOPIC, partitions))
         view.event(f"broker   tansu at {bootstrap}, topic {TOPIC!r} ({partitions} partitions)")
@@ -186,23 +187,28 @@ def run_source_demo(
                 if kills and tick >= kills[0][0] and not tasks.pending:
                     _, index, how = kills.pop(0)
                     name = _task_name(index)
-                    restarts = _restarts(handle, index)
+                    before = _pid(handle, index)
                     pid = kill_actor(name, how, dashboard)
                     label = f"task {index}"
                     view.event(
                         f"CHAOS   {'SIGKILL' if pid else 'ray.kill'} {label} "
                         f"({f'pid {pid}' if pid else name}); Ray restarts it"
                     )
-                    tasks.pending[index] = (label, restarts, time.monotonic())
+                    tasks.pending[index] = (label, before, time.monotonic())
                     done_kills.append(f"{label} ({how})")
                 try:
                     tasks.show(handle.status(timeout_s=3), goal)
                 except Exception as e:  # a task restarting
                     view.unavailable(e)
-                if not kills and not tasks.pending and tick >= t + run_s:
+                if not kills and tick >= t + run_s:
                     caught_up = _committed_offsets(bootstrap) == want
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
             timings["run_s"] = time.monotonic() - t
+            if tasks.pending:  # the last commit may have come after the last status
+                with contextlib.suppress(Exception):
+                    tasks.show(handle.status(timeout_s=3), goal)
+            for label, _, _ in tasks.pending.values():
+                view.event(f"{label} restarted with nothing left to write: no commit to time")
             view.event(
                 "every record committed" if caught_up else f"NOT finished after {timeout_s:g} s"
             )
@@ -235,11 +241,12 @@ def _task_name(index: int) -> str:
     return names.task(PIPELINE, index)
 
 
-def _restarts(handle: Any, index: int) -> int:
+def _pid(handle: Any, index: int) -> int | None:
+    """The task's process: a successor has another one (restart counts can lag behind)."""
     try:
-        return int(handle.status(timeout_s=3)["tasks"][index].get("restarts") or 0)
+        return handle.status(timeout_s=3)["tasks"][index].get("pid")
     except Exception:
-        return 0
+        return None
 
 
 def _summary(r: SourceDemoResult, out: TextIO) -> None:
