@@ -360,47 +360,70 @@ def actor_pids(pipeline: str) -> dict[str, int]:
 # --------------------------------------------------------------------------------------
 
 
-def delta_visibility(table: str, after_version: int = -1) -> list[tuple[int, float, list[str]]]:
+def delta_log(
+    table: str, storage_options: dict[str, str] | None = None
+) -> list[tuple[int, float, list[dict]]]:
+    """[(version, file mtime in s, actions)] of every commit file in the table's log, on a
+    local disk or an object store."""
+    from pyarrow import fs
+
+    from rayconnect.storage.location import TableLocation
+
+    location = TableLocation.parse(table, storage_options)
+    store = location.filesystem()
+    infos = store.get_file_info(fs.FileSelector(location.path("_delta_log")))
+    out = []
+    for info in sorted(infos, key=lambda i: i.base_name):
+        if not info.base_name.endswith(".json") or info.base_name.startswith("_"):
+            continue
+        with store.open_input_stream(info.path) as fh:
+            text = fh.read().decode("utf-8")
+        actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+        out.append((int(info.base_name.split(".")[0]), info.mtime.timestamp(), actions))
+    return out
+
+
+def delta_visibility(
+    table: str, after_version: int = -1, storage_options: dict[str, str] | None = None
+) -> list[tuple[int, float, list[str]]]:
     """[(version, commit time in s since epoch, added data file paths)] from the log, with
     the commit time from ``DeltaTable.history()``."""
     from deltalake import DeltaTable
 
-    dt = DeltaTable(table)
+    dt = DeltaTable(table, storage_options=storage_options)
     when = {h["version"]: h["timestamp"] / 1000.0 for h in dt.history()}
     out = []
-    for path in sorted(Path(table, "_delta_log").glob("*.json")):
-        version = int(path.stem)
+    for version, mtime, actions in delta_log(table, storage_options):
         if version <= after_version:
             continue
-        adds = []
-        for line in path.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                adds.append(action["add"]["path"])
-        out.append((version, when.get(version, path.stat().st_mtime), adds))
+        adds = [a["add"]["path"] for a in actions if "add" in a]
+        out.append((version, when.get(version, mtime), adds))
     return out
 
 
-def delta_records_by_version(table: str) -> list[tuple[float, int]]:
+def delta_records_by_version(
+    table: str, storage_options: dict[str, str] | None = None
+) -> list[tuple[float, int]]:
     """[(commit time, records added)] for every version that added data, in order."""
     out = []
-    for path in sorted(Path(table, "_delta_log").glob("*.json")):
+    for _, mtime, actions in delta_log(table, storage_options):
         records, committed = 0, None
-        for line in path.read_text().splitlines():
-            action = json.loads(line)
+        for action in actions:
             if "add" in action and action["add"].get("stats"):
                 records += json.loads(action["add"]["stats"]).get("numRecords", 0)
             if "commitInfo" in action:
                 committed = action["commitInfo"].get("timestamp")
         if records:
-            out.append(((committed or path.stat().st_mtime * 1000) / 1000.0, records))
+            out.append(((committed or mtime * 1000) / 1000.0, records))
     return out
 
 
-def sustained_rate(table: str, t0: float) -> float | None:
+def sustained_rate(
+    table: str, t0: float, storage_options: dict[str, str] | None = None
+) -> float | None:
     """Records/s up to the second-to-last data version: the steady rate, without the last
     round's (or flush's) wait for its timer, which depends on where the backlog ends."""
-    versions = delta_records_by_version(table)
+    versions = delta_records_by_version(table, storage_options)
     if len(versions) < 2:
         return None
     t_prev = versions[-2][0]

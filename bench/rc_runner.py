@@ -22,12 +22,16 @@ from rayconnect.actors import names
 
 def pipeline(name: str, bootstrap: str, topic: str, table: str, **settings: Any) -> rc.SinkPipeline:
     source_opts = settings.pop("source", {})
+    storage_options = settings.pop("storage_options", {})
     ensure_session_latest(ray._private.worker._global_node.get_session_dir_path())
     meta = rc.StaticMetadataService(
         (rc.KafkaStream(topic, {"local": rc.ClusterMetadata(bootstrap, (topic,))}),)
     )
     return rc.SinkPipeline(
-        name, rc.KafkaSource(meta, **source_opts), rc.DeltaSink(table), **settings
+        name,
+        rc.KafkaSource(meta, **source_opts),
+        rc.DeltaSink(table, storage_options=storage_options),
+        **settings,
     )
 
 
@@ -81,9 +85,11 @@ def run_backlog(
     idle_s: float = 0.0,
     timeout_s: float = 1800.0,
     during: Callable[[str], None] | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start a pipeline over a backlog already in ``topic``, wait until every record is
-    committed; rate = records / (commit time of the last version - pipeline ready)."""
+    committed; rate = records / (commit time of the last version - pipeline ready).
+    ``table`` may be on object storage (``s3://...`` with ``storage_options``)."""
     want_keys = {f"local/{topic}/{p}": n for p, n in want.items() if n}
     total = sum(want.values())
     interval = settings.get("commit_interval_s", 10.0)
@@ -92,7 +98,9 @@ def run_backlog(
     with sampler:
         try:
             t_start = time.monotonic()
-            handle = pipeline(name, bootstrap, topic, table, **dict(settings)).start()
+            handle = pipeline(
+                name, bootstrap, topic, table, storage_options=storage_options, **dict(settings)
+            ).start()
             startup = time.monotonic() - t_start
             sampler.mark()
             t0 = time.time()
@@ -107,7 +115,7 @@ def run_backlog(
             idle = idle_rounds(handle, idle_s, interval) if idle_s else None
         finally:
             stop(name, handle)
-    versions = delta_visibility(table)
+    versions = delta_visibility(table, storage_options=storage_options)
     last_commit = max(t for _, t, adds in versions if adds) if versions else seen
     elapsed = max(last_commit - t0, 1e-3)
     readers = status.get("readers", {})
@@ -119,7 +127,7 @@ def run_backlog(
         "startup_s": startup,
         "seconds": elapsed,
         "records_per_s": total / elapsed,
-        "sustained_records_per_s": sustained_rate(table, t0),
+        "sustained_records_per_s": sustained_rate(table, t0, storage_options),
         "arrow_mb_per_s": arrow_bytes / elapsed / 1e6,
         "rounds_committed": rounds,
         "round_s_median": status.get("round_s_median"),

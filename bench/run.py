@@ -1,6 +1,6 @@
 """rayconnect benchmarks: ceiling vs baseline vs rayconnect, on the embedded broker.
 
-    .venv/bin/python bench/run.py [--quick] [--only a,b,c,d,e]
+    .venv/bin/python bench/run.py [--quick] [--only a,b,c,d,e,s]
 
 Scenarios (each runs the ceiling, the baseline and rayconnect back to back, same records):
   a  throughput: 2M records of ~200 B, 8 partitions, backlog already in the broker
@@ -8,6 +8,8 @@ Scenarios (each runs the ceiling, the baseline and rayconnect back to back, same
   c  scaling: 8, 32, 64 partitions: records/s, round time with data and idle
   d  memory: peak memory of every pipeline process during (a) and with a 10M backlog
   e  source: exactly-once vs plain produce records/s (GeneratorSource)
+  s  object storage: (a)'s backlog through rayconnect into a table on local disk, then into
+     one on the embedded S3 (SeaweedFS), same run: S3/local ratio, commit latency on S3
 
 Prints a table and writes bench/results/results.{md,json} and PNG plots. ``--quick`` runs
 small sizes (a few minutes) as a smoke test and writes to bench/results/quick/ instead.
@@ -175,6 +177,49 @@ def scenario_a(cfg: dict, workdir: str) -> dict:
             RC_THROUGHPUT,
             workdir=workdir,
         )
+
+
+def scenario_s(cfg: dict, workdir: str) -> dict:
+    """(a)'s backlog, rayconnect only, into a local table and then a table on the embedded
+    S3: the same records, settings and machine, back to back."""
+    from rc_runner import run_backlog
+
+    from rayconnect.storage.embedded_s3 import EmbeddedS3
+
+    out: dict[str, Any] = {"records": cfg["a_records"], "partitions": cfg["a_partitions"]}
+    with Broker() as broker:
+        bs = broker.bootstrap_servers
+        counts = produce_backlog(bs, "objs", cfg["a_records"], cfg["a_partitions"])
+        with RaySession():
+            out["local"] = run_backlog(
+                "bench-s-local",
+                bs,
+                "objs",
+                os.path.join(workdir, "objs-local"),
+                counts,
+                RC_THROUGHPUT,
+                exclude_pids=(broker.pid,),
+            )
+        log(f"  local disk {out['local']['records_per_s']:>9,.0f} rec/s")
+        with EmbeddedS3(buckets=["bench"]) as s3:
+            out["s3_start_s"] = s3.start_seconds
+            with RaySession():
+                out["s3"] = run_backlog(
+                    "bench-s-s3",
+                    bs,
+                    "objs",
+                    "s3://bench/objs",
+                    counts,
+                    RC_THROUGHPUT,
+                    exclude_pids=(broker.pid, s3.pid),
+                    storage_options=s3.storage_options,
+                )
+        log(
+            f"  S3         {out['s3']['records_per_s']:>9,.0f} rec/s "
+            f"(SeaweedFS ready in {out['s3_start_s']:.1f} s)"
+        )
+    out["s3_over_local"] = out["s3"]["records_per_s"] / out["local"]["records_per_s"]
+    return out
 
 
 def scenario_b(cfg: dict, workdir: str) -> dict:
@@ -557,6 +602,35 @@ def rows(results: dict) -> list[list[str]]:
                     met="yes" if x["rayconnect"] >= 0.8 * x["baseline"] else "NO",
                 )
             )
+    s = results.get("s")
+    if s:
+        local, s3 = s["local"], s["s3"]
+        label = "s object storage"
+        R.append(
+            _row(
+                label,
+                f"rayconnect records/s ({s['records']:,}, {s['partitions']} partitions): "
+                "local disk (baseline column) vs embedded S3 (rayconnect column)",
+                baseline=local["records_per_s"],
+                rayconnect=s3["records_per_s"],
+            )
+        )
+        for key, what in (
+            ("commit_s_median", "commit latency median, ms"),
+            ("round_s_median", "round START->ACK median, ms"),
+        ):
+            lo, hi = local.get(key), s3.get(key)
+            R.append(
+                _row(
+                    label,
+                    f"{what}: local disk vs S3",
+                    baseline=None if lo is None else lo * 1000,
+                    rayconnect=None if hi is None else hi * 1000,
+                )
+            )
+        R.append(
+            _row(label, "embedded S3 (weed mini) ready, s", rayconnect=s["s3_start_s"], fmt=".1f")
+        )
     return R
 
 
@@ -659,7 +733,7 @@ def main() -> None:
     ap.add_argument(
         "--quick", action="store_true", help="small sizes: a smoke test of a few minutes"
     )
-    ap.add_argument("--only", default="a,b,c,d,e", help="scenarios to run, e.g. a,c")
+    ap.add_argument("--only", default="a,b,c,d,e,s", help="scenarios to run, e.g. a,c")
     ap.add_argument(
         "--report-only",
         action="store_true",
@@ -703,6 +777,8 @@ def main() -> None:
                     )  # (a) of this run, or the last one kept
                 elif s == "e":
                     results["e"] = scenario_e(cfg, workdir)
+                elif s == "s":
+                    results["s"] = scenario_s(cfg, workdir)
                 else:
                     raise SystemExit(f"unknown scenario {s!r}")
                 results[s]["wall_s"] = round(time.monotonic() - t, 1)

@@ -195,10 +195,27 @@ class TableLocation:
                 kwargs.pop("secret_key")
                 kwargs.pop("session_token")
             return fs.S3FileSystem(**kwargs)
-        # gs:// and az://: pyarrow's own resolution (environment credentials); delta-rs
-        # gets the storage_options. Not exercised by the tests (no local GCS/Azure).
-        filesystem, _ = fs.FileSystem.from_uri(self.uri)
-        return filesystem
+        # gs:// and az://: the account / endpoint from the options, credentials as pyarrow
+        # resolves them (environment, service account file, managed identity); delta-rs gets
+        # the storage_options as given. Not exercised by the tests (no local GCS/Azure).
+        given = {k.lower(): v for k, v in self.options}
+        if self.store == "az":
+            account = _first(given, os.environ, "azure_storage_account_name", "account_name")
+            if not account:
+                raise StorageError(
+                    f"{self.uri}: set storage_options.azure_storage_account_name "
+                    "(or AZURE_STORAGE_ACCOUNT_NAME)"
+                )
+            return fs.AzureFileSystem(
+                account,
+                account_key=_first(given, os.environ, "azure_storage_account_key", "account_key"),
+                sas_token=_first(given, os.environ, "azure_storage_sas_key", "sas_token"),
+            )
+        endpoint = _first(given, os.environ, "google_endpoint_url", "endpoint_url")
+        if endpoint:
+            parts = urlsplit(endpoint)
+            return fs.GcsFileSystem(endpoint_override=parts.netloc, scheme=parts.scheme)
+        return fs.GcsFileSystem()
 
     def path(self, rel: str = "") -> str:
         """The pyarrow path of ``rel`` (relative to the table root, ``/``-separated)."""
@@ -230,6 +247,17 @@ class TableLocation:
         return f"TableLocation({self.uri!r}, {redact_properties(dict(self.options))!r})"
 
     __str__ = __repr__
+
+
+def _first(given: Mapping[str, str], env: Mapping[str, str], *names: str) -> str | None:
+    """The first of ``names`` in the (lower-cased) options, else as an environment variable."""
+    for name in names:
+        if given.get(name):
+            return given[name]
+    for name in names:
+        if env.get(name.upper()):
+            return env[name.upper()]
+    return None
 
 
 def as_location(table: str | TableLocation) -> TableLocation:
