@@ -1,6 +1,8 @@
 """Reader actor ``<pipeline>/reader/<cluster>/<i>``: one aiokafka consumer over its splits.
 
-It owns no protocol state. Its splits come from the enumerator (FLIP-246): at start-up it asks
+Its positions are a pure model (``protocol.reader_positions``): where the consumer stands on
+each split, what a fetched batch means, what to put back; this actor carries out its Seeks
+and Hands. Its splits come from the enumerator (FLIP-246): at start-up it asks
 ``GetMetadataUpdateEvent`` and reads nothing until the answer, a ``MetadataUpdateEvent`` with
 its complete split set, arrives; later events add splits and drop those the metadata no longer
 has. Participants steer each split (``seek``, ``pause``, ``resume``): a partition is paused
@@ -29,6 +31,7 @@ from rayconnect.actors import names
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.metrics import SinkMetrics
 from rayconnect.protocol.messages import GetMetadataUpdateEvent, MetadataUpdateEvent
+from rayconnect.protocol.reader_positions import Hand, PollToken, ReaderPositions, Seek
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -71,14 +74,8 @@ class ReaderActor:
         self._consumer: Any = None
         self._tps: dict[str, Any] = {}
         self._participants: dict[str, Any] = {}
-        self._resumed: set[str] = set()
-        # Where each partition's next batch starts: the seek target, then the end of the
-        # last batch. Not the first record's offset: transaction markers and compaction
-        # leave holes, and the participant accepts only batches that start where it is.
-        self._next: dict[str, int] = {}
-        # Seeks per partition: a poll that was in flight across a seek returns records of
-        # the old position, which must not be labelled with the new one.
-        self._seeks: dict[str, int] = {}
+        # Each split's position, pause flag and seeks: the rules are in the pure model.
+        self._positions = ReaderPositions()
         self._ready = asyncio.Event()
         self._lock = asyncio.Lock()
         self._error: str | None = None
@@ -145,28 +142,24 @@ class ReaderActor:
             while self._consumer is None:
                 await asyncio.sleep(0.1)
             wanted = {s.partition.key for s in event.splits}
-            for key in set(self._tps) - wanted:  # the metadata no longer has it: drop
-                self._resumed.discard(key)
-                for d in (self._tps, self._participants, self._next, self._seeks):
-                    d.pop(key, None)
-            added = sorted(wanted - set(self._tps))
-            for key in added:
+            participants = {  # first: a lookup that fails leaves everything as it was
+                key: ray.get_actor(names.participant(self.pipeline, key), namespace=names.NAMESPACE)
+                for key in wanted - set(self._tps)
+            }
+            plan = self._positions.assign(wanted)
+            for key in plan.dropped:  # the metadata no longer has it
+                del self._tps[key], self._participants[key]
+            for key in plan.added:
                 tp = TopicPartition.from_key(key)
                 self._tps[key] = KafkaTP(tp.topic, tp.partition)
-                self._participants[key] = ray.get_actor(
-                    names.participant(self.pipeline, key), namespace=names.NAMESPACE
-                )
-            self._consumer.assign(list(self._tps.values()))
-            # assign() forgets the positions and pause flags of the splits it keeps: restore
-            # them (a seek also voids what a poll in flight fetched from before).
-            for key in self._tps:
-                if key not in self._resumed:
-                    self._consumer.pause(self._tps[key])
-                if key in self._next:
-                    await self.seek(key, self._next[key])
-                else:  # a placeholder position, so aiokafka starts no reset of its own;
-                    # the participant seeks to the real one before it resumes the split
-                    self._consumer.seek(self._tps[key], 0)
+                self._participants[key] = participants[key]
+            # assign() forgets the positions and pause flags of the splits it keeps: the
+            # plan restores them (new splits get a placeholder position).
+            self._consumer.assign([self._tps[key] for key in plan.splits])
+            for key in plan.pause:
+                self._consumer.pause(self._tps[key])
+            self._apply(*plan.seek)
+            added = plan.added
             me = ray.get_runtime_context().current_actor
             answers = await asyncio.gather(
                 *(self._participants[k].reader_attached.remote(me) for k in added)
@@ -189,107 +182,85 @@ class ReaderActor:
         return True
 
     async def seek(self, key: str, offset: int) -> None:
-        if key not in self._tps:
-            return  # not (or no longer) ours
-        self._consumer.seek(self._tps[key], offset)
-        self._next[key] = offset
-        self._seeks[key] = self._seeks.get(key, 0) + 1
+        self._apply(self._positions.seek(key, offset))
 
     async def pause(self, key: str) -> None:
-        self._resumed.discard(key)
-        if key in self._tps:
+        if self._positions.pause(key):
             self._consumer.pause(self._tps[key])
 
     async def resume(self, key: str) -> None:
-        if key in self._tps:
-            self._resumed.add(key)
+        if self._positions.resume(key):
             self._consumer.resume(self._tps[key])
+
+    def _apply(self, *seeks: Seek | None) -> None:
+        """Move the consumer where the model says (None: nowhere)."""
+        for seek in seeks:
+            if seek is not None:
+                self._consumer.seek(self._tps[seek.key], seek.offset)
 
     async def _run(self) -> None:
         from rayconnect.kafka.to_arrow import fetched_to_batch
 
         while True:
             try:
-                if not self._resumed:
+                if not self._positions.any_resumed:
                     await asyncio.sleep(0.05)
                     continue
-                seeks_before = dict(self._seeks)
+                token = self._positions.poll()
                 # Each partition's fetch comes as one item (kafka/arrow_fetch.py), so
                 # max_records would count partitions: pieces are cut in _hand instead.
                 fetched = await self._consumer.getmany(timeout_ms=200)
                 handed: list[tuple[str, Any]] = []
                 for tp, items in fetched.items():
-                    if not items:
-                        continue
                     key = TopicPartition(self.cluster_id, tp.topic, tp.partition).key
-                    if key not in self._tps:
-                        continue  # no longer ours
-                    if self._seeks.get(key) != seeks_before.get(key) or key not in self._resumed:
-                        # Moved or paused while this poll was in flight. aiokafka may still
-                        # have handed these records out (they matched the new position) and
-                        # moved past them, so always rewind: the consumer must stay exactly
-                        # where the participant believes this split is.
-                        if key in self._next:
-                            self._consumer.seek(tp, self._next[key])
+                    if not items or not self._positions.owns(key):
                         continue
                     batch = fetched_to_batch(self.cluster_id, tp.topic, tp.partition, items)
-                    first_offset = batch.column("offset")[0].as_py()
-                    first = self._next.get(key, first_offset)
-                    if first_offset < first:  # not where we are: put it back there
-                        self._consumer.seek(tp, first)
-                        continue
-                    handed.append((key, self._hand(key, tp, batch, first)))
+                    first = self._positions.fetched(token, key, batch.column("offset")[0].as_py())
+                    if isinstance(first, int):
+                        handed.append((key, self._hand(token, key, tp, batch, first)))
+                    else:
+                        self._apply(first)
                 results = await asyncio.gather(*(c for _, c in handed), return_exceptions=True)
                 for (key, _), result in zip(handed, results, strict=True):
-                    if isinstance(result, BaseException) and key in self._tps:
+                    if isinstance(result, BaseException) and self._positions.owns(key):
                         # Not handed over (the participant is restarting): read it again.
                         cause = result.__cause__ or result
                         self._error = f"{key}: {type(cause).__name__}: {cause}"
-                        if self._seeks.get(key) == seeks_before.get(key):
-                            first = result.first if isinstance(result, _NotHanded) else None
-                            if first is not None:
-                                self._next[key] = first
-                                self._consumer.seek(self._tps[key], first)
+                        if isinstance(result, _NotHanded):
+                            self._apply(self._positions.not_handed(token, key, result.first))
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # keep reading; the participant/coordinator recover
                 self._error = f"{type(e).__name__}: {e}"
                 log.exception("reader %s/%s poll failed", self.pipeline, self.reader_id)
-                # What this poll fetched was not handed over: read it again.
-                for key, offset in self._next.items():
-                    self._consumer.seek(self._tps[key], offset)
+                self._apply(*self._positions.poll_failed())
                 await asyncio.sleep(0.5)
 
-    async def _hand(self, key: str, tp: Any, batch: pa.RecordBatch, first: int) -> None:
+    async def _hand(
+        self, token: PollToken, key: str, tp: Any, batch: pa.RecordBatch, first: int
+    ) -> None:
         """Hand one partition's fetch to its participant: one Ray call (the batch by
         reference) per piece of at most ``max_poll_records`` records, in offset order,
-        until the participant pauses or moves the split.
+        while the model allows (until the participant pauses or moves the split).
 
         Raises ``_NotHanded(first)`` with where the piece that failed starts.
         """
         high_watermark = self._consumer.highwater(tp)
         size = self.max_poll_records
-        seeks = self._seeks.get(key)
+        offsets = batch.column("offset")
         for start in range(0, batch.num_rows, size):
-            if self._seeks.get(key) != seeks or key not in self._resumed:
-                # Paused or moved meanwhile (read-ahead full, a new round): the rest of this
-                # fetch is not wanted now. After a pause, rewind to the first piece not
-                # handed; a seek has already put the consumer where it must be.
-                if self._seeks.get(key) == seeks and key in self._tps:
-                    self._next[key] = first
-                    self._consumer.seek(tp, first)
+            end = min(start + size, batch.num_rows)
+            decision = self._positions.piece(token, key, first, offsets[end - 1].as_py() + 1)
+            if not isinstance(decision, Hand):
+                self._apply(decision)  # paused: put back; moved or dropped: nothing
                 return
+            next_offset = decision.stop
             try:
                 # A piece is copied out (take): a slice would carry its whole batch's
                 # buffers into the object store.
-                piece = (
-                    batch
-                    if batch.num_rows <= size
-                    else batch.take(np.arange(start, min(start + size, batch.num_rows)))
-                )
-                next_offset = piece.column("offset")[-1].as_py() + 1
+                piece = batch if batch.num_rows <= size else batch.take(np.arange(start, end))
                 ref = ray.put(piece)
-                self._next[key] = next_offset
                 self.records_read += piece.num_rows
                 self.bytes_read += piece.nbytes
                 self._metrics.read(  # dashboard metrics
@@ -312,7 +283,7 @@ class ReaderActor:
         for key, tp in self._tps.items():
             hw = self._consumer.highwater(tp) if self._consumer else None
             lag[key] = {
-                "position": self._next.get(key),
+                "position": self._positions.position(key),
                 "consumer_position": self._consumer_position(tp),
                 "high_watermark": hw,
             }
@@ -321,7 +292,7 @@ class ReaderActor:
             "cluster": self.cluster_id,
             "bootstrap_servers": self.cluster.bootstrap_servers,
             "splits": sorted(self._tps),
-            "resumed": sorted(self._resumed),
+            "resumed": self._positions.resumed,
             "records_read": self.records_read,
             "bytes_read": self.bytes_read,
             "metadata_updates": self.metadata_updates,
@@ -342,6 +313,7 @@ class ReaderActor:
     async def close(self) -> None:
         """Stop reading for good: nothing is delivered after this returns."""
         self._task.cancel()
-        self._resumed.clear()
+        for key in self._positions.splits:
+            self._positions.pause(key)
         if self._consumer:
             await self._consumer.stop()

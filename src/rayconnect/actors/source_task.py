@@ -40,12 +40,15 @@ from rayconnect.protocol.source_task import (
     Effect,
     End,
     Fail,
+    Failure,
     InitTransactions,
     Poll,
+    PollResult,
     Ready,
-    Segment,
+    Report,
     Send,
     SendOffsets,
+    SendToDeadLetter,
     SourceTaskConfig,
     SourceTaskMachine,
 )
@@ -63,11 +66,37 @@ from rayconnect.source_tasks.base import (
 
 log = logging.getLogger(__name__)
 
-Next = Callable[[], Ready] | None
+#: feeds the result of a reported effect back to the machine
+Feed = Callable[[], Ready]
+
+#: which effect's result each Report names
+_REPORTED: dict[Report, type[Effect]] = {
+    Report.INIT: InitTransactions,
+    Report.POLL: Poll,
+    Report.COMMIT: CommitTransaction,
+    Report.ABORT: AbortTransaction,
+}
 
 
 class TaskFailed(RuntimeError):
     """The task failed (its open transaction aborted); restart it to resume."""
+
+
+class _SendFailed(Exception):
+    """Record ``index`` of poll ``poll_id`` could not be sent: the machine decides."""
+
+    def __init__(self, poll_id: int, index: int, kind: Failure, reason: str) -> None:
+        super().__init__(reason)
+        self.poll_id, self.index, self.kind, self.reason = poll_id, index, kind, reason
+
+
+def _kind(e: BaseException) -> Failure:
+    """The failure kind of an error, as far as the machine cares."""
+    return Failure.FENCED if isinstance(e, compat.FENCED_ERRORS) else Failure.ERROR
+
+
+def _reason(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
 
 
 class TaskRunner:
@@ -89,7 +118,9 @@ class TaskRunner:
         self.warning = warning
         self.machine = SourceTaskMachine(
             SourceTaskConfig(
-                settings.transaction_boundary, settings.transaction_boundary_interval_s
+                settings.transaction_boundary,
+                settings.transaction_boundary_interval_s,
+                dead_letter=settings.dead_letter_topic is not None,
             )
         )
         self.txn_context = (
@@ -98,19 +129,21 @@ class TaskRunner:
         self.client = client_properties(settings.target.properties)
         self.producer: Any = None
         self.started = asyncio.Event()
-        self._polls: dict[int, list[list[SourceRecord]]] = {}
+        #: each poll's records until all of them are acknowledged or discarded
+        self._polls: dict[int, list[SourceRecord]] = {}
+        self._unsettled: dict[int, int] = {}
         self._sent: list[tuple[SourceRecord, asyncio.Future[Any]]] = []
         self._offset_futures: list[asyncio.Future[Any]] = []
-        self._fenced = False
         self._wants_record_commits = type(task).commit_record is not SourceTask.commit_record
-        self.records_polled = 0
-        self.dead_letters = 0
-        #: the reason a record could not be written and had nowhere to go: the task stops
-        self.bad_record: str | None = None
 
     @property
     def transactional_id(self) -> str:
         return self.settings.transactional_id(self.index)
+
+    @property
+    def bad_record(self) -> str | None:
+        """Why a record could not be written and had nowhere to go: the task stopped."""
+        return self.machine.bad_record
 
     def status(self) -> dict[str, Any]:
         s = msgspec.to_builtins(self.machine.status())
@@ -119,9 +152,6 @@ class TaskRunner:
             transactional_id=self.transactional_id if self.transactional else None,
             exactly_once=self.transactional,
             warning=self.warning,
-            records_polled=self.records_polled,
-            dead_letters=self.dead_letters,
-            bad_record=self.bad_record,
         )
         return s
 
@@ -132,48 +162,49 @@ class TaskRunner:
     # -- the loop --------------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Carry out a Ready, feed back the result its ``report`` names, repeat."""
         ready = self.machine.start(time.monotonic())
         while True:
-            nxt: Next = None
+            feed: Feed | None = None
+            reported = _REPORTED.get(ready.report)
             try:
-                for i, effect in enumerate(ready):
-                    nxt = await self._carry_out(effect, last=i == len(ready) - 1)
+                for effect in ready.effects:
+                    result = await self._carry_out(effect)
+                    if reported is not None and isinstance(effect, reported):
+                        feed = result
             except TaskFailed:
                 raise
-            except Exception as e:
-                reason = f"{type(e).__name__}: {e}"
-                self._fenced = self._fenced or isinstance(e, compat.FENCED_ERRORS)
-                log.warning("task %s/%d: %s", self.settings.name, self.index, reason)
-                ready = self.machine.failed(reason, time.monotonic())
+            except _SendFailed as e:
+                log.warning("task %s/%d: %s", self.settings.name, self.index, e.reason)
+                ready = self.machine.send_failed(
+                    e.poll_id, e.index, e.kind, e.reason, time.monotonic()
+                )
                 continue
-            if nxt is None:
+            except Exception as e:
+                log.warning("task %s/%d: %s", self.settings.name, self.index, _reason(e))
+                ready = self.machine.failed(_reason(e), time.monotonic(), _kind(e))
+                continue
+            if ready.report is Report.NONE:
                 return
-            ready = nxt()
+            if feed is None:
+                raise AssertionError(f"source task: no result for {ready.report} in {ready}")
+            ready = feed()
 
-    async def _carry_out(self, effect: Effect, *, last: bool) -> Next:
+    async def _carry_out(self, effect: Effect) -> Feed | None:
         now = time.monotonic
         if isinstance(effect, InitTransactions):
             return await self._init()
         if isinstance(effect, Poll):
-            segments = await self._poll(effect.poll_id)
-            return lambda: self.machine.polled(segments, now())
+            result = await self._poll(effect.poll_id)
+            return lambda: self.machine.polled(result, now())
         if isinstance(effect, BeginTransaction):
             if self.transactional:
                 await self.producer.begin_transaction()
         elif isinstance(effect, Send):
-            for record in self._polls[effect.poll_id][effect.segment]:
-                try:
-                    value, key, headers = encode_record(record)
-                    fut = await self.producer.send(
-                        record.topic,
-                        value,
-                        key=key,
-                        partition=record.partition,
-                        headers=headers,
-                    )
-                except (BadRecord, MessageSizeTooLargeError) as e:
-                    fut = await self._dead_letter(record, str(e) or type(e).__name__)
-                self._sent.append((record, fut))
+            await self._send(effect)
+        elif isinstance(effect, SendToDeadLetter):
+            record = self._polls[effect.poll_id][effect.index]
+            self._sent.append((record, await self._dead_letter(record, effect.reason)))
         elif isinstance(effect, SendOffsets):
             topic = self.settings.own_offsets_topic
             for pkey, offset in effect.offsets.items():
@@ -185,23 +216,20 @@ class TaskRunner:
             try:
                 await self._commit()
             except Exception as e:
-                self._fenced = self._fenced or isinstance(e, compat.FENCED_ERRORS)
-                reason = f"{type(e).__name__}: {e}"
-                return lambda: self.machine.commit_failed(reason, now())
+                reason, kind = _reason(e), _kind(e)
+                return lambda: self.machine.commit_failed(reason, now(), kind)
             return lambda: self.machine.committed(now())
         elif isinstance(effect, AbortTransaction):
-            await self._abort(must_succeed=last)
-            if last:
-                return lambda: self.machine.aborted(now())
+            await self._abort(best_effort=effect.best_effort)
+            return lambda: self.machine.aborted(now())
         elif isinstance(effect, Acknowledge):
-            await self._acknowledge(effect.segments)
+            await self._acknowledge(effect.ranges)
         elif isinstance(effect, Discard):
-            self._forget(effect.segments)
+            self._forget(effect.ranges)
         elif isinstance(effect, Close):
             with contextlib.suppress(Exception):
                 await self.task.stop()
             await self._stop_producer()
-            return None
         elif isinstance(effect, Fail):
             await self._stop_producer()
             with contextlib.suppress(Exception):
@@ -213,7 +241,7 @@ class TaskRunner:
 
     # -- effects ---------------------------------------------------------------------------
 
-    async def _init(self) -> Next:
+    async def _init(self) -> Feed:
         """initTransactions (fences our zombies, aborts what they left open), THEN read the
         committed offsets, then start the task: in this order the offsets are final."""
         s = self.settings
@@ -236,44 +264,54 @@ class TaskRunner:
             context = SourceTaskContext(s.name, self.index, s.tasks, offsets, self.txn_context)
             await self.task.start(context)
         except Exception as e:
-            reason = f"start failed: {type(e).__name__}: {e}"
+            reason = f"start failed: {_reason(e)}"
             return lambda: self.machine.failed(reason, time.monotonic())
         self.started.set()
         return lambda: self.machine.initialized(
             {k: v for k, v in offsets.items()}, time.monotonic()
         )
 
-    async def _poll(self, poll_id: int) -> list[Segment]:
+    async def _poll(self, poll_id: int) -> PollResult:
+        """Poll the task; keep its records for the Sends, tell the machine their source
+        offsets and where the task asked to end a transaction (the machine cuts)."""
         records = list(await self.task.poll() or ())
-        self.records_polled += len(records)
         requests = self.txn_context.take() if self.txn_context is not None else []
-        groups: list[list[SourceRecord]] = []
-        ends: list[End | None] = []
+        ends: list[tuple[End, int]] = []
         start = 0
         for kind, record in requests:
-            end = End.COMMIT if kind == "commit" else End.ABORT
-            cut = len(records) if record is None else _index_of(records, record, start) + 1
-            groups.append(records[start:cut])
-            ends.append(end)
-            start = cut
-        if start < len(records) or not groups:
-            groups.append(records[start:])
-            ends.append(None)
-        self._polls[poll_id] = groups
-        return [
-            Segment(len(g), _newest_offsets(g), end) for g, end in zip(groups, ends, strict=True)
-        ]
+            start = len(records) if record is None else _index_of(records, record, start) + 1
+            ends.append((End.COMMIT if kind == "commit" else End.ABORT, start))
+        if records:
+            self._polls[poll_id] = records
+            self._unsettled[poll_id] = len(records)
+        return PollResult(_source_offsets(records), ends)
+
+    async def _send(self, effect: Send) -> None:
+        records = self._polls[effect.poll_id]
+        for index in range(effect.start, effect.stop):
+            record = records[index]
+            try:
+                value, key, headers = encode_record(record)
+                fut = await self.producer.send(
+                    record.topic,
+                    value,
+                    key=key,
+                    partition=record.partition,
+                    headers=headers,
+                )
+            except (BadRecord, MessageSizeTooLargeError) as e:
+                reason = str(e) or type(e).__name__
+                raise _SendFailed(effect.poll_id, index, Failure.BAD_RECORD, reason) from e
+            except Exception as e:
+                raise _SendFailed(effect.poll_id, index, _kind(e), _reason(e)) from e
+            self._sent.append((record, fut))
 
     async def _dead_letter(self, record: Any, reason: str) -> asyncio.Future[Any]:
         """Route a record that cannot be written to the dead-letter topic, in the open
-        transaction (so it is there exactly once, with its source offset); without one,
-        fail the task for good: a restart would only meet the same record again."""
+        transaction (so it is there exactly once, with its source offset)."""
         topic = self.settings.dead_letter_topic
-        if topic is None:
-            self.bad_record = reason
-            raise BadRecord(f"{reason} (no dead_letter_topic: the task stops)")
+        assert topic is not None  # the machine sends dead letters only if there is one
         log.warning("task %s/%d: dead letter: %s", self.settings.name, self.index, reason)
-        self.dead_letters += 1
         value, key, headers = dead_letter(record, reason)
         return await self.producer.send(topic, value, key=key, headers=headers)
 
@@ -286,31 +324,29 @@ class TaskRunner:
             await asyncio.wait_for(self.producer.commit_transaction(), timeout)
         self._offset_futures = []
 
-    async def _abort(self, *, must_succeed: bool) -> None:
-        """A requested abort must work; on the failure path it is best effort, and skipped
-        for a fenced producer (tansu never answers a zombie's EndTxn)."""
+    async def _abort(self, *, best_effort: bool) -> None:
+        """A requested abort must work; on the way to a failure it is brief and best effort
+        (the machine leaves it out for a fenced producer: tansu never answers a zombie)."""
         self._offset_futures = []
         if not self.transactional:
-            if must_succeed:  # nothing to undo: what was sent is in Kafka
+            if not best_effort:  # nothing to undo: what was sent is in Kafka
                 log.warning(
                     "task %s/%d: abort without transactions", self.settings.name, self.index
                 )
             return
-        if self._fenced and not must_succeed:
-            return
         timeout = (
-            self.settings.commit_timeout_s
-            if must_succeed
-            else min(5.0, self.settings.commit_timeout_s)
+            min(5.0, self.settings.commit_timeout_s)
+            if best_effort
+            else self.settings.commit_timeout_s
         )
         try:
             await asyncio.wait_for(self.producer.abort_transaction(), timeout)
         except Exception:
-            if must_succeed:
+            if not best_effort:
                 raise
             log.warning("task %s/%d: abort failed", self.settings.name, self.index, exc_info=True)
 
-    async def _acknowledge(self, segments: tuple[tuple[int, int], ...]) -> None:
+    async def _acknowledge(self, ranges: tuple[tuple[int, int, int], ...]) -> None:
         sent, self._sent = self._sent, []
         if self._wants_record_commits:
             for record, fut in sent:
@@ -318,20 +354,18 @@ class TaskRunner:
                 await self.task.commit_record(
                     record, RecordMetadata(md.topic, md.partition, md.offset, md.timestamp)
                 )
-        self._forget(segments)
+        self._forget(ranges)
         await self.task.commit()
 
-    def _forget(self, segments: tuple[tuple[int, int], ...]) -> None:
-        self._sent = [] if segments else self._sent
-        for poll_id, index in segments:
-            groups = self._polls.get(poll_id)
-            if groups is not None:
-                groups[index] = []
-                if not any(groups):
-                    del self._polls[poll_id]
-        # empty polls (no segment handed out) leave an entry of empty groups: drop them
-        for poll_id in [p for p, g in self._polls.items() if not any(g)]:
-            del self._polls[poll_id]
+    def _forget(self, ranges: tuple[tuple[int, int, int], ...]) -> None:
+        """These records are settled (committed or aborted): drop a poll once all are."""
+        self._sent = [] if ranges else self._sent
+        for poll_id, start, stop in ranges:
+            left = self._unsettled[poll_id] - (stop - start)
+            if left > 0:
+                self._unsettled[poll_id] = left
+            else:
+                del self._unsettled[poll_id], self._polls[poll_id]
 
     async def _stop_producer(self) -> None:
         if self.producer is not None:
@@ -345,12 +379,14 @@ def _index_of(records: list[SourceRecord], record: SourceRecord, start: int) -> 
     raise ValueError("TransactionContext: the record is not among those this poll returned")
 
 
-def _newest_offsets(records: list[SourceRecord]) -> dict[str, Any]:
-    offsets: dict[str, Any] = {}
-    for r in records:
-        if r.source_partition is not None:
-            offsets[encode_partition(r.source_partition)] = r.source_offset
-    return offsets
+def _source_offsets(records: list[SourceRecord]) -> list[tuple[str, Any] | None]:
+    """Each record's (encoded source partition, source offset), None without a partition."""
+    return [
+        None
+        if r.source_partition is None
+        else (encode_partition(r.source_partition), r.source_offset)
+        for r in records
+    ]
 
 
 # -- the actor ------------------------------------------------------------------------------

@@ -9,40 +9,49 @@ A source task owns one transactional producer. Its life is seed 000's loop, made
    transaction it left open - so the committed offsets read next are final.
 2. ``initialized``: the actor has read the committed offsets and started the user task; the
    machine asks for the first ``Poll``.
-3. ``polled``: records came back, split into *segments* (a connector boundary may end a
-   transaction after any record, so one poll can hold several transactions). For each
+3. ``polled``: a ``PollResult`` came back: each record's source offset and the task's
+   transaction requests. The machine cuts it into *segments* (a connector boundary may end
+   a transaction after any record, so one poll can hold several transactions). For each
    segment: ``BeginTransaction`` if none is open, ``Send`` its records, remember its source
    offsets. When the boundary says so: ``SendOffsets`` (offsets after records, in the same
    transaction) then ``CommitTransaction`` - and the machine waits for ``committed``.
    Nothing else may happen while a commit is in flight: above all no poll (``polled`` in
    COMMITTING is a ProtocolError), because a task may only be asked to ``commit()`` up to
    what it returned from ``poll()``.
-4. ``committed``: ``Acknowledge`` the transaction's segments (the actor calls
+4. ``committed``: ``Acknowledge`` the transaction's records (the actor calls
    ``commit_record`` and ``commit()`` on the task), then go on with the rest of the poll's
    segments, or ``Poll`` again.
-5. A failed send or commit: ``AbortTransaction`` (if one is open) and ``Fail``. The task is
-   not retried in place: the actor dies, Ray restarts it, and step 1 fences the dead
-   incarnation and resumes from the offsets that did commit.
+5. A record that cannot be sent (``send_failed`` with its ``Failure`` kind) interrupts its
+   ``Send``: a ``BAD_RECORD`` goes to the dead-letter topic (``SendToDeadLetter``, in the
+   open transaction, so it is there exactly once with its source offset) and the rest of
+   the interrupted Ready follows; without a dead-letter topic the task fails for good
+   (``Fail(permanent=True)``): a restart would only meet the same record again.
+6. Any other failure: ``AbortTransaction`` (best effort, if one is open) and ``Fail``. The
+   task is not retried in place: the actor dies, Ray restarts it, and step 1 fences the dead
+   incarnation and resumes from the offsets that did commit. A ``FENCED`` failure skips the
+   abort: a newer incarnation owns the transactional id, and tansu never answers a zombie's
+   EndTxn.
 
 Boundaries (``transaction_boundary``): ``poll`` - every non-empty poll is one transaction;
 ``interval`` - a transaction is committed at the first poll result at least
-``interval_s`` after it began (time is an input: ``now``); ``connector`` - the task decides
-through its TransactionContext; a segment then ends with ``COMMIT`` or ``ABORT``.
+``interval_s`` after it began (time is an input: every input carries ``now``, the machine
+never reads a clock); ``connector`` - the task decides through its TransactionContext; a
+segment then ends with ``COMMIT`` or ``ABORT``.
 
 Stopping: ``stop`` only sets a flag (the actor may be waiting on a poll or a commit); the
 next result input finishes the job: with ``poll``/``interval`` the open transaction is
 committed first; with ``connector`` it is aborted, since only the task may say where a
 transaction ends (Kafka 3.3 does the same).
 
-Every effect that the actor must report back on (InitTransactions, Poll,
-CommitTransaction, AbortTransaction) is the last effect of its Ready, so the actor's loop
-is: carry out a Ready in order, feed the one result back, repeat.
+Every input returns a ``Ready``: the effects to carry out in order, and ``report``, the one
+result the machine waits for next (``Report.NONE``: closed or failed, stop driving). The
+actor's loop is: carry out a Ready, feed back the result ``report`` names, repeat.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
@@ -53,12 +62,17 @@ from rayconnect.protocol.machine import TransitionTable
 Boundary = Literal["poll", "interval", "connector"]
 BOUNDARIES: Final = ("poll", "interval", "connector")
 
+#: how a ``Fail`` for a record without a dead-letter topic ends its reason
+NO_DEAD_LETTER_TOPIC: Final = "(no dead_letter_topic: the task stops)"
+
 
 class SourceTaskConfig(msgspec.Struct, frozen=True):
-    """How transactions are cut; ``interval_s`` is used by the ``interval`` boundary only."""
+    """How transactions are cut (``interval_s`` is for the ``interval`` boundary only) and
+    whether a record that cannot be written has a dead-letter topic to go to."""
 
     boundary: Boundary = "poll"
     interval_s: float = 1.0
+    dead_letter: bool = False
 
     def __post_init__(self) -> None:
         if self.boundary not in BOUNDARIES:
@@ -74,14 +88,41 @@ class End(enum.Enum):
     ABORT = "abort"
 
 
-class Segment(msgspec.Struct, frozen=True):
-    """A run of a poll's records: their count, the newest source offset of each source
-    partition among them (keys are encoded partitions, values opaque), and whether the
-    task asked to end the transaction after the segment's last record."""
+class Failure(enum.Enum):
+    """What kind of failure the actor saw; the machine decides what it means."""
 
-    count: int
+    ERROR = "error"  # anything else: abort (best effort) and fail; a restart resumes
+    FENCED = "fenced"  # a newer incarnation took the transactional id: fail, no abort
+    BAD_RECORD = "bad_record"  # this record cannot be written: dead letter, else stop
+
+
+class PollResult(msgspec.Struct, frozen=True):
+    """What one poll returned, as far as the machine needs it.
+
+    ``offsets`` has one entry per record, in order: ``(encoded source partition, source
+    offset)``, or None for a record without a source partition (it commits no offset).
+    ``ends`` are the task's transaction requests in order (``connector`` boundary only):
+    ``(End, n)`` ends the transaction after the poll's first ``n`` records.
+    """
+
+    offsets: Sequence[tuple[str, Any] | None] = ()
+    ends: Sequence[tuple[End, int]] = ()
+
+
+class Segment(msgspec.Struct, frozen=True):
+    """Records ``[start, stop)`` of poll ``poll_id``, the newest source offset of each
+    source partition among them, and whether the task asked to end the transaction after
+    them."""
+
+    poll_id: int
+    start: int
+    stop: int
     offsets: dict[str, Any] = {}
     end: End | None = None
+
+    @property
+    def count(self) -> int:
+        return self.stop - self.start
 
 
 # -- effects ------------------------------------------------------------------------------
@@ -106,10 +147,21 @@ class BeginTransaction(_Effect):
 
 
 class Send(_Effect):
-    """Send segment ``segment`` of poll ``poll_id`` to Kafka (in the open transaction)."""
+    """Send records ``[start, stop)`` of poll ``poll_id`` to Kafka, in the open transaction.
+    A record that cannot be sent stops the Ready there: report ``send_failed``."""
 
     poll_id: int
-    segment: int
+    start: int
+    stop: int
+
+
+class SendToDeadLetter(_Effect):
+    """Send record ``index`` of poll ``poll_id`` to the dead-letter topic with ``reason``,
+    in the open transaction (it stands for the record in ``commit_record``)."""
+
+    poll_id: int
+    index: int
+    reason: str
 
 
 class SendOffsets(_Effect):
@@ -125,22 +177,24 @@ class CommitTransaction(_Effect):
 
 
 class AbortTransaction(_Effect):
-    """Abort the open transaction; report ``aborted`` (or ``failed``) unless followed by Fail."""
+    """Abort the open transaction. Requested (``best_effort`` False): it must work, report
+    ``aborted``. On the way to a ``Fail`` (True): try briefly, ignore a failure."""
 
     txn: int
+    best_effort: bool = False
 
 
 class Acknowledge(_Effect):
-    """The transaction committed: ``commit_record`` for each record of these
-    ``(poll_id, segment)`` pairs, then ``task.commit()``."""
+    """The transaction committed: ``commit_record`` for each record sent in it, then
+    ``task.commit()``; the records of ``ranges`` (``(poll_id, start, stop)``) are done."""
 
-    segments: tuple[tuple[int, int], ...]
+    ranges: tuple[tuple[int, int, int], ...]
 
 
 class Discard(_Effect):
-    """The transaction was aborted on the task's request: forget these segments' records."""
+    """The transaction was aborted on the task's request: forget these records."""
 
-    segments: tuple[tuple[int, int], ...]
+    ranges: tuple[tuple[int, int, int], ...]
 
 
 class Close(_Effect):
@@ -148,9 +202,11 @@ class Close(_Effect):
 
 
 class Fail(_Effect):
-    """Stop, and fail the task (the actor raises; Ray restarts it)."""
+    """Stop, and fail the task (the actor raises). ``permanent``: a record that no restart
+    can get past - the actor stays up, failed, instead of being restarted into it."""
 
     reason: str
+    permanent: bool = False
 
 
 Effect: TypeAlias = (
@@ -158,6 +214,7 @@ Effect: TypeAlias = (
     | Poll
     | BeginTransaction
     | Send
+    | SendToDeadLetter
     | SendOffsets
     | CommitTransaction
     | AbortTransaction
@@ -166,7 +223,23 @@ Effect: TypeAlias = (
     | Close
     | Fail
 )
-Ready: TypeAlias = list[Effect]
+
+
+class Report(enum.Enum):
+    """The one result the machine waits for after a Ready (and the effect it comes from)."""
+
+    INIT = "init"  # of InitTransactions: initialized / failed
+    POLL = "poll"  # of Poll: polled / failed
+    COMMIT = "commit"  # of CommitTransaction: committed / commit_failed
+    ABORT = "abort"  # of a requested AbortTransaction: aborted / failed
+    NONE = "none"  # closed or failed: stop driving
+
+
+class Ready(msgspec.Struct):
+    """Effects to carry out in order, then the result to feed back (see ``Report``)."""
+
+    effects: list[Effect]
+    report: Report
 
 
 # -- states and the transition table --------------------------------------------------------
@@ -186,6 +259,7 @@ class Input(enum.Enum):
     START = "start"
     INITIALIZED = "initialized"
     POLLED = "polled"
+    SEND_FAILED = "send_failed"
     COMMITTED = "committed"
     COMMIT_FAILED = "commit_failed"
     ABORTED = "aborted"
@@ -198,7 +272,9 @@ _I = Input
 _AFTER_RESULT = {_S.POLLING, _S.COMMITTING, _S.ABORTING, _S.CLOSED, _S.FAILED}
 
 #: Anything not listed is impossible and raises ProtocolError: a task is driven only by its
-#: own actor, so an unexpected input is a wiring bug, never a network condition.
+#: own actor, so an unexpected input is a wiring bug, never a network condition. A
+#: ``send_failed`` may come after any Ready that sent records: the machine either stays
+#: (the record went to the dead-letter topic) or fails.
 TRANSITIONS: Final = TransitionTable[State, Input](
     "source task",
     {
@@ -210,17 +286,20 @@ TRANSITIONS: Final = TransitionTable[State, Input](
         },
         _S.POLLING: {
             _I.POLLED: _AFTER_RESULT - {_S.FAILED},
+            _I.SEND_FAILED: {_S.POLLING, _S.FAILED},
             _I.FAILED: {_S.FAILED},
             _I.STOP: {_S.POLLING},
         },
         _S.COMMITTING: {
             _I.COMMITTED: _AFTER_RESULT - {_S.FAILED},
             _I.COMMIT_FAILED: {_S.FAILED},
+            _I.SEND_FAILED: {_S.COMMITTING, _S.FAILED},
             _I.FAILED: {_S.FAILED},
             _I.STOP: {_S.COMMITTING},
         },
         _S.ABORTING: {
             _I.ABORTED: _AFTER_RESULT - {_S.FAILED},
+            _I.SEND_FAILED: {_S.ABORTING, _S.FAILED},
             _I.FAILED: {_S.FAILED},
             _I.STOP: {_S.ABORTING},
         },
@@ -230,16 +309,30 @@ TRANSITIONS: Final = TransitionTable[State, Input](
     ignorable=(),
 )
 
+_REPORT: Final = {
+    State.NEW: Report.NONE,
+    State.INITIALIZING: Report.INIT,
+    State.POLLING: Report.POLL,
+    State.COMMITTING: Report.COMMIT,
+    State.ABORTING: Report.ABORT,
+    State.CLOSED: Report.NONE,
+    State.FAILED: Report.NONE,
+}
+
 
 class SourceTaskStatus(msgspec.Struct, frozen=True):
     state: str
     transactions_committed: int
     transactions_aborted: int
+    records_polled: int
     records_sent: int
     records_committed: int
+    dead_letters: int
     polls: int
     committed_offsets: dict[str, Any]
     last_error: str | None
+    #: why a record could not be written and had nowhere to go (the task stopped for good)
+    bad_record: str | None
 
 
 class SourceTaskMachine:
@@ -253,15 +346,19 @@ class SourceTaskMachine:
         self._txn = 0  # id of the open (or last) transaction
         self._txn_open = False
         self._txn_began: float = 0.0
-        self._txn_segments: list[tuple[int, int]] = []
+        self._txn_ranges: list[tuple[int, int, int]] = []
         self._txn_records = 0
         self._pending_offsets: dict[str, Any] = {}
         #: segments of the current poll not yet handed out (after a mid-poll commit/abort)
-        self._queue: list[tuple[int, int, Segment]] = []
+        self._queue: list[Segment] = []
+        #: the effects of the last Ready: a ``send_failed`` resumes what follows its Send
+        self._last: list[Effect] = []
         self._committed_offsets: dict[str, Any] = {}
         self._committed = self._aborted = 0
-        self._records_sent = self._records_committed = 0
+        self._records_polled = self._records_sent = self._records_committed = 0
+        self._dead_letters = 0
         self._last_error: str | None = None
+        self._bad_record: str | None = None
 
     # -- read-only views -----------------------------------------------------------------
 
@@ -277,22 +374,29 @@ class SourceTaskMachine:
     def stopping(self) -> bool:
         return self._stopping
 
+    @property
+    def bad_record(self) -> str | None:
+        return self._bad_record
+
     def status(self) -> SourceTaskStatus:
         return SourceTaskStatus(
             state=self._state.value,
             transactions_committed=self._committed,
             transactions_aborted=self._aborted,
+            records_polled=self._records_polled,
             records_sent=self._records_sent,
             records_committed=self._records_committed,
+            dead_letters=self._dead_letters,
             polls=self._poll_id + 1,
             committed_offsets=dict(self._committed_offsets),
             last_error=self._last_error,
+            bad_record=self._bad_record,
         )
 
     # -- inputs ----------------------------------------------------------------------------
 
     def start(self, now: float) -> Ready:
-        def handler() -> Ready:
+        def handler() -> list[Effect]:
             self._state = State.INITIALIZING
             return [InitTransactions()]
 
@@ -301,7 +405,7 @@ class SourceTaskMachine:
     def initialized(self, committed_offsets: dict[str, Any], now: float) -> Ready:
         """Transactions are initialised and the task started from ``committed_offsets``."""
 
-        def handler() -> Ready:
+        def handler() -> list[Effect]:
             self._committed_offsets = dict(committed_offsets)
             if self._stopping:
                 self._state = State.CLOSED
@@ -310,23 +414,47 @@ class SourceTaskMachine:
 
         return self._drive(_I.INITIALIZED, handler)
 
-    def polled(self, segments: list[Segment] | tuple[Segment, ...], now: float) -> Ready:
-        """The poll came back with ``segments`` (empty: nothing new)."""
+    def polled(self, result: PollResult, now: float) -> Ready:
+        """The poll came back with ``result`` (no records: nothing new)."""
 
-        def handler() -> Ready:
-            if self.config.boundary != "connector" and any(s.end for s in segments):
+        def handler() -> list[Effect]:
+            if self.config.boundary != "connector" and result.ends:
                 raise ProtocolError(
                     f"source task: a transaction end was requested with boundary "
                     f"{self.config.boundary!r}; only 'connector' lets the task decide"
                 )
-            self._queue = [(self._poll_id, i, s) for i, s in enumerate(segments)]
+            self._records_polled += len(result.offsets)
+            self._queue = _cut(self._poll_id, result)
             return self._drain(now)
 
         return self._drive(_I.POLLED, handler)
 
+    def send_failed(
+        self, poll_id: int, index: int, kind: Failure, reason: str, now: float
+    ) -> Ready:
+        """Record ``index`` of poll ``poll_id`` could not be sent; the effects after it in
+        the last Ready were not carried out."""
+
+        def handler() -> list[Effect]:
+            at = self._interrupted_send(poll_id, index)
+            if kind is not Failure.BAD_RECORD:
+                return self._fail(reason, kind)
+            if not self.config.dead_letter:
+                self._bad_record = reason
+                return self._fail(f"BadRecord: {reason} {NO_DEAD_LETTER_TOPIC}", kind)
+            self._dead_letters += 1
+            send = self._last[at]
+            assert isinstance(send, Send)
+            rest: list[Effect] = [SendToDeadLetter(poll_id, index, reason)]
+            if index + 1 < send.stop:
+                rest.append(Send(poll_id, index + 1, send.stop))
+            return rest + self._last[at + 1 :]
+
+        return self._drive(_I.SEND_FAILED, handler)
+
     def committed(self, now: float) -> Ready:
-        def handler() -> Ready:
-            acked = tuple(self._txn_segments)
+        def handler() -> list[Effect]:
+            acked = tuple(self._txn_ranges)
             self._committed += 1
             self._records_committed += self._txn_records
             self._close_txn()
@@ -334,33 +462,32 @@ class SourceTaskMachine:
 
         return self._drive(_I.COMMITTED, handler)
 
-    def commit_failed(self, reason: str, now: float) -> Ready:
+    def commit_failed(self, reason: str, now: float, kind: Failure = Failure.ERROR) -> Ready:
         """The commit did not succeed: abort and fail (seed 000: never log and move on)."""
-
-        def handler() -> Ready:
-            return self._fail(f"commit failed: {reason}")
-
-        return self._drive(_I.COMMIT_FAILED, handler)
+        return self._drive(_I.COMMIT_FAILED, lambda: self._fail(f"commit failed: {reason}", kind))
 
     def aborted(self, now: float) -> Ready:
         """A connector-requested abort is done; its records and offsets are gone."""
 
-        def handler() -> Ready:
-            dropped = tuple(self._txn_segments)
+        def handler() -> list[Effect]:
+            dropped = tuple(self._txn_ranges)
             self._aborted += 1
             self._close_txn()
             return [Discard(dropped), *self._drain(now)]
 
         return self._drive(_I.ABORTED, handler)
 
-    def failed(self, reason: str, now: float) -> Ready:
-        """A send, poll, init or abort went wrong: abort what is open, then fail."""
-        return self._drive(_I.FAILED, lambda: self._fail(reason))
+    def failed(self, reason: str, now: float, kind: Failure = Failure.ERROR) -> Ready:
+        """A poll, init, abort or other IO went wrong: abort what is open (unless fenced),
+        then fail. A bad record is only known from a Send (``send_failed``)."""
+        if kind is Failure.BAD_RECORD:
+            raise ProtocolError("source task: a bad record is reported by send_failed")
+        return self._drive(_I.FAILED, lambda: self._fail(reason, kind))
 
     def stop(self, now: float) -> Ready:
         """Ask to stop; acted on at the next result (or at once if nothing is in flight)."""
 
-        def handler() -> Ready:
+        def handler() -> list[Effect]:
             self._stopping = True
             if self._state is State.NEW:
                 self._state = State.CLOSED
@@ -371,27 +498,43 @@ class SourceTaskMachine:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _drive(self, event: Input, handler: Callable[[], Ready]) -> Ready:
-        return TRANSITIONS.drive(self._state, event, handler, lambda: self._state, list)
+    def _drive(self, event: Input, handler: Callable[[], list[Effect]]) -> Ready:
+        effects = TRANSITIONS.drive(self._state, event, handler, lambda: self._state, list)
+        if event is not Input.STOP:
+            self._last = effects
+        return Ready(effects, _REPORT[self._state])
 
-    def _poll(self) -> Ready:
+    def _interrupted_send(self, poll_id: int, index: int) -> int:
+        """Where in the last Ready the Send of that record is (else: a wiring bug)."""
+        for at, effect in enumerate(self._last):
+            if (
+                isinstance(effect, Send)
+                and effect.poll_id == poll_id
+                and effect.start <= index < effect.stop
+            ):
+                return at
+        raise ProtocolError(
+            f"source task: record {index} of poll {poll_id} was not sent by the last Ready"
+        )
+
+    def _poll(self) -> list[Effect]:
         self._poll_id += 1
         self._state = State.POLLING
         return [Poll(self._poll_id)]
 
-    def _drain(self, now: float) -> Ready:
+    def _drain(self, now: float) -> list[Effect]:
         """Hand out queued segments until one ends a transaction; then poll (or stop)."""
-        ready: Ready = []
+        ready: list[Effect] = []
         while self._queue:
-            poll_id, index, seg = self._queue.pop(0)
+            seg = self._queue.pop(0)
             if seg.count > 0:
                 if not self._txn_open:
                     self._txn += 1
                     self._txn_open = True
                     self._txn_began = now
                     ready.append(BeginTransaction(self._txn))
-                ready.append(Send(poll_id, index))
-                self._txn_segments.append((poll_id, index))
+                ready.append(Send(seg.poll_id, seg.start, seg.stop))
+                self._txn_ranges.append((seg.poll_id, seg.start, seg.stop))
                 self._txn_records += seg.count
                 self._records_sent += seg.count
                 self._pending_offsets.update(seg.offsets)
@@ -417,9 +560,9 @@ class SourceTaskMachine:
             return now - self._txn_began >= self.config.interval_s
         return False
 
-    def _commit(self) -> Ready:
+    def _commit(self) -> list[Effect]:
         self._state = State.COMMITTING
-        ready: Ready = []
+        ready: list[Effect] = []
         if self._pending_offsets:
             ready.append(SendOffsets(dict(self._pending_offsets)))
         ready.append(CommitTransaction(self._txn))
@@ -429,19 +572,55 @@ class SourceTaskMachine:
         if self._state is State.COMMITTING:
             self._committed_offsets.update(self._pending_offsets)
         self._txn_open = False
-        self._txn_segments = []
+        self._txn_ranges = []
         self._txn_records = 0
         self._pending_offsets = {}
 
-    def _fail(self, reason: str) -> Ready:
+    def _fail(self, reason: str, kind: Failure) -> list[Effect]:
+        """Abort what is open - unless a requested abort is what failed, or the producer
+        is fenced - then fail; for good if the cause is a record no restart gets past."""
         self._last_error = reason
-        ready: Ready = []
-        if self._txn_open and self._state is not State.ABORTING:
-            ready.append(AbortTransaction(self._txn))
+        ready: list[Effect] = []
+        if self._txn_open and self._state is not State.ABORTING and kind is not Failure.FENCED:
+            ready.append(AbortTransaction(self._txn, best_effort=True))
         self._txn_open = False
         self._queue = []
         self._state = State.FAILED
-        return [*ready, Fail(reason)]
+        return [*ready, Fail(reason, permanent=kind is Failure.BAD_RECORD)]
+
+
+def _cut(poll_id: int, result: PollResult) -> list[Segment]:
+    """The poll's records as segments, one per transaction request plus the rest (a poll
+    without records or requests is one empty segment)."""
+    n = len(result.offsets)
+    segments: list[Segment] = []
+    start = 0
+    for end, stop in result.ends:
+        if not start <= stop <= n:
+            raise ProtocolError(
+                f"source task: a transaction end after record {stop} of a poll of {n}, "
+                f"the previous one after {start}"
+            )
+        segments.append(_segment(poll_id, start, stop, result.offsets, end))
+        start = stop
+    if start < n or not segments:
+        segments.append(_segment(poll_id, start, n, result.offsets, None))
+    return segments
+
+
+def _segment(
+    poll_id: int,
+    start: int,
+    stop: int,
+    offsets: Sequence[tuple[str, Any] | None],
+    end: End | None,
+) -> Segment:
+    newest: dict[str, Any] = {}
+    for i in range(start, stop):
+        entry = offsets[i]
+        if entry is not None:
+            newest[entry[0]] = entry[1]
+    return Segment(poll_id, start, stop, newest, end)
 
 
 def describe() -> str:

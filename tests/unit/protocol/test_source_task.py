@@ -1,9 +1,14 @@
-"""The pure source task machine: seed 000's lifecycle, each boundary, failures, stopping."""
+"""The pure source task machine: seed 000's lifecycle, each boundary, each failure kind,
+stopping - and a property over random runs (with restarts) that nothing is committed twice,
+nothing is lost, and offsets commit with exactly their records."""
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from rayconnect.protocol.errors import ProtocolError
@@ -16,196 +21,432 @@ from rayconnect.protocol.source_task import (
     Discard,
     End,
     Fail,
+    Failure,
     InitTransactions,
     Poll,
-    Segment,
+    PollResult,
+    Ready,
+    Report,
     Send,
     SendOffsets,
+    SendToDeadLetter,
     SourceTaskConfig,
     SourceTaskMachine,
     State,
 )
 
 
-def started(boundary: str = "poll", interval_s: float = 1.0) -> SourceTaskMachine:
-    m = SourceTaskMachine(SourceTaskConfig(boundary, interval_s))  # type: ignore[arg-type]
-    assert m.start(0.0) == [InitTransactions()]
-    assert m.initialized({"p": 1}, 0.0) == [Poll(0)]
+def started(
+    boundary: str = "poll", interval_s: float = 1.0, dead_letter: bool = False
+) -> SourceTaskMachine:
+    m = SourceTaskMachine(SourceTaskConfig(boundary, interval_s, dead_letter))  # type: ignore[arg-type]
+    assert m.start(0.0) == Ready([InitTransactions()], Report.INIT)
+    assert m.initialized({"p": 1}, 0.0) == Ready([Poll(0)], Report.POLL)
     return m
+
+
+def result(*offsets: Any, ends: tuple[tuple[End, int], ...] = ()) -> PollResult:
+    """A poll result: each argument is one record's source offset in partition "p" (a
+    ``(partition, offset)`` pair for another partition, None for none)."""
+    return PollResult([o if o is None or isinstance(o, tuple) else ("p", o) for o in offsets], ends)
 
 
 def test_init_transactions_comes_first() -> None:
     m = SourceTaskMachine()
     with pytest.raises(ProtocolError):
-        m.polled([Segment(1, {"p": 1})], 0.0)
-    assert m.start(0.0) == [InitTransactions()]
+        m.polled(result(1), 0.0)
+    assert m.start(0.0) == Ready([InitTransactions()], Report.INIT)
     with pytest.raises(ProtocolError):  # still initialising: no poll yet
-        m.polled([Segment(1, {"p": 1})], 0.0)
+        m.polled(result(1), 0.0)
 
 
 def test_poll_boundary_records_then_offsets_then_commit() -> None:
     m = started("poll")
-    ready = m.polled([Segment(3, {"p": 4})], 1.0)
-    assert ready == [
-        BeginTransaction(1),
-        Send(0, 0),
-        SendOffsets({"p": 4}),
-        CommitTransaction(1),
-    ]
+    ready = m.polled(result(2, 3, 4), 1.0)
+    assert ready == Ready(
+        [BeginTransaction(1), Send(0, 0, 3), SendOffsets({"p": 4}), CommitTransaction(1)],
+        Report.COMMIT,
+    )
     assert m.state is State.COMMITTING
-    assert m.committed(1.1) == [Acknowledge(((0, 0),)), Poll(1)]
+    assert m.committed(1.1) == Ready([Acknowledge(((0, 0, 3),)), Poll(1)], Report.POLL)
     s = m.status()
     assert (s.transactions_committed, s.records_committed, s.committed_offsets) == (1, 3, {"p": 4})
+    assert (s.records_polled, s.records_sent) == (3, 3)
+
+
+def test_offsets_are_the_newest_per_source_partition_and_records_without_one_commit_none() -> None:
+    m = started("poll")
+    ready = m.polled(result(5, ("q", {"line": 2}), None, 6, ("q", {"line": 3})), 1.0)
+    assert SendOffsets({"p": 6, "q": {"line": 3}}) in ready.effects
+    m = started("poll")
+    assert m.polled(result(None, None), 1.0).effects == [
+        BeginTransaction(1),
+        Send(0, 0, 2),
+        CommitTransaction(1),  # no offsets to write
+    ]
 
 
 def test_never_poll_while_a_commit_is_in_flight() -> None:
     m = started("poll")
-    m.polled([Segment(1, {"p": 1})], 1.0)
+    m.polled(result(1), 1.0)
     with pytest.raises(ProtocolError):
-        m.polled([Segment(1, {"p": 2})], 1.0)
+        m.polled(result(2), 1.0)
 
 
 def test_empty_poll_polls_again_without_a_transaction() -> None:
     m = started("poll")
-    assert m.polled([], 1.0) == [Poll(1)]
+    assert m.polled(result(), 1.0) == Ready([Poll(1)], Report.POLL)
     assert not m.in_transaction
+
+
+def test_interval_boundary_uses_time_as_input() -> None:
+    m = started("interval", 5.0)
+    assert m.polled(result(1), 10.0).effects == [BeginTransaction(1), Send(0, 0, 1), Poll(1)]
+    assert m.polled(result(2), 12.0).effects == [Send(1, 0, 1), Poll(2)]
+    assert m.polled(result(), 14.9).effects == [Poll(3)]
+    assert m.polled(result(), 15.0) == Ready(
+        [SendOffsets({"p": 2}), CommitTransaction(1)], Report.COMMIT
+    )
+    assert m.committed(15.1).effects == [Acknowledge(((0, 0, 1), (1, 0, 1))), Poll(4)]
+
+
+def test_connector_boundary_commit_and_abort_mid_poll() -> None:
+    m = started("connector")
+    poll = PollResult([("a", 1), ("a", 1), ("a", 2), ("a", 3)], [(End.COMMIT, 2), (End.ABORT, 3)])
+    assert m.polled(poll, 1.0) == Ready(
+        [BeginTransaction(1), Send(0, 0, 2), SendOffsets({"a": 1}), CommitTransaction(1)],
+        Report.COMMIT,
+    )
+    assert m.committed(1.1) == Ready(
+        [Acknowledge(((0, 0, 2),)), BeginTransaction(2), Send(0, 2, 3), AbortTransaction(2)],
+        Report.ABORT,
+    )
+    assert m.state is State.ABORTING
+    assert m.aborted(1.2) == Ready(
+        [Discard(((0, 2, 3),)), BeginTransaction(3), Send(0, 3, 4), Poll(1)], Report.POLL
+    )
+    s = m.status()
+    assert (s.transactions_committed, s.transactions_aborted) == (1, 1)
+    assert s.committed_offsets == {"p": 1, "a": 1}  # read at start + the committed one
+
+
+def test_connector_ends_out_of_order_or_past_the_poll_are_refused() -> None:
+    m = started("connector")
+    with pytest.raises(ProtocolError):
+        m.polled(PollResult([("a", 1)], [(End.COMMIT, 2)]), 1.0)
+    with pytest.raises(ProtocolError):
+        m.polled(PollResult([("a", 1), ("a", 2)], [(End.COMMIT, 2), (End.ABORT, 1)]), 1.0)
+
+
+def test_transaction_end_requests_need_the_connector_boundary() -> None:
+    m = started("poll")
+    with pytest.raises(ProtocolError):
+        m.polled(result(1, ends=((End.COMMIT, 1),)), 1.0)
+
+
+# -- failure kinds -----------------------------------------------------------------------------
 
 
 def test_failed_commit_aborts_and_fails() -> None:
     m = started("poll")
-    m.polled([Segment(2, {"p": 1})], 1.0)
-    assert m.commit_failed("timeout", 2.0) == [AbortTransaction(1), Fail("commit failed: timeout")]
+    m.polled(result(1, 1), 1.0)
+    assert m.commit_failed("timeout", 2.0) == Ready(
+        [AbortTransaction(1, best_effort=True), Fail("commit failed: timeout")], Report.NONE
+    )
     assert m.state is State.FAILED
     assert m.status().committed_offsets == {"p": 1}  # only what was read at start
     with pytest.raises(ProtocolError):
         m.committed(3.0)
 
 
-def test_failed_send_aborts_open_transaction_and_fails() -> None:
+def test_a_fenced_commit_fails_without_an_abort() -> None:
+    m = started("poll")
+    m.polled(result(1, 1), 1.0)
+    ready = m.commit_failed("ProducerFenced: epoch", 2.0, Failure.FENCED)
+    assert ready == Ready([Fail("commit failed: ProducerFenced: epoch")], Report.NONE)
+
+
+def test_a_fenced_send_fails_without_an_abort() -> None:
     m = started("interval", 10.0)
-    m.polled([Segment(2, {"p": 1})], 1.0)
-    assert m.failed("fenced", 1.5) == [AbortTransaction(1), Fail("fenced")]
+    m.polled(result(1, 2), 1.0)
+    assert m.send_failed(0, 1, Failure.FENCED, "fenced", 1.5) == Ready(
+        [Fail("fenced")], Report.NONE
+    )
+
+
+def test_any_other_send_error_aborts_the_open_transaction_and_fails() -> None:
+    m = started("interval", 10.0)
+    m.polled(result(1, 2), 1.0)
+    assert m.send_failed(0, 0, Failure.ERROR, "KafkaTimeoutError", 1.5).effects == [
+        AbortTransaction(1, best_effort=True),
+        Fail("KafkaTimeoutError"),
+    ]
 
 
 def test_failure_without_a_transaction_just_fails() -> None:
     m = SourceTaskMachine()
     m.start(0.0)
-    assert m.failed("no broker", 1.0) == [Fail("no broker")]
+    assert m.failed("no broker", 1.0) == Ready([Fail("no broker")], Report.NONE)
 
 
-def test_interval_boundary_uses_time_as_input() -> None:
-    m = started("interval", 5.0)
-    assert m.polled([Segment(1, {"p": 1})], 10.0) == [BeginTransaction(1), Send(0, 0), Poll(1)]
-    assert m.polled([Segment(1, {"p": 2})], 12.0) == [Send(1, 0), Poll(2)]
-    assert m.polled([], 14.9) == [Poll(3)]
-    assert m.polled([], 15.0) == [SendOffsets({"p": 2}), CommitTransaction(1)]
-    assert m.committed(15.1) == [Acknowledge(((0, 0), (1, 0))), Poll(4)]
+def test_a_fence_seen_outside_a_send_skips_the_abort() -> None:
+    m = started("interval", 10.0)
+    m.polled(result(1), 1.0)
+    assert m.failed("ProducerFenced", 2.0, Failure.FENCED).effects == [Fail("ProducerFenced")]
+    with pytest.raises(ProtocolError):  # a bad record is only known from a Send
+        started("poll").failed("bad", 1.0, Failure.BAD_RECORD)
 
 
-def test_connector_boundary_commit_and_abort_mid_poll() -> None:
+def test_a_failed_requested_abort_fails_without_a_second_abort() -> None:
     m = started("connector")
-    segs = [Segment(2, {"a": 1}, End.COMMIT), Segment(1, {"a": 2}, End.ABORT), Segment(1, {"a": 3})]
-    assert m.polled(segs, 1.0) == [
-        BeginTransaction(1),
-        Send(0, 0),
-        SendOffsets({"a": 1}),
+    m.polled(PollResult([("a", 1)], [(End.ABORT, 1)]), 1.0)
+    assert m.failed("abort timed out", 2.0).effects == [Fail("abort timed out")]
+
+
+def test_a_bad_record_goes_to_the_dead_letter_topic_and_the_ready_goes_on() -> None:
+    m = started("poll", dead_letter=True)
+    m.polled(result(1, 2, 3, 4), 1.0)
+    assert m.send_failed(0, 1, Failure.BAD_RECORD, "too large", 1.1) == Ready(
+        [
+            SendToDeadLetter(0, 1, "too large"),
+            Send(0, 2, 4),
+            SendOffsets({"p": 4}),  # its offset commits with its neighbours
+            CommitTransaction(1),
+        ],
+        Report.COMMIT,
+    )
+    # a second bad record in the resumed Send, the last one of it
+    assert m.send_failed(0, 3, Failure.BAD_RECORD, "bad json", 1.2).effects == [
+        SendToDeadLetter(0, 3, "bad json"),
+        SendOffsets({"p": 4}),
         CommitTransaction(1),
     ]
-    assert m.committed(1.1) == [
-        Acknowledge(((0, 0),)),
-        BeginTransaction(2),
-        Send(0, 1),
-        AbortTransaction(2),
-    ]
-    assert m.state is State.ABORTING
-    assert m.aborted(1.2) == [Discard(((0, 1),)), BeginTransaction(3), Send(0, 2), Poll(1)]
+    assert m.committed(1.3).effects == [Acknowledge(((0, 0, 4),)), Poll(1)]
     s = m.status()
-    assert (s.transactions_committed, s.transactions_aborted) == (1, 1)
-    assert s.committed_offsets == {"p": 1, "a": 1}  # read at start + the committed one
+    assert (s.dead_letters, s.records_committed, s.bad_record) == (2, 4, None)
 
 
-def test_transaction_end_requests_need_the_connector_boundary() -> None:
+def test_a_bad_record_without_a_dead_letter_topic_stops_the_task_for_good() -> None:
     m = started("poll")
+    m.polled(result(1, 2), 1.0)
+    reason = "MessageSizeTooLargeError"
+    assert m.send_failed(0, 1, Failure.BAD_RECORD, reason, 1.1) == Ready(
+        [
+            AbortTransaction(1, best_effort=True),
+            Fail(f"BadRecord: {reason} (no dead_letter_topic: the task stops)", permanent=True),
+        ],
+        Report.NONE,
+    )
+    assert m.bad_record == reason and m.status().records_committed == 0
+
+
+def test_a_send_failure_must_name_a_record_the_last_ready_sent() -> None:
+    m = started("poll", dead_letter=True)
+    m.polled(result(1, 2), 1.0)
     with pytest.raises(ProtocolError):
-        m.polled([Segment(1, {"p": 1}, End.COMMIT)], 1.0)
+        m.send_failed(0, 2, Failure.BAD_RECORD, "x", 1.1)
+    with pytest.raises(ProtocolError):
+        m.send_failed(1, 0, Failure.BAD_RECORD, "x", 1.1)
+
+
+# -- stopping --------------------------------------------------------------------------------
 
 
 def test_stop_commits_the_open_transaction_for_poll_and_interval() -> None:
     m = started("interval", 100.0)
-    m.polled([Segment(1, {"p": 1})], 1.0)
-    assert m.stop(2.0) == []  # a poll is in flight: acted on at its result
-    assert m.polled([Segment(1, {"p": 2})], 2.0) == [
-        Send(1, 0),
+    m.polled(result(1), 1.0)
+    assert m.stop(2.0) == Ready([], Report.POLL)  # a poll is in flight: acted on at its result
+    assert m.polled(result(2), 2.0).effects == [
+        Send(1, 0, 1),
         SendOffsets({"p": 2}),
         CommitTransaction(1),
     ]
-    assert m.committed(2.1) == [Acknowledge(((0, 0), (1, 0))), Close()]
+    assert m.committed(2.1) == Ready([Acknowledge(((0, 0, 1), (1, 0, 1))), Close()], Report.NONE)
     assert m.state is State.CLOSED
 
 
 def test_stop_aborts_the_open_transaction_for_connector() -> None:
     m = started("connector")
-    m.polled([Segment(1, {"p": 1})], 1.0)
+    m.polled(result(1), 1.0)
     m.stop(2.0)
-    assert m.polled([], 2.0) == [AbortTransaction(1)]
-    assert m.aborted(2.1) == [Discard(((0, 0),)), Close()]
+    assert m.polled(result(), 2.0) == Ready([AbortTransaction(1)], Report.ABORT)
+    assert m.aborted(2.1) == Ready([Discard(((0, 0, 1),)), Close()], Report.NONE)
 
 
 def test_stop_before_start_and_during_init() -> None:
     m = SourceTaskMachine()
-    assert m.stop(0.0) == [Close()]
+    assert m.stop(0.0) == Ready([Close()], Report.NONE)
     m = SourceTaskMachine()
     m.start(0.0)
-    assert m.stop(0.1) == []
-    assert m.initialized({}, 0.2) == [Close()]
+    assert m.stop(0.1) == Ready([], Report.INIT)
+    assert m.initialized({}, 0.2) == Ready([Close()], Report.NONE)
 
 
-_inputs = st.lists(
-    st.tuples(
-        st.sampled_from(["poll", "commit_ok", "commit_bad", "stop", "fail"]), st.integers(0, 3)
-    ),
-    max_size=40,
-)
+# -- the property ------------------------------------------------------------------------------
+
+PARTITIONS = ("a", "b")
+#: how a reported effect turns out: mostly fine, sometimes an error, a fence, or a stop
+OUTCOMES = ("ok",) * 7 + ("error", "fenced", "stop")
+_REPORTED: dict[Report, type] = {
+    Report.INIT: InitTransactions,
+    Report.POLL: Poll,
+    Report.COMMIT: CommitTransaction,
+    Report.ABORT: AbortTransaction,
+}
 
 
-@settings(max_examples=200, deadline=None)
-@given(boundary=st.sampled_from(["poll", "interval", "connector"]), steps=_inputs)
-def test_invariants_under_any_allowed_sequence(boundary: str, steps: list[tuple[str, int]]) -> None:
-    """Whatever happens: offsets are sent only inside a transaction, right before its commit;
-    no Poll is issued while a commit is in flight; committed offsets only grow by committed
-    transactions' offsets."""
-    m = started(boundary, 0.5)
-    now, seq = 0.0, 0
-    for kind, n in steps:
-        now += 0.3
-        try:
-            if kind == "poll" and m.state is State.POLLING:
-                segs = []
-                for _ in range(n):
-                    seq += 1
-                    end = End.COMMIT if boundary == "connector" and seq % 2 else None
-                    segs.append(Segment(1, {"p": seq}, end))
-                ready = m.polled(segs, now)
-            elif kind == "commit_ok" and m.state is State.COMMITTING:
-                ready = m.committed(now)
-            elif kind == "commit_bad" and m.state is State.COMMITTING:
-                ready = m.commit_failed("x", now)
-            elif kind == "stop":
-                ready = m.stop(now)
-            elif kind == "fail" and m.state in (State.POLLING, State.COMMITTING):
-                ready = m.failed("x", now)
-            else:
+class World:
+    """A source of numbered records per partition, a Kafka that keeps what commits, and
+    the driver between them and one machine incarnation after another (a Fail restarts
+    from the committed offsets, as Ray restarts the actor)."""
+
+    def __init__(self, data: st.DataObject, boundary: str, dead_letter: bool) -> None:
+        self.data, self.boundary, self.dead_letter = data, boundary, dead_letter
+        self.now = 0.0
+        self.committed: dict[str, int] = {}  # the offsets topic (read_committed)
+        self.visible: list[tuple[str, int]] = []  # target + dead-letter topics, committed
+        self.dropped: set[tuple[str, int]] = set()  # aborted at the task's request
+        self.permanent = False
+        self.incarnations = 0
+
+    def draw(self, strategy: st.SearchStrategy[Any]) -> Any:
+        return self.data.draw(strategy)
+
+    def tick(self) -> float:
+        """Time passes between inputs; the machine sees it only as ``now``."""
+        self.now += self.draw(st.sampled_from([0.0, 0.1, 0.4, 1.0]))
+        return self.now
+
+    def run_incarnation(self, steps: int) -> int:
+        self.incarnations += 1
+        m = SourceTaskMachine(SourceTaskConfig(self.boundary, 0.5, self.dead_letter))  # type: ignore[arg-type]
+        next_seq = {p: self.committed.get(p, -1) + 1 for p in PARTITIONS}
+        polls: dict[int, list[tuple[str, int]]] = {}
+        bad: set[tuple[str, int]] = set()
+        txn: list[tuple[str, int]] = []  # sent in the open transaction
+        txn_offsets: dict[str, int] = {}
+        ready = m.start(self.tick())
+        while steps > 0:
+            steps -= 1
+            if ready.report is not Report.NONE:  # the explicit field names a listed effect
+                assert any(isinstance(e, _REPORTED[ready.report]) for e in ready.effects)
+            for i, effect in enumerate(ready.effects):
+                if isinstance(effect, SendOffsets):  # offsets go with records, then commit
+                    assert isinstance(ready.effects[i + 1], CommitTransaction)
+                if isinstance(effect, Poll):
+                    assert i == len(ready.effects) - 1 and m.state is State.POLLING
+            interrupted: Ready | None = None
+            for effect in ready.effects:
+                if isinstance(effect, BeginTransaction):
+                    assert not txn and not txn_offsets
+                elif isinstance(effect, Send):
+                    for index in range(effect.start, effect.stop):
+                        if polls[effect.poll_id][index] in bad:
+                            interrupted = m.send_failed(
+                                effect.poll_id, index, Failure.BAD_RECORD, "bad", self.tick()
+                            )
+                            break
+                        txn.append(polls[effect.poll_id][index])
+                    if interrupted is not None:
+                        break
+                elif isinstance(effect, SendToDeadLetter):
+                    event("dead letter")
+                    txn.append(polls[effect.poll_id][effect.index])
+                elif isinstance(effect, SendOffsets):
+                    txn_offsets.update(effect.offsets)
+                elif isinstance(effect, Discard):
+                    assert not txn  # the abort dropped them
+                elif isinstance(effect, Fail):
+                    assert m.state is State.FAILED
+                    self.permanent = effect.permanent
+                    event(f"fail permanent={effect.permanent}")
+                    return steps
+                elif isinstance(effect, Close):
+                    return 0
+            if interrupted is not None:
+                ready = interrupted
                 continue
-        except ProtocolError:
-            pytest.fail(f"allowed input raised in {m.state}")
-        for i, effect in enumerate(ready):
-            if isinstance(effect, SendOffsets):
-                assert isinstance(ready[i + 1], CommitTransaction)
-            if isinstance(effect, (Poll, CommitTransaction, Close, Fail)):
-                assert i == len(ready) - 1 or (
-                    isinstance(effect, AbortTransaction) and isinstance(ready[-1], Fail)
+            outcome = self.draw(st.sampled_from(OUTCOMES))
+            if outcome == "stop":
+                assert m.stop(self.now).effects == []
+                outcome = "ok"
+            kind = Failure.FENCED if outcome == "fenced" else Failure.ERROR
+            now = self.tick()
+            if ready.report is Report.INIT:
+                ready = (
+                    m.initialized({p: o for p, o in self.committed.items()}, now)
+                    if outcome == "ok"
+                    else m.failed("init", now, kind)
                 )
-        if any(isinstance(e, Poll) for e in ready):
-            assert m.state is State.POLLING
-        if m.state in (State.CLOSED, State.FAILED):
-            break
+            elif ready.report is Report.POLL:
+                if outcome != "ok":
+                    ready = m.failed("poll", now, kind)
+                    continue
+                records = [self._next(next_seq) for _ in range(self.draw(st.integers(0, 4)))]
+                bad |= {r for r in records if self.draw(st.integers(0, 9)) == 0}
+                polls[m.status().polls - 1] = records
+                ready = m.polled(PollResult(records, self._ends(len(records))), now)
+            elif ready.report is Report.COMMIT:
+                if outcome != "ok":  # the transaction is gone: Kafka aborts it
+                    txn, txn_offsets = [], {}
+                    ready = m.commit_failed("commit", now, kind)
+                    continue
+                # offsets commit with exactly their records: each partition's newest
+                newest: dict[str, int] = {}
+                for p, seq in txn:
+                    newest[p] = max(seq, newest.get(p, -1))
+                assert txn_offsets == newest
+                self.visible += txn
+                self.committed.update(txn_offsets)
+                txn, txn_offsets = [], {}
+                ready = m.committed(now)
+            elif ready.report is Report.ABORT:
+                if outcome != "ok":
+                    txn, txn_offsets = [], {}
+                    ready = m.failed("abort", now, kind)
+                    continue
+                self.dropped |= set(txn)
+                txn, txn_offsets = [], {}
+                ready = m.aborted(now)
+        return 0
+
+    def _next(self, next_seq: dict[str, int]) -> tuple[str, int]:
+        p = self.draw(st.sampled_from(PARTITIONS))
+        next_seq[p] += 1
+        return (p, next_seq[p] - 1)
+
+    def _ends(self, n: int) -> list[tuple[End, int]]:
+        if self.boundary != "connector":
+            return []
+        cuts = sorted(self.draw(st.lists(st.integers(0, n), max_size=2)))
+        return [(self.draw(st.sampled_from(list(End))), c) for c in cuts]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    boundary=st.sampled_from(["poll", "interval", "connector"]),
+    dead_letter=st.booleans(),
+    data=st.data(),
+)
+def test_random_runs_commit_each_record_once_lose_none_and_commit_offsets_with_records(
+    boundary: str, dead_letter: bool, data: st.DataObject
+) -> None:
+    """Random polls, time between inputs, bad records, errors, fences and stops, over
+    restarts: no record is visible twice; every record up to a committed offset is
+    visible (or was dropped at the task's own request); no record is visible beyond its
+    partition's committed offset."""
+    world = World(data, boundary, dead_letter)
+    steps = 60
+    while steps > 0 and not world.permanent:
+        steps = world.run_incarnation(steps)
+    counts = Counter(world.visible)
+    event(f"incarnations: {min(world.incarnations, 3)}")
+    event(f"visible: {'some' if world.visible else 'none'}")
+    event(f"dropped: {'some' if world.dropped else 'none'}")
+    assert all(n == 1 for n in counts.values()), counts
+    for p in PARTITIONS:
+        upto = world.committed.get(p, -1)
+        expected = {(p, seq) for seq in range(upto + 1)}
+        got = {r for r in counts if r[0] == p}
+        assert got <= expected  # nothing visible past the committed offset
+        assert expected - got <= world.dropped  # nothing lost
