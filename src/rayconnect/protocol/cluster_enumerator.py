@@ -14,6 +14,13 @@ States:
   address or new properties). The readers go on reading their last known splits until
   the discovery succeeds, then restart with ``desired``. A broker that stays unreachable
   keeps the cluster in CHANGING on its old splits, and blocks no other cluster.
+- REMOVED: the cluster left the metadata (readers stopped, partitions retired); it takes
+  no further input.
+
+The machine works out what an input means (an *event*: CHANGED metadata, metadata REVERTED
+to what runs, only TOPICS_REMOVED ...) and the table (``TRANSITIONS``) makes the move; the
+same metadata again and a tick with nothing due are ``IGNORED`` cells, a missing cell
+raises ``ProtocolError``.
 
 Rules
 -----
@@ -42,7 +49,7 @@ import msgspec
 
 from rayconnect.protocol.enumerator_effects import DiscoverPartitions, StartReaders, StopReaders
 from rayconnect.protocol.errors import ProtocolError
-from rayconnect.protocol.machine import TransitionTable
+from rayconnect.protocol.machine import IGNORED, MoveTable, TableMachine
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
 
 
@@ -50,43 +57,67 @@ class ClusterState(enum.Enum):
     PENDING = "pending"
     ACTIVE = "active"
     CHANGING = "changing"
+    REMOVED = "removed"  # the cluster left the metadata; the enumerator dropped it
 
 
-class ClusterInput(enum.Enum):
-    DESIRE = "desire"  # the metadata service's view of this cluster (changed or not)
-    DISCOVERED = "discovered"
+class ClusterEvent(enum.Enum):
+    """What an input turned out to mean; the table moves the machine on it."""
+
+    CHANGED = "changed"  # metadata that needs a discovery (new topics, address, properties)
+    REVERTED = "reverted"  # the metadata is back to what the readers run
+    TOPICS_REMOVED = "topics_removed"  # only fewer topics: applied at once, no broker needed
+    UNCHANGED = "unchanged"  # the same metadata again
+    DUE = "due"  # a tick, and time to rediscover (no discovery out)
+    NOT_DUE = "not_due"  # a tick with nothing to do
+    DISCOVERED = "discovered"  # the answer to the outstanding discovery
     DISCOVERY_FAILED = "discovery_failed"
-    DUE = "due"  # tick: time to rediscover?
+    RESUMED = "resumed"  # a restored enumerator takes over readers that run
+    REMOVED = "removed"  # the cluster left the metadata
 
 
 _S = ClusterState
-_I = ClusterInput
+_E = ClusterEvent
+_IGNORED = IGNORED
 
-TRANSITIONS: Final = TransitionTable[ClusterState, ClusterInput](
+#: A missing cell raises ``ProtocolError``: REVERTED and TOPICS_REMOVED need running readers
+#: (not PENDING; in ACTIVE what runs is what is desired, so "back to it" is UNCHANGED),
+#: RESUMED happens only to a fresh cluster, and a REMOVED cluster takes no input at all.
+TRANSITIONS: Final = MoveTable[ClusterState, ClusterEvent](
     "cluster enumerator",
     {
         _S.PENDING: {
-            _I.DESIRE: {_S.PENDING},
-            _I.DISCOVERED: {_S.ACTIVE},
-            _I.DISCOVERY_FAILED: {_S.PENDING},
-            _I.DUE: {_S.PENDING},
+            _E.CHANGED: _S.PENDING,  # (re)discover the new metadata
+            _E.UNCHANGED: _IGNORED,
+            _E.DUE: _S.PENDING,  # retry a failed discovery
+            _E.NOT_DUE: _IGNORED,
+            _E.DISCOVERED: _S.ACTIVE,  # readers start
+            _E.DISCOVERY_FAILED: _S.PENDING,
+            _E.RESUMED: _S.ACTIVE,
+            _E.REMOVED: _S.REMOVED,
         },
         _S.ACTIVE: {
-            # unchanged | a topic removed (applied at once) -> ACTIVE; anything else CHANGING
-            _I.DESIRE: {_S.ACTIVE, _S.CHANGING},
-            _I.DISCOVERED: {_S.ACTIVE},
-            _I.DISCOVERY_FAILED: {_S.ACTIVE},
-            _I.DUE: {_S.ACTIVE},
+            _E.CHANGED: _S.CHANGING,  # the readers go on with their splits meanwhile
+            _E.TOPICS_REMOVED: _S.ACTIVE,  # restarted without them at once
+            _E.UNCHANGED: _IGNORED,
+            _E.DUE: _S.ACTIVE,  # rediscover: new partitions go to the running readers
+            _E.NOT_DUE: _IGNORED,
+            _E.DISCOVERED: _S.ACTIVE,
+            _E.DISCOVERY_FAILED: _S.ACTIVE,  # keeps its splits
+            _E.REMOVED: _S.REMOVED,
         },
         _S.CHANGING: {
-            # changed again | changed back to what runs, or only removed topics -> ACTIVE
-            _I.DESIRE: {_S.CHANGING, _S.ACTIVE},
-            _I.DISCOVERED: {_S.ACTIVE},
-            _I.DISCOVERY_FAILED: {_S.CHANGING},
-            _I.DUE: {_S.CHANGING},
+            _E.CHANGED: _S.CHANGING,  # changed again: a new discovery supersedes the old
+            _E.REVERTED: _S.ACTIVE,  # nothing to restart; the answer in flight is moot
+            _E.TOPICS_REMOVED: _S.ACTIVE,
+            _E.UNCHANGED: _IGNORED,
+            _E.DUE: _S.CHANGING,  # retry a failed discovery
+            _E.NOT_DUE: _IGNORED,
+            _E.DISCOVERED: _S.ACTIVE,  # readers restart with the desired metadata
+            _E.DISCOVERY_FAILED: _S.CHANGING,  # unreachable: the old splits stay
+            _E.REMOVED: _S.REMOVED,
         },
+        _S.REMOVED: {},
     },
-    ignorable=(),
 )
 
 
@@ -135,8 +166,10 @@ class ClusterSnapshot(msgspec.Struct, frozen=True):
     assignment: dict[str, tuple[str, ...]]
 
 
-class ClusterEnumerator:
+class ClusterEnumerator(TableMachine[ClusterState, ClusterEvent]):
     """Partitions and readers of one cluster; driven by ``Enumerator`` only."""
+
+    TRANSITIONS = TRANSITIONS
 
     def __init__(
         self,
@@ -146,11 +179,11 @@ class ClusterEnumerator:
         new_request_id: Callable[[], int],
         now: float,
     ) -> None:
+        super().__init__(ClusterState.PENDING)
         self.cluster_id = cluster_id
         self.readers = reader_ids(cluster_id, readers)
         self.interval_s = interval_s
         self._new_request_id = new_request_id
-        self.state = ClusterState.PENDING
         self.desired: ClusterMetadata | None = None
         self.running: ClusterMetadata | None = None
         self.assignment: dict[str, list[str]] = {r: [] for r in self.readers}
@@ -167,7 +200,7 @@ class ClusterEnumerator:
                 f"cluster {self.cluster_id!r}: snapshot readers {sorted(snapshot.assignment)} "
                 f"!= {list(self.readers)} (readers_per_cluster changed): start without it"
             )
-        self.state = ClusterState.ACTIVE
+        self._fire(ClusterEvent.RESUMED)
         self.desired = self.running = normalized(snapshot.running)
         self.assignment = {r: list(snapshot.assignment[r]) for r in self.readers}
 
@@ -193,64 +226,62 @@ class ClusterEnumerator:
     # -- inputs ----------------------------------------------------------------------------
 
     def desire(self, meta: ClusterMetadata, now: float) -> Plan:
-        def handle() -> Plan:
-            wanted = normalized(meta)
-            if wanted == self.desired:
-                return Plan()
-            self.desired = wanted
-            if self.running is not None and wanted == self.running:
-                self.request_id = None  # back to what runs: an answer in flight is moot
-                self.state = ClusterState.ACTIVE
-                return Plan()
-            if self.running is not None and self._only_removes_topics(wanted):
-                self.request_id = None
-                keep = {k for k in self.keys() if TopicPartition.from_key(k).topic in wanted.topics}
-                return self._apply(keep)
-            if self.running is not None:
-                self.state = ClusterState.CHANGING
-            return self._discover(now)
-
-        return self._drive(ClusterInput.DESIRE, handle)
+        """The metadata service's view of this cluster (changed or not)."""
+        wanted = normalized(meta)
+        running = self.running
+        if wanted == self.desired:
+            event = ClusterEvent.UNCHANGED
+        elif running is not None and wanted == running:
+            event = ClusterEvent.REVERTED
+        elif running is not None and self._only_removes_topics(running, wanted):
+            event = ClusterEvent.TOPICS_REMOVED
+        else:
+            event = ClusterEvent.CHANGED
+        if not self._fire(event):
+            return Plan()
+        self.desired = wanted
+        if event is ClusterEvent.CHANGED:
+            return self._discover()
+        self.request_id = None  # what runs (or part of it) is wanted: an answer is moot
+        if event is ClusterEvent.REVERTED:
+            return Plan()
+        keep = {k for k in self.keys() if TopicPartition.from_key(k).topic in wanted.topics}
+        return self._apply(keep)
 
     def due(self, now: float) -> Plan:
-        def handle() -> Plan:
-            if self.request_id is None and now >= self.next_discovery_at:
-                return self._discover(now)
+        """A tick: rediscover if no discovery is out and the interval has passed."""
+        due = self.request_id is None and now >= self.next_discovery_at
+        if not self._fire(ClusterEvent.DUE if due else ClusterEvent.NOT_DUE):
             return Plan()
-
-        return self._drive(ClusterInput.DUE, handle)
+        return self._discover()
 
     def discovered(self, partitions: Iterable[TopicPartition], now: float) -> Plan:
         """The answer to the outstanding request (the caller checked the request id)."""
-
-        def handle() -> Plan:
-            assert self.desired is not None
-            keys = set()
-            for p in partitions:
-                if p.cluster != self.cluster_id or p.topic not in self.desired.topics:
-                    raise ProtocolError(
-                        f"cluster {self.cluster_id!r}: discovered {p.key}, which is not a "
-                        f"partition of its topics {list(self.desired.topics)}"
-                    )
-                keys.add(p.key)
-            self._answered(now)
-            self.failures, self.last_error = 0, None
-            return self._apply(keys)
-
-        return self._drive(ClusterInput.DISCOVERED, handle)
+        assert self.desired is not None
+        keys = set()
+        for p in partitions:
+            if p.cluster != self.cluster_id or p.topic not in self.desired.topics:
+                raise ProtocolError(
+                    f"cluster {self.cluster_id!r}: discovered {p.key}, which is not a "
+                    f"partition of its topics {list(self.desired.topics)}"
+                )
+            keys.add(p.key)
+        self._fire(ClusterEvent.DISCOVERED)
+        self._answered(now)
+        self.failures, self.last_error = 0, None
+        return self._apply(keys)
 
     def discovery_failed(self, error: str, now: float) -> Plan:
-        def handle() -> Plan:
-            self._answered(now)
-            self.failures += 1
-            self.last_error = error
-            return Plan()
-
-        return self._drive(ClusterInput.DISCOVERY_FAILED, handle)
+        self._fire(ClusterEvent.DISCOVERY_FAILED)
+        self._answered(now)
+        self.failures += 1
+        self.last_error = error
+        return Plan()
 
     def remove(self) -> Plan:
         """The cluster left the metadata: stop its readers, retire all its partitions. No
         broker is involved, so an unreachable cluster leaves as fast as any other."""
+        self._fire(ClusterEvent.REMOVED)
         plan = Plan(retired=self.keys())
         if self.running is not None:
             plan.stop.append(StopReaders(self.cluster_id, tuple(self.assignment)))
@@ -259,19 +290,15 @@ class ClusterEnumerator:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _drive(self, event: ClusterInput, handler: Callable[[], Plan]) -> Plan:
-        return TRANSITIONS.drive(self.state, event, handler, lambda: self.state, Plan)
-
-    def _only_removes_topics(self, wanted: ClusterMetadata) -> bool:
-        running = self.running
-        assert running is not None
+    @staticmethod
+    def _only_removes_topics(running: ClusterMetadata, wanted: ClusterMetadata) -> bool:
         return (
             wanted.bootstrap_servers == running.bootstrap_servers
             and wanted.properties == running.properties
             and set(wanted.topics) < set(running.topics)
         )
 
-    def _discover(self, now: float) -> Plan:
+    def _discover(self) -> Plan:
         assert self.desired is not None
         self.request_id = self._new_request_id()
         return Plan(discover=[DiscoverPartitions(self.cluster_id, self.desired, self.request_id)])
@@ -298,5 +325,4 @@ class ClusterEnumerator:
             plan.start.append(StartReaders(self.cluster_id, self.running, self.splits()))
         else:
             plan.update = [r for r in self.readers if set(assignment[r]) != before[r]]
-        self.state = ClusterState.ACTIVE
         return plan

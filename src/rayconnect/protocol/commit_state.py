@@ -141,15 +141,6 @@ class CommitState:
         self.lost.add(key)
         return True
 
-    def retire(self, keys: Iterable[str]) -> None:
-        """Partitions left the pipeline: stop waiting for them, drop what they reported."""
-        gone = self.partitions.intersection(keys)
-        self.partitions -= gone
-        for key in gone:
-            self.start_offsets.pop(key, None)
-            self.statuses.pop(key, None)
-            self.lost.discard(key)
-
     # -- predicates ------------------------------------------------------------------------
 
     @property

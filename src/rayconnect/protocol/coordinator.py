@@ -34,8 +34,8 @@ Rules
   until a round whose END goes out after the request has finished - committed, or found
   empty - so what they read is committed first; then ``PartitionsRetired`` says they are
   in no further round (their participants can stop). Adding a key back before that cancels
-  its retirement. ``set_partitions`` replaces the set at once: removed ones leave the current
-  round without being waited for.
+  its retirement. No partition ever leaves a round in progress: what it read since the
+  last commit would otherwise be read again later, from the table.
 - A stop (``stop``) is an input like any other. ``commit=True``: a running round is ended
   now, an ended or committing one is finished, and instead of the next START the machine
   emits ``Stopped`` (a discarded round, or a stop while reloading, stops without one more
@@ -120,7 +120,7 @@ class Event(enum.Enum):
     COMMIT_FAILED = "commit_failed"
     TABLE_RELOADED = "table_reloaded"
     TABLE_FENCED = "table_fenced"  # the reload found a newer epoch
-    PARTITIONS = "partitions"  # set, add or retire partitions
+    PARTITIONS = "partitions"  # add or retire partitions
     STOP = "stop"  # stop after the round in progress (commit it)
     STOP_NOW = "stop_now"  # stop without committing
 
@@ -422,18 +422,6 @@ class Coordinator(TableMachine[State, Event]):
             return [Fenced(epoch=self._epoch, table_epoch=table_epoch or 0)]
         self._offsets = dict(table_offsets)
         return self._start(now)
-
-    def set_partitions(self, keys: Iterable[str], now: float) -> Ready:
-        """The pipeline's partitions now are ``keys``, at once: new ones join at the next
-        START, removed ones leave the current round now (which may complete it)."""
-        self._fire(Event.PARTITIONS)
-        self._partitions = frozenset(keys)
-        self._retiring = {k: t for k, t in self._retiring.items() if k in self._partitions}
-        rnd = self._round
-        if rnd is None or self._state not in (State.STARTED, *_ENDED):
-            return []
-        rnd.retire(rnd.partitions - self._partitions)
-        return self._evaluate(now) if self._state in _ENDED else []
 
     def add_partitions(self, keys: Iterable[str], now: float) -> Ready:
         """Partitions join (their participants exist): they are in the next START. A key

@@ -27,9 +27,13 @@ Rules
   unreachable broker keeps its last splits and blocks nobody): see cluster_enumerator.py.
 - The enumerator holds no offsets. Partitions that leave retire through the commit
   protocol, and come back from the table's committed offsets: nothing is read twice.
-- Local inputs the machine did not ask for (a discovery answer while none is outstanding,
-  partitions of another cluster) raise ``ProtocolError``; stale discovery answers, answers
-  for a cluster that left, and malformed reader ids are ignored and counted.
+- The machine works out what an input means (an *event*: good metadata, the failed poll
+  that reaches the threshold, a STALE_ANSWER ...) and the table (``TRANSITIONS``) makes the
+  move. Deliberate no-ops are ``IGNORED`` cells, counted in ``messages_ignored``: stale
+  discovery answers, answers for a cluster that left, readers the metadata has no splits
+  for, malformed reader ids, and everything once FAILED. A missing cell is an input the
+  machine did not ask for (a discovery answer while none is outstanding, any answer in
+  INIT) and raises ``ProtocolError``, as do partitions of another cluster.
 - Time is an input; call ``tick(now)`` at start and by ``next_deadline()``.
 
 Ordering contract (the actor and the coordinator must honour it)
@@ -44,10 +48,9 @@ Ordering contract (the actor and the coordinator must honour it)
    the coordinator knows it) before any reader may deliver it.
 3. ``added``: start the participants, then ``Coordinator.add_partitions(added)``; they join
    at the next START from the table's offset (or the starting-offset policy).
-4. ``retired``: ``Coordinator.retire_partitions(retired)`` - NOT ``set_partitions``, which
-   drops a partition from the round in progress, so that what it read since the last
-   commit would be read again later, from the table. The coordinator machine keeps it in the
-   rounds until a round whose END-COMMIT went out after this effect was carried out is
+4. ``retired``: ``Coordinator.retire_partitions(retired)``. The coordinator machine keeps
+   it in the rounds (dropping it from the round in progress would make what it read since
+   the last commit be read again later, from the table) until a round whose END-COMMIT went out after this effect was carried out is
    committed (or found empty); that round's WRITE-STATUS covers all it read. Then it
    emits ``PartitionsRetired`` and its actor stops the participant; the offset stays in
    the table. A later ``added`` holding a key still waiting to retire cancels the retirement.
@@ -82,7 +85,7 @@ from rayconnect.protocol.enumerator_effects import (
     StopReaders,
 )
 from rayconnect.protocol.errors import ProtocolError
-from rayconnect.protocol.machine import TransitionTable
+from rayconnect.protocol.machine import IGNORED, MoveTable, TableMachine
 from rayconnect.protocol.messages import GetMetadataUpdateEvent, MetadataUpdateEvent
 from rayconnect.protocol.streams import MetadataError, clusters_of, select_streams
 from rayconnect.protocol.types import (
@@ -124,39 +127,59 @@ class State(enum.Enum):
     FAILED = "failed"
 
 
-class Input(enum.Enum):
-    METADATA_POLLED = "metadata_polled"
-    PARTITIONS_DISCOVERED = "partitions_discovered"
-    DISCOVERY_FAILED = "discovery_failed"
-    READER_STARTED = "reader_started"
-    GET_METADATA_UPDATE = "get_metadata_update"
+class Event(enum.Enum):
+    """What an input turned out to mean; the table moves the machine on it."""
+
     TICK = "tick"
+    METADATA = "metadata"  # a poll's metadata (maybe with a warning): it comes into force
+    POLL_FAILED = "poll_failed"  # the poll failed or its metadata was rejected; below threshold
+    GIVE_UP = "give_up"  # the threshold-th failed poll in a row: the pipeline fails
+    DISCOVERED = "discovered"  # the answer to a cluster's outstanding discovery
+    DISCOVERY_FAILED = "discovery_failed"  # the outstanding discovery failed
+    STALE_ANSWER = "stale_answer"  # an answer to a superseded request, or of a cluster that left
+    UNASKED_ANSWER = "unasked_answer"  # an answer while the cluster has no discovery out
+    READER_STARTED = "reader_started"  # a reader the metadata gives splits is up
+    UNKNOWN_READER = "unknown_reader"  # a reader the metadata has no splits for is up
+    METADATA_REQUEST = "metadata_request"  # a reader asks for its splits (at start-up)
+    NOT_A_READER = "not_a_reader"  # a request with a malformed reader id
 
 
 _S = State
-_I = Input
+_E = Event
+_IGNORED = IGNORED
 
-#: FAILED takes every input and does nothing: answers still arrive while the actor stops.
-TRANSITIONS: Final = TransitionTable[State, Input](
+#: A missing cell raises ``ProtocolError``: in INIT no discovery was ever asked (clusters
+#: are only driven once metadata is in force), so no answer can come; an UNASKED_ANSWER
+#: is an actor's bug in any live state. FAILED ignores everything: answers and requests
+#: still arrive while the actor stops.
+TRANSITIONS: Final = MoveTable[State, Event](
     "enumerator",
     {
         _S.INIT: {
-            _I.METADATA_POLLED: {_S.INIT, _S.RUNNING, _S.FAILED},
-            _I.READER_STARTED: {_S.INIT},
-            _I.GET_METADATA_UPDATE: {_S.INIT},  # held until metadata arrives
-            _I.TICK: {_S.INIT},
+            _E.TICK: _S.INIT,  # poll the service
+            _E.METADATA: _S.RUNNING,
+            _E.POLL_FAILED: _S.INIT,
+            _E.GIVE_UP: _S.FAILED,
+            _E.READER_STARTED: _S.INIT,  # a restored enumerator's reader
+            _E.UNKNOWN_READER: _IGNORED,
+            _E.METADATA_REQUEST: _S.INIT,  # held until metadata arrives
+            _E.NOT_A_READER: _IGNORED,
         },
         _S.RUNNING: {
-            _I.METADATA_POLLED: {_S.RUNNING, _S.FAILED},
-            _I.PARTITIONS_DISCOVERED: {_S.RUNNING},
-            _I.DISCOVERY_FAILED: {_S.RUNNING},
-            _I.READER_STARTED: {_S.RUNNING},
-            _I.GET_METADATA_UPDATE: {_S.RUNNING},
-            _I.TICK: {_S.RUNNING},
+            _E.TICK: _S.RUNNING,  # poll the service, rediscover the clusters that are due
+            _E.METADATA: _S.RUNNING,
+            _E.POLL_FAILED: _S.RUNNING,  # the last good metadata stays in force
+            _E.GIVE_UP: _S.FAILED,
+            _E.DISCOVERED: _S.RUNNING,
+            _E.DISCOVERY_FAILED: _S.RUNNING,
+            _E.STALE_ANSWER: _IGNORED,
+            _E.READER_STARTED: _S.RUNNING,
+            _E.UNKNOWN_READER: _IGNORED,
+            _E.METADATA_REQUEST: _S.RUNNING,  # answered: its splits, or stop it
+            _E.NOT_A_READER: _IGNORED,
         },
-        _S.FAILED: {event: {_S.FAILED} for event in Input},
+        _S.FAILED: dict.fromkeys(Event, _IGNORED),
     },
-    ignorable=(),
 )
 
 
@@ -200,12 +223,14 @@ class EnumeratorStatus(msgspec.Struct, frozen=True):
     messages_ignored: int
 
 
-class Enumerator:
+class Enumerator(TableMachine[State, Event]):
     """Follows the metadata of one pipeline; see the module docstring for the rules."""
 
+    TRANSITIONS = TRANSITIONS
+
     def __init__(self, config: EnumeratorConfig | None = None) -> None:
+        super().__init__(State.INIT)
         self.config = config or EnumeratorConfig()
-        self._state = State.INIT
         self._clusters: dict[str, ClusterEnumerator] = {}
         self._streams: tuple[KafkaStream, ...] = ()
         self._polling = False
@@ -216,7 +241,6 @@ class Enumerator:
         self._changes = 0
         self._last_change_at: float | None = None
         self._waiting: list[str] = []  # readers that asked before any metadata was known
-        self._ignored = 0
         self._requests = 0
 
     @classmethod
@@ -237,10 +261,6 @@ class Enumerator:
         )
 
     # -- read-only views -------------------------------------------------------------------
-
-    @property
-    def state(self) -> State:
-        return self._state
 
     @property
     def streams(self) -> tuple[KafkaStream, ...]:
@@ -290,7 +310,17 @@ class Enumerator:
 
     def tick(self, now: float) -> EnumeratorReady:
         """Time passed: poll the service, rediscover the clusters that are due."""
-        return self._drive(Input.TICK, lambda: self._on_tick(now))
+        if not self._fire(Event.TICK):
+            return []
+        plan = Plan()
+        if self._state is State.RUNNING:
+            for sub in self._clusters.values():
+                plan.merge(sub.due(now))
+        ready = self._render(plan)
+        if not self._polling and now >= self._next_poll_at:
+            self._polling = True
+            ready.append(PollMetadata())
+        return ready
 
     def metadata_polled(
         self, streams: Iterable[KafkaStream] | None, error: str | None, now: float
@@ -299,8 +329,30 @@ class Enumerator:
         (``None``, ``error``). Also accepted unasked, e.g. from a file watcher."""
         if streams is None and error is None:
             raise ProtocolError("metadata_polled: give streams, or an error if the poll failed")
-        polled = None if streams is None else tuple(streams)
-        return self._drive(Input.METADATA_POLLED, lambda: self._on_metadata(polled, error, now))
+        selected: tuple[KafkaStream, ...] = ()
+        clusters: dict[str, ClusterMetadata] | None = None
+        if streams is not None:
+            try:
+                selected = select_streams(
+                    tuple(streams), self.config.stream_ids, self.config.stream_pattern
+                )
+                clusters = clusters_of(selected)
+            except MetadataError as e:
+                error = f"metadata rejected: {e}"
+        if clusters is not None:
+            event = Event.METADATA
+        elif self._failures + 1 < self.config.discovery_failure_threshold:
+            event = Event.POLL_FAILED
+        else:
+            event = Event.GIVE_UP
+        if not self._fire(event):
+            return []
+        self._polling = False
+        self._next_poll_at = now + self.config.discovery_interval_s
+        self._last_error = error
+        if clusters is None:
+            return self._on_failure(error or "metadata service failed")
+        return self._on_metadata(selected, clusters, now)
 
     def partitions_discovered(
         self,
@@ -311,59 +363,41 @@ class Enumerator:
     ) -> EnumeratorReady:
         """The answer to ``DiscoverPartitions`` (pass its ``request_id``)."""
         parts = tuple(partitions)
-        return self._drive(
-            Input.PARTITIONS_DISCOVERED,
-            lambda: self._on_answer(cluster_id, request_id, lambda s: s.discovered(parts, now)),
+        return self._on_answer(
+            cluster_id, request_id, Event.DISCOVERED, lambda s: s.discovered(parts, now)
         )
 
     def discovery_failed(
         self, cluster_id: str, error: str, now: float, request_id: int | None = None
     ) -> EnumeratorReady:
         """``DiscoverPartitions`` failed: the cluster keeps its last known splits."""
-        return self._drive(
-            Input.DISCOVERY_FAILED,
-            lambda: self._on_answer(
-                cluster_id, request_id, lambda s: s.discovery_failed(error, now)
-            ),
+        return self._on_answer(
+            cluster_id, request_id, Event.DISCOVERY_FAILED, lambda s: s.discovery_failed(error, now)
         )
 
     def reader_started(self, reader_id: str, cluster_id: str, now: float) -> EnumeratorReady:
         """A reader actor is up (shown in status). It still asks for its metadata."""
-
-        def handle() -> EnumeratorReady:
-            sub = self._clusters.get(cluster_id)
-            if sub is None or reader_id not in sub.splits():
-                return self._ignore()
-            sub.live.add(reader_id)
+        sub = self._clusters.get(cluster_id)
+        known = sub is not None and reader_id in sub.splits()
+        if not self._fire(Event.READER_STARTED if known else Event.UNKNOWN_READER):
             return []
-
-        return self._drive(Input.READER_STARTED, handle)
+        assert sub is not None
+        sub.live.add(reader_id)
+        return []
 
     def get_metadata_update(self, event: GetMetadataUpdateEvent, now: float) -> EnumeratorReady:
         """A reader's start-up request: its splits under the current metadata. A reader the
         current metadata has no place for is stopped instead."""
-
-        def handle() -> EnumeratorReady:
-            if cluster_of_reader(event.reader_id) is None:
-                return self._ignore()
-            if self._state is State.INIT:
-                if event.reader_id not in self._waiting:
-                    self._waiting.append(event.reader_id)
-                return []
-            return self._answer(event.reader_id)
-
-        return self._drive(Input.GET_METADATA_UPDATE, handle)
+        reader = cluster_of_reader(event.reader_id) is not None
+        if not self._fire(Event.METADATA_REQUEST if reader else Event.NOT_A_READER):
+            return []
+        if self._state is State.INIT:
+            if event.reader_id not in self._waiting:
+                self._waiting.append(event.reader_id)
+            return []
+        return self._answer(event.reader_id)
 
     # -- handlers --------------------------------------------------------------------------
-
-    def _drive(self, event: Input, handler: Callable[[], EnumeratorReady]) -> EnumeratorReady:
-        if self._state is State.FAILED:
-            handler = self._ignore
-        return TRANSITIONS.drive(self._state, event, handler, lambda: self._state, self._ignore)
-
-    def _ignore(self) -> EnumeratorReady:
-        self._ignored += 1
-        return []
 
     def _new_cluster(self, cluster_id: str, now: float) -> ClusterEnumerator:
         cfg = self.config
@@ -375,39 +409,13 @@ class Enumerator:
         self._requests += 1
         return self._requests
 
-    def _on_tick(self, now: float) -> EnumeratorReady:
-        plan = Plan()
-        if self._state is State.RUNNING:
-            for sub in self._clusters.values():
-                plan.merge(sub.due(now))
-        ready = self._render(plan)
-        if not self._polling and now >= self._next_poll_at:
-            self._polling = True
-            ready.append(PollMetadata())
-        return ready
-
     def _on_metadata(
-        self, streams: tuple[KafkaStream, ...] | None, error: str | None, now: float
+        self, streams: tuple[KafkaStream, ...], clusters: dict[str, ClusterMetadata], now: float
     ) -> EnumeratorReady:
-        self._polling = False
-        self._next_poll_at = now + self.config.discovery_interval_s
-        clusters: dict[str, ClusterMetadata] | None = None
-        if streams is not None:
-            try:
-                selected = select_streams(
-                    streams, self.config.stream_ids, self.config.stream_pattern
-                )
-                clusters = clusters_of(selected)
-            except MetadataError as e:
-                error = f"metadata rejected: {e}"
-        self._last_error = error
-        if clusters is None:
-            return self._on_failure(error or "metadata service failed")
         self._failures = 0
         self._last_good_at = now
-        self._streams = selected
+        self._streams = streams
         plan = self._reconcile({c: m for c, m in clusters.items() if m.topics}, now)
-        self._state = State.RUNNING
         ready = self._render(plan)
         waiting, self._waiting = self._waiting, []
         for reader_id in waiting:
@@ -416,9 +424,8 @@ class Enumerator:
 
     def _on_failure(self, error: str) -> EnumeratorReady:
         self._failures += 1
-        if self._failures < self.config.discovery_failure_threshold:
+        if self._state is not State.FAILED:  # the table said POLL_FAILED: keep going
             return []
-        self._state = State.FAILED
         return [
             FailPipeline(
                 f"metadata service failed {self._failures} times in a row "
@@ -445,15 +452,21 @@ class Enumerator:
         return plan
 
     def _on_answer(
-        self, cluster_id: str, request_id: int | None, apply: Callable[[ClusterEnumerator], Plan]
+        self,
+        cluster_id: str,
+        request_id: int | None,
+        event: Event,
+        apply: Callable[[ClusterEnumerator], Plan],
     ) -> EnumeratorReady:
+        """A discovery answer: ``event`` if it answers the cluster's outstanding request."""
         sub = self._clusters.get(cluster_id)
-        if sub is None:
-            return self._ignore()  # the cluster left while its discovery was out
-        if sub.request_id is None and request_id is None:
-            raise ProtocolError(f"cluster {cluster_id!r}: no discovery is outstanding")
-        if request_id is not None and request_id != sub.request_id:
-            return self._ignore()  # stale: a newer request superseded it
+        if sub is None or (request_id is not None and request_id != sub.request_id):
+            event = Event.STALE_ANSWER  # the cluster left, or a newer request superseded it
+        elif sub.request_id is None:
+            event = Event.UNASKED_ANSWER
+        if not self._fire(event, why=f"cluster {cluster_id!r}: no discovery is outstanding"):
+            return []
+        assert sub is not None
         return self._render(apply(sub))
 
     def _answer(self, reader_id: str) -> EnumeratorReady:

@@ -2,7 +2,8 @@
 
 Two forms live here.
 
-``MoveTable`` - the table *makes* the move; the coordinator and the participant use it. A
+``MoveTable`` - the table *makes* the move; the coordinator, the participant, the enumerator
+and the cluster enumerator use it. A
 machine first works out what an input means (a START of a newer round, a WRITE-STATUS of
 another round, a round that turned out empty ...): that meaning is an *event*. The table
 says, for every state, what each event does: move to a state (possibly the same one), or
@@ -10,9 +11,10 @@ says, for every state, what each event does: move to a state (possibly the same 
 An event with no cell in the current state cannot happen; ``ProtocolError`` says so. The
 handlers never assign the state themselves, so the table is the whole story of the moves.
 
-``TransitionTable`` - the older, checking form, still used by the enumerator, the cluster
-enumerator and the source task: rows list the states a handler *may* land in, the handler
-sets the state, and the table checks afterwards.
+``TransitionTable`` - the older, checking form: rows list the states a handler *may* land
+in, the handler sets the state, and the table checks afterwards. It stays only while the
+source task (source_task.py) still uses it; delete it once that machine moves to
+``MoveTable``.
 """
 
 from __future__ import annotations
@@ -43,12 +45,16 @@ class MoveTable(Generic[S, I]):
         self.name = name
         self.rows: dict[S, dict[I, S | Ignored]] = {state: dict(row) for state, row in rows.items()}
 
-    def move(self, state: S, event: I) -> S | None:
+    def move(self, state: S, event: I, why: str | None = None) -> S | None:
         """The state after ``event``; None if the table ignores it in ``state``; raises
-        ``ProtocolError`` if ``event`` cannot happen in ``state``."""
+        ``ProtocolError`` if ``event`` cannot happen in ``state`` (``why``: what the input
+        was, for the message)."""
         target = self.rows.get(state, {}).get(event)
         if target is None:
-            raise ProtocolError(f"{self.name}: {event.name} cannot happen in state {state.name}")
+            detail = f": {why}" if why else ""
+            raise ProtocolError(
+                f"{self.name}: {event.name} cannot happen in state {state.name}{detail}"
+            )
         return None if isinstance(target, Ignored) else target
 
     def ignored(self) -> dict[S, frozenset[I]]:
@@ -80,9 +86,10 @@ class TableMachine(Generic[S, I]):
     def state(self) -> S:
         return self._state
 
-    def _fire(self, event: I) -> bool:
-        """Move as the table says; False (and counted) if the table ignores ``event`` here."""
-        after = self.TRANSITIONS.move(self._state, event)
+    def _fire(self, event: I, why: str | None = None) -> bool:
+        """Move as the table says; False (and counted) if the table ignores ``event`` here;
+        ``why`` explains the input if the table has no cell for it."""
+        after = self.TRANSITIONS.move(self._state, event, why)
         if after is None:
             self._ignored += 1
             return False

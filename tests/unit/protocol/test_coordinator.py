@@ -227,15 +227,16 @@ def test_reload_showing_a_newer_epoch_fences_the_coordinator() -> None:
     assert coord.step(status(A, 10, 15), now=100.0) == []
 
 
-def test_new_partition_joins_at_next_start_and_retired_one_is_not_awaited() -> None:
+def test_new_partition_joins_at_next_start_and_is_not_awaited_before() -> None:
     coord = ended()
     c = "c1/t/2"
     coord.step(status(A, 10, 15), now=11.0)
-    [commit] = coord.set_partitions({A, c}, now=11.0)  # B retired: nobody else to wait for
-    assert isinstance(commit, CommitTable) and set(commit.offsets) == {A}
+    assert coord.add_partitions({c}, now=11.0) == []  # not in this round: nobody waits for it
+    [commit] = coord.step(status(B, 20, 20), now=11.0)
+    assert isinstance(commit, CommitTable) and set(commit.offsets) == {A, B}
     ack, start = coord.commit_succeeded(version=1, now=12.0)
-    assert ack.to == (A,)
-    assert start == Broadcast(to=(A, c), message=StartCommit(7, 2, {A: 15}))
+    assert ack.to == (A, B)
+    assert start == Broadcast(to=(A, B, c), message=StartCommit(7, 2, {A: 15, B: 20}))
 
 
 @pytest.mark.parametrize(

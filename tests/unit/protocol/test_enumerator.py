@@ -9,11 +9,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rayconnect.protocol.cluster_enumerator import TRANSITIONS as CLUSTER_TRANSITIONS
-from rayconnect.protocol.cluster_enumerator import ClusterState, normalized
+from rayconnect.protocol.cluster_enumerator import (
+    ClusterEnumerator,
+    ClusterEvent,
+    ClusterSnapshot,
+    ClusterState,
+    Plan,
+    normalized,
+)
 from rayconnect.protocol.enumerator import (
     TRANSITIONS,
     Enumerator,
     EnumeratorConfig,
+    Event,
     State,
 )
 from rayconnect.protocol.enumerator_effects import (
@@ -534,6 +542,95 @@ def test_tables_cover_every_state() -> None:
     assert set(TRANSITIONS.rows) == set(State)
     assert set(CLUSTER_TRANSITIONS.rows) == set(ClusterState)
     assert "RUNNING" in TRANSITIONS.describe()
+
+
+def test_enumerator_table_ignores_deliberate_no_ops_and_its_holes_raise() -> None:
+    ignored = TRANSITIONS.ignored()
+    assert ignored[State.FAILED] == frozenset(Event)  # inert: late inputs still arrive
+    assert ignored[State.INIT] == {Event.UNKNOWN_READER, Event.NOT_A_READER}
+    assert ignored[State.RUNNING] == {
+        Event.UNKNOWN_READER,
+        Event.NOT_A_READER,
+        Event.STALE_ANSWER,
+    }
+    holes = [(State.INIT, e) for e in Event if e.name.endswith("ANSWER") or "DISCOVER" in e.name]
+    assert len(holes) == 4
+    for state, event in [*holes, (State.RUNNING, Event.UNASKED_ANSWER)]:
+        with pytest.raises(
+            ProtocolError, match=f"{event.name} cannot happen in state {state.name}"
+        ):
+            TRANSITIONS.move(state, event)
+
+
+def test_a_restored_enumerator_in_init_refuses_any_discovery_answer() -> None:
+    world = running()
+    restored = Enumerator.restore(world.enumerator.snapshot(), world.enumerator.config, 50.0)
+    with pytest.raises(ProtocolError, match="STALE_ANSWER cannot happen in state INIT"):
+        restored.partitions_discovered("east", [], 50.0, request_id=1)  # the old incarnation's
+    with pytest.raises(ProtocolError, match="UNASKED_ANSWER cannot happen in state INIT"):
+        restored.discovery_failed("east", "x", 50.0)
+    assert restored.state is State.INIT and restored.status().messages_ignored == 0
+
+
+def test_a_failed_enumerator_ignores_and_counts_every_input() -> None:
+    world = running(discovery_failure_threshold=1)
+    world.fail_poll()
+    enum = world.enumerator
+    assert enum.tick(100.0) == []
+    assert enum.metadata_polled([ORDERS], None, 100.0) == []
+    assert enum.metadata_polled(None, "down", 100.0) == []
+    assert enum.get_metadata_update(GetMetadataUpdateEvent("east/0"), 100.0) == []
+    assert enum.get_metadata_update(GetMetadataUpdateEvent("nonsense"), 100.0) == []
+    assert enum.partitions_discovered("east", [], 100.0) == []  # unasked: a hole elsewhere
+    assert enum.reader_started("west/0", "west", 100.0) == []
+    status = enum.status()
+    assert status.state == "failed" and status.messages_ignored == 7
+    assert status.consecutive_failures == 1  # the ignored failed poll changed nothing
+
+
+def test_cluster_table_ignores_repeats_and_idle_ticks_and_its_holes_raise() -> None:
+    live = (ClusterState.PENDING, ClusterState.ACTIVE, ClusterState.CHANGING)
+    for state in live:
+        assert CLUSTER_TRANSITIONS.ignored()[state] == {
+            ClusterEvent.UNCHANGED,
+            ClusterEvent.NOT_DUE,
+        }
+    holes = [
+        (ClusterState.PENDING, ClusterEvent.REVERTED),  # no readers run
+        (ClusterState.PENDING, ClusterEvent.TOPICS_REMOVED),
+        (ClusterState.ACTIVE, ClusterEvent.REVERTED),  # what runs is what is desired
+        (ClusterState.ACTIVE, ClusterEvent.RESUMED),
+        (ClusterState.CHANGING, ClusterEvent.RESUMED),
+        *((ClusterState.REMOVED, e) for e in ClusterEvent),
+    ]
+    for state, event in holes:
+        with pytest.raises(ProtocolError, match=f"{event.name} cannot happen"):
+            CLUSTER_TRANSITIONS.move(state, event)
+
+
+def test_cluster_ignores_the_same_metadata_and_a_tick_with_nothing_due() -> None:
+    sub = ClusterEnumerator("east", 1, 10.0, lambda: 1, now=0.0)
+    meta = ClusterMetadata(address("east"), ("orders",))
+    [discover] = sub.desire(meta, 0.0).discover
+    assert sub.desire(ClusterMetadata(address("east"), ("orders", "orders")), 1.0) == Plan()
+    assert sub.due(100.0) == Plan()  # the discovery is still out
+    assert sub.state is ClusterState.PENDING and sub.request_id == discover.request_id
+
+
+def test_a_removed_or_running_cluster_refuses_what_cannot_happen_to_it() -> None:
+    world = running()
+    east = world.enumerator.cluster("east")
+    assert east is not None and east.state is ClusterState.ACTIVE
+    snap = east.snapshot()
+    assert isinstance(snap, ClusterSnapshot)
+    with pytest.raises(ProtocolError, match="RESUMED cannot happen in state ACTIVE"):
+        east.resume(snap)
+    east.remove()
+    assert east.state is ClusterState.REMOVED
+    with pytest.raises(ProtocolError, match="cannot happen in state REMOVED"):
+        east.due(100.0)
+    with pytest.raises(ProtocolError, match="cannot happen in state REMOVED"):
+        east.desire(ClusterMetadata(address("east"), ("orders",)), 100.0)
 
 
 # -- property: any history of metadata versions --------------------------------------------------

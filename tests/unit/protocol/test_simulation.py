@@ -8,9 +8,8 @@ versions, an epoch fence and compare-and-set commits - the contract ``CommitTabl
 Hypothesis picks the schedule: produce, read (also while paused: an in-flight batch), replay
 old batches, deliver / duplicate / drop / reorder messages, finish flushes, commits (landed,
 failed, or landed-but-reported-failed) and reloads in any order, advance the clock, crash any
-role, start a new coordinator while the old one keeps running, change the partition set at
-once or retire partitions (FLIP-246: they leave after a finished round, their participants
-end) and add them back, stop the pipeline (with or without its last commit) and start it
+role, start a new coordinator while the old one keeps running, retire partitions (FLIP-246:
+they leave after a finished round, their participants end) and add them back, stop the pipeline (with or without its last commit) and start it
 again.
 After every step the invariants of design.md are checked; at the end, with faults stopped
 and everything delivered, the pipeline must commit every produced record (liveness).
@@ -381,12 +380,6 @@ class PipelineSim(RuleBasedStateMachine):
             self.start_coordinator()
 
     @rule(k=idx)
-    def toggle_partition(self, k: int) -> None:
-        coord = self.coords[-1]
-        assigned = set(coord.status().partitions) ^ {self.keys[k % len(self.keys)]}
-        self.apply_coord(coord, coord.set_partitions(assigned, self.now))
-
-    @rule(k=idx)
     def retire_or_add_partition(self, k: int) -> None:
         """FLIP-246: the partition left the metadata (retire) or came back (add)."""
         coord = self.coords[-1]
@@ -485,7 +478,6 @@ FAULTS = (
     "crash",
     "replay",
     "read_paused",
-    "toggle",
     "clock",
     "retire",
     "stop",
@@ -532,8 +524,6 @@ def test_long_random_schedules(n: int, seed: int, faults: set[str], fault_rate: 
                 sim.replay_old_batch(i(), i())
             elif kind == "read_paused":
                 sim.read_batch(i(), rng.randint(1, 4), True)
-            elif kind == "toggle":
-                sim.toggle_partition(i())
             elif kind == "clock":
                 sim.advance_clock(11.0)
             elif kind == "retire":
