@@ -17,6 +17,7 @@ from local_cluster import LocalCluster, local_cluster
 
 import rayconnect as rc
 from rayconnect.kafka.embedded import EmbeddedBroker
+from rayconnect.storage.embedded_s3 import EmbeddedS3
 
 #: The worker nodes: name (also its label ``node``) -> CPUs.
 WORKERS: dict[str, int] = {"ingest": 0, "control": 0, "spark1": 1, "spark2": 2}
@@ -30,11 +31,11 @@ def ray_cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="module")
-def sink_table(tmp_path_factory: pytest.TempPathFactory) -> rc.DeltaSink:
-    """Where the pipeline's table lives: the ONE place to move these tests' table (e.g. to
-    the embedded S3 store). A local path works here only because every node of this test
-    cluster shares this machine's disk."""
-    return rc.DeltaSink(str(tmp_path_factory.mktemp("multinode") / "table"))
+def sink_table(embedded_s3: EmbeddedS3) -> rc.DeltaSink:
+    """Where the pipeline's table lives: on the embedded S3, as on a real cluster, so no
+    part of the pipeline can lean on the nodes sharing this machine's disk."""
+    bucket = embedded_s3.new_bucket("multinode")
+    return rc.DeltaSink(f"s3://{bucket}/table", storage_options=embedded_s3.storage_options)
 
 
 @pytest.fixture(scope="module")
