@@ -88,9 +88,6 @@ def _environment(temp_dir: Path, **extra: str) -> dict[str, str]:
         RAY_TMPDIR=str(temp_dir),  # a local Ray's session folder, so its processes are found
         RAYCONNECT_SPARK_TMP=str(temp_dir / "spark"),
         RAY_AUTH_MODE="disabled",
-        # Ray gives a raylet 10 s to register, too short on a loaded 2-core machine (seen
-        # here at load 50: "The current node timed out during startup").
-        RAY_raylet_start_wait_time_s="120",
     )
     env.update(extra)
     return env
