@@ -55,7 +55,10 @@ def test_demo_runs_a_live_pipeline_through_kills_exactly_once(tmp_path: Path) ->
         out,
     )
     assert len(live) >= 15, out
-    assert max(int(r) for r, _, _ in live) >= 3
+    # rounds committed data (how many depends on the machine's load), and the last line
+    # shows the pipeline caught up with everything produced
+    assert max(int(r) for r, _, _ in live) >= 1, out
+    assert live[-1][1:] == ("30,000", "30,000"), out
     assert "dashboard http://127.0.0.1:" in out
     # every kill happened, was said, and was recovered from
     assert "CHAOS   ray.kill coordinator" in out
