@@ -38,7 +38,7 @@ from rayconnect.actors import names
 from rayconnect.placement import Placement
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups_detailed
+from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups
 from rayconnect.spark_bridge.session import spark_problem, start_spark, stop_spark
 from rayconnect.storage.location import TableLocation, as_location
 
@@ -159,7 +159,7 @@ class WriterActor:
             table = TableLocation.parse(scratch)
         try:
             for _ in range(WARM_UP_WRITES):
-                result = write_groups_detailed(self._spark, table, [[block]] * 8)
+                result = write_groups(self._spark, table, [[block]] * 8)
                 if result.staging_dir is not None:
                     table.remove_tree(result.staging_dir)
         finally:
@@ -297,7 +297,7 @@ class WriterActor:
         self, table: TableLocation, groups: list[list[ray.ObjectRef]]
     ) -> WriteResult:
         result: WriteResult = await self._run_in_spark_thread(
-            write_groups_detailed, self._spark, table, groups
+            write_groups, self._spark, table, groups
         )
         self._stats["spark_writes"] += 1
         self._stats["spark_jobs"] += len(result.job_ids)

@@ -271,13 +271,24 @@ def _describe_files(
     return files
 
 
-def write_groups_detailed(
+def write_groups(
     spark: SparkSession,
     table: str | TableLocation,
     groups: Sequence[Sequence[ray.ObjectRef]],
     schema: pa.Schema = RAW_RECORD_SCHEMA,
 ) -> WriteResult:
-    """Write every group in one Spark job; see ``write_groups``. Also reports the job ids."""
+    """Write all groups as Parquet files under the table (a path or a ``TableLocation``) in
+    ONE Spark job.
+
+    ``groups[i]`` is a list of object refs to ``pa.Table`` (or ``pa.RecordBatch``) in the
+    table's schema. ``files[i]`` are the files that hold exactly group i's rows, with paths
+    relative to the table root and stats from the Parquet footers, ready to be committed;
+    the job ids and timings come beside them. An empty group (or one whose batches have no
+    rows) gets ``[]``.
+
+    The files are not part of the table until a committer commits them; if nobody does,
+    vacuum removes them.
+    """
     start = time.perf_counter()
     location = as_location(table)
     non_empty = [(i, refs) for i, refs in enumerate(groups) if refs]
@@ -317,23 +328,3 @@ def write_groups_detailed(
         prepare_seconds=prepared - start,
         spark_seconds=written - prepared,
     )
-
-
-def write_groups(
-    spark: SparkSession,
-    table: str | TableLocation,
-    groups: Sequence[Sequence[ray.ObjectRef]],
-    schema: pa.Schema = RAW_RECORD_SCHEMA,
-) -> list[list[DataFile]]:
-    """Write all groups as Parquet files under the table (a path or a ``TableLocation``) in
-    ONE Spark job.
-
-    ``groups[i]`` is a list of object refs to ``pa.Table`` (or ``pa.RecordBatch``) in the
-    table's schema. Returns, for each group, the files that hold exactly that group's rows,
-    with paths relative to the table root and stats from the Parquet footers, ready to be
-    committed. An empty group (or one whose batches have no rows) gets ``[]``.
-
-    The files are not part of the table until a committer commits them; if nobody does,
-    vacuum removes them.
-    """
-    return write_groups_detailed(spark, table, groups, schema).files
