@@ -68,11 +68,12 @@ NO_DEAD_LETTER_TOPIC: Final = "(no dead_letter_topic: the task stops)"
 
 class SourceTaskConfig(msgspec.Struct, frozen=True):
     """How transactions are cut (``interval_s`` is for the ``interval`` boundary only) and
-    whether a record that cannot be written has a dead-letter topic to go to."""
+    whether a record that cannot be written has a dead-letter topic to go to. No defaults
+    here: they are the source pipeline's settings' (``SourceSettings``), written once."""
 
-    boundary: Boundary = "poll"
-    interval_s: float = 1.0
-    dead_letter: bool = False
+    boundary: Boundary
+    interval_s: float
+    dead_letter: bool
 
     def __post_init__(self) -> None:
         if self.boundary not in BOUNDARIES:
@@ -338,8 +339,8 @@ class SourceTaskStatus(msgspec.Struct, frozen=True):
 class SourceTaskMachine:
     """One task's transaction lifecycle; see the module docstring."""
 
-    def __init__(self, config: SourceTaskConfig | None = None) -> None:
-        self.config = config or SourceTaskConfig()
+    def __init__(self, config: SourceTaskConfig) -> None:
+        self.config = config
         self._state = State.NEW
         self._stopping = False
         self._poll_id = -1

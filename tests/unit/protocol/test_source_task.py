@@ -35,6 +35,8 @@ from rayconnect.protocol.source_task import (
     State,
 )
 
+#: the default settings: a transaction per poll, no dead-letter topic
+POLL = SourceTaskConfig("poll", 1.0, False)
 
 def started(
     boundary: str = "poll", interval_s: float = 1.0, dead_letter: bool = False
@@ -52,7 +54,7 @@ def result(*offsets: Any, ends: tuple[tuple[End, int], ...] = ()) -> PollResult:
 
 
 def test_init_transactions_comes_first() -> None:
-    m = SourceTaskMachine()
+    m = SourceTaskMachine(POLL)
     with pytest.raises(ProtocolError):
         m.polled(result(1), 0.0)
     assert m.start(0.0) == Ready([InitTransactions()], Report.INIT)
@@ -184,7 +186,7 @@ def test_any_other_send_error_aborts_the_open_transaction_and_fails() -> None:
 
 
 def test_failure_without_a_transaction_just_fails() -> None:
-    m = SourceTaskMachine()
+    m = SourceTaskMachine(POLL)
     m.start(0.0)
     assert m.failed("no broker", 1.0) == Ready([Fail("no broker")], Report.NONE)
 
@@ -274,9 +276,9 @@ def test_stop_aborts_the_open_transaction_for_connector() -> None:
 
 
 def test_stop_before_start_and_during_init() -> None:
-    m = SourceTaskMachine()
+    m = SourceTaskMachine(POLL)
     assert m.stop(0.0) == Ready([Close()], Report.NONE)
-    m = SourceTaskMachine()
+    m = SourceTaskMachine(POLL)
     m.start(0.0)
     assert m.stop(0.1) == Ready([], Report.INIT)
     assert m.initialized({}, 0.2) == Ready([Close()], Report.NONE)
