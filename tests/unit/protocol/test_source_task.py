@@ -38,6 +38,7 @@ from rayconnect.protocol.source_task import (
 #: the default settings: a transaction per poll, no dead-letter topic
 POLL = SourceTaskConfig("poll", 1.0, False)
 
+
 def started(
     boundary: str = "poll", interval_s: float = 1.0, dead_letter: bool = False
 ) -> SourceTaskMachine:
