@@ -36,7 +36,8 @@ class Reachability:
         if self.unreachable_since is None:
             self.unreachable_since = now
             self.outages += 1
-        self.reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        name, text = type(error).__name__, str(error)
+        self.reason = text if text.startswith(name) else f"{name}: {text}" if text else name
 
     def describe(self) -> str | None:
         """``"broker unreachable since 2026-...Z (12 s): <reason>"`` while it lasts."""

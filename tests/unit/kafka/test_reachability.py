@@ -23,6 +23,12 @@ def test_outage_since_its_first_failure_and_cleared_by_an_answer() -> None:
     assert state.unreachable_since is None and state.describe() is None
     state.observe(OSError(), now=1010.0)
     assert state.outages == 2 and state.reason == "OSError"
+    state.observe(_Named("_Named: said twice"), now=1011.0)
+    assert state.reason == "_Named: said twice"  # aiokafka's errors name themselves
+
+
+class _Named(Exception):
+    pass
 
 
 class _Consumer:
