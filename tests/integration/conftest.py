@@ -5,12 +5,15 @@ broker and check tables exactly."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import ray
 from ray_tmp import cleaned_ray_tmp
 
 from rayconnect.cli import chaos
+from rayconnect.kafka.broker_storage import on_s3
+from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 
 _DASHBOARD: str | None = None  # this module's Ray: others may run on the machine too
@@ -56,3 +59,12 @@ def embedded_s3() -> Iterator[EmbeddedS3]:
 def s3_bucket(embedded_s3: EmbeddedS3) -> str:
     """A fresh, empty bucket on the session's embedded S3."""
     return embedded_s3.new_bucket()
+
+
+@pytest.fixture
+def durable_broker(embedded_s3: EmbeddedS3, tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    """A broker (cluster ``local``) whose log is in a fresh bucket of the session's S3: it
+    can be killed and started again (same port) without losing a record."""
+    storage = on_s3(embedded_s3)
+    with EmbeddedBroker("local", log_dir=tmp_path / "kafka", storage=storage) as broker:
+        yield broker

@@ -29,6 +29,7 @@ import ray
 
 from rayconnect.actors import names
 from rayconnect.kafka.discovery import client_properties
+from rayconnect.kafka.reachability import Reachability, watch
 from rayconnect.metrics import SinkMetrics
 from rayconnect.protocol.messages import GetMetadataUpdateEvent, MetadataUpdateEvent
 from rayconnect.protocol.reader_positions import Hand, PollToken, ReaderPositions, Seek
@@ -79,6 +80,8 @@ class ReaderActor:
         self._ready = asyncio.Event()
         self._lock = asyncio.Lock()
         self._error: str | None = None
+        self._reach = Reachability()  # "broker unreachable since ..." in status
+        self._watch: asyncio.Task[None] | None = None
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
         self._task = asyncio.get_running_loop().create_task(self._main())
 
@@ -90,6 +93,7 @@ class ReaderActor:
                 self._error = f"connect failed: {type(e).__name__}: {e}"
                 log.warning("reader %s/%s: %s", self.pipeline, self.reader_id, self._error)
                 await asyncio.sleep(1.0)
+        self._watch = asyncio.get_running_loop().create_task(watch(self._consumer, self._reach))
         while not self._ready.is_set():
             try:  # the answer arrives as a metadata_update call
                 enumerator = ray.get_actor(
@@ -299,6 +303,9 @@ class ReaderActor:
             "last_update_at": self.last_update_at,
             "started_at": self.started_at,
             "error": self._error,
+            "broker": self._reach.describe(),
+            "broker_unreachable_since": self._reach.unreachable_since,
+            "broker_outages": self._reach.outages,
             "partitions": lag,
         }
 
@@ -313,6 +320,8 @@ class ReaderActor:
     async def close(self) -> None:
         """Stop reading for good: nothing is delivered after this returns."""
         self._task.cancel()
+        if self._watch is not None:
+            self._watch.cancel()
         for key in self._positions.splits:
             self._positions.pause(key)
         if self._consumer:

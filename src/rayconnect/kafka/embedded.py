@@ -1,7 +1,8 @@
 """Embedded Kafka-compatible broker (tansu) for the demo and the tests.
 
 One ``tansu`` process per cluster, on a free loopback port, with the in-memory storage
-engine. Two processes are two fully independent clusters, which is how multi-cluster
+engine by default, or tansu's S3 engine (``storage=on_s3(...)``), whose log survives a
+restart: ``restart()`` (or ``start()`` after the process died) keeps the port. Two processes are two fully independent clusters, which is how multi-cluster
 pipelines are tested on one machine (see shared/notes/tansu.md).
 
 A broker dies with its parent in every case we can arrange (stop, interpreter exit,
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from rayconnect.child_process import ChildProcess, StartStop, stop_child, unregister
 from rayconnect.child_process import free_port as _free_port
+from rayconnect.kafka.broker_storage import MEMORY, BrokerStorage
 
 __all__ = [
     "BrokerStartError",
@@ -96,13 +98,27 @@ class EmbeddedBroker(ChildProcess):
     ``log_dir`` is where its stdout/stderr go. A given ``log_dir`` is kept after ``stop()`` so a
     failed test can be diagnosed; without one the log goes to a fresh temp dir, removed by
     ``stop()`` unless the broker had crashed.
+
+    ``storage``: where the log lives (``MEMORY``, lost on restart; ``on_s3(store)``, kept).
+    Once started the broker keeps its port, so ``restart()`` - or ``start()`` after the
+    process was killed - brings the same cluster back where clients knew it.
+    ``advertised_port``: the port clients are told to connect to (metadata), when they reach
+    the broker through something else, such as a TCP proxy in an outage test.
     """
 
     _start_error = BrokerStartError
 
-    def __init__(self, cluster_id: str = "local", log_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        cluster_id: str = "local",
+        log_dir: Path | None = None,
+        storage: BrokerStorage = MEMORY,
+        advertised_port: int | None = None,
+    ) -> None:
         super().__init__()
         self.cluster_id = cluster_id
+        self.storage = storage
+        self.advertised_port = advertised_port
         self._what = f"tansu ({cluster_id})"
         self._log_dir = Path(log_dir) if log_dir is not None else None
         self._own_log_dir = log_dir is None
@@ -124,31 +140,37 @@ class EmbeddedBroker(ChildProcess):
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self, timeout: float = _START_TIMEOUT_S) -> EmbeddedBroker:
-        """Start the broker and wait until it answers a Kafka ApiVersions request (on a new
-        free port if the one picked was taken meanwhile, up to 3 times)."""
+        """Start the broker and wait until it answers a Kafka ApiVersions request. The first
+        start picks a free port (a new one if it was taken meanwhile, up to 3 times); a start
+        after a stop or a crash reuses it."""
         if self.running:
             return self
+        if self._proc is not None:  # it died (killed, crashed): forget that process
+            self._proc = None
+            unregister(self)
         if self._log_dir is None:
             self._log_dir = Path(tempfile.mkdtemp(prefix="rayconnect-tansu-"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
         log_dir, binary = self._log_dir, broker_binary()
+        fixed_port = self._port
 
         def attempt() -> None:
-            port = self._port = _free_port()
-            url = f"tcp://127.0.0.1:{port}"
+            port = self._port = fixed_port or _free_port()
+            advertised = self.advertised_port or port
             args = [
                 binary,
                 "broker",
                 "--cluster-id",
                 self.cluster_id,
                 "--listener-url",
-                url,
+                f"tcp://127.0.0.1:{port}",
                 "--advertised-listener-url",
-                url,
+                f"tcp://127.0.0.1:{advertised}",
                 "--storage-engine",
-                "memory://tansu/",
+                self.storage.url,
             ]
             env = dict(os.environ)
+            env.update(self.storage.env)
             env.setdefault("RUST_LOG", "warn")
             self._launch(args, log_dir / f"tansu-{self.cluster_id}-{port}.log", env)
             self._wait_ready(
@@ -156,21 +178,26 @@ class EmbeddedBroker(ChildProcess):
                 timeout,
             )
 
-        self._start_retrying(attempt, self._terminate, _PORT_ATTEMPTS)
+        self._start_retrying(attempt, self._terminate, 1 if fixed_port else _PORT_ATTEMPTS)
         return self
 
     def stop(self, grace: float = _STOP_GRACE_S) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL. Idempotent."""
         self._terminate(grace)
 
-    def _terminate(self, grace: float = _STOP_GRACE_S) -> None:
+    def restart(self, grace: float = _STOP_GRACE_S) -> EmbeddedBroker:
+        """Stop and start again on the same port (with ``MEMORY`` storage the log is lost)."""
+        self._terminate(grace, keep_log_dir=True)
+        return self.start()
+
+    def _terminate(self, grace: float = _STOP_GRACE_S, keep_log_dir: bool = False) -> None:
         proc = self._proc
         unregister(self)
         if proc is None:
             return
         crashed = stop_child(proc, grace)  # a crashed broker keeps its log
         self._proc = None
-        if self._own_log_dir and not crashed and self._log_dir is not None:
+        if self._own_log_dir and not crashed and not keep_log_dir and self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
             self._log_dir = self._log_path = None
 
