@@ -22,7 +22,7 @@ _EXPORTS = {
     "CommitSettings": "rayconnect.protocol.settings",
     "SparkSettings": "rayconnect.pipelines.sink_config",
     "ConfigError": "rayconnect.errors",
-    "Placement": "rayconnect.placement",
+    "Placement": "rayconnect.pipelines.placement",
     "FileMetadataService": "rayconnect.metadata",
     "SingleClusterMetadataService": "rayconnect.metadata",
     "KafkaStream": "rayconnect.protocol.types",

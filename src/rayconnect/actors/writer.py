@@ -35,7 +35,7 @@ import pyarrow as pa
 import ray
 
 from rayconnect.actors import names
-from rayconnect.placement import Placement
+from rayconnect.pipelines.placement import Placement
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups

@@ -16,13 +16,13 @@ import ray
 from rayconnect.actors import names
 from rayconnect.aio import run_sync
 from rayconnect.errors import ConfigError, PipelineError, no_such
+from rayconnect.pipelines.placement import Placement
 from rayconnect.pipelines.sink_config import (
     DeltaSink,
     KafkaSource,
     SinkPipelineConfig,
     SparkSettings,
 )
-from rayconnect.placement import Placement
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import TopicPartition
 from rayconnect.runtime import Handle, ensure_ray, get_actor, pipeline_actor_names

@@ -17,7 +17,7 @@ from rayconnect.errors import ConfigError, require
 from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
 from rayconnect.metadata.static import StaticMetadataService
-from rayconnect.placement import Placement
+from rayconnect.pipelines.placement import Placement
 from rayconnect.properties import check_client_properties
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.streams import (

@@ -8,10 +8,10 @@ import re
 import pytest
 
 import rayconnect as rc
-from rayconnect import placement as placement_module
 from rayconnect.cli.pipeline_file import PipelineFileError, loads_pipeline
 from rayconnect.errors import ConfigError
-from rayconnect.placement import matches
+from rayconnect.pipelines import placement as placement_module
+from rayconnect.pipelines.placement import matches
 
 pytestmark = [pytest.mark.timeout(30)]
 
