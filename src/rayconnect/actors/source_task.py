@@ -44,9 +44,9 @@ from rayconnect.protocol.source_task import (
     InitTransactions,
     Poll,
     PollResult,
+    ProduceSegment,
     Ready,
     Report,
-    Send,
     SendOffsets,
     SendToDeadLetter,
     SourceTaskConfig,
@@ -200,8 +200,8 @@ class TaskRunner:
         if isinstance(effect, BeginTransaction):
             if self.transactional:
                 await self.producer.begin_transaction()
-        elif isinstance(effect, Send):
-            await self._send(effect)
+        elif isinstance(effect, ProduceSegment):
+            await self._produce_segment(effect)
         elif isinstance(effect, SendToDeadLetter):
             record = self._polls[effect.poll_id][effect.index]
             self._sent.append((record, await self._dead_letter(record, effect.reason)))
@@ -286,7 +286,7 @@ class TaskRunner:
             self._unsettled[poll_id] = len(records)
         return PollResult(_source_offsets(records), ends)
 
-    async def _send(self, effect: Send) -> None:
+    async def _produce_segment(self, effect: ProduceSegment) -> None:
         records = self._polls[effect.poll_id]
         for index in range(effect.start, effect.stop):
             record = records[index]

@@ -12,20 +12,21 @@ A source task owns one transactional producer. Its life is seed 000's loop, made
 3. ``polled``: a ``PollResult`` came back: each record's source offset and the task's
    transaction requests. The machine cuts it into *segments* (a connector boundary may end
    a transaction after any record, so one poll can hold several transactions). For each
-   segment: ``BeginTransaction`` if none is open, ``Send`` its records, remember its source
-   offsets. When the boundary says so: ``SendOffsets`` (offsets after records, in the same
-   transaction) then ``CommitTransaction`` - and the machine waits for ``committed``.
-   Nothing else may happen while a commit is in flight: above all no poll (``polled`` in
-   COMMITTING is a ProtocolError), because a task may only be asked to ``commit()`` up to
-   what it returned from ``poll()``.
+   segment: ``BeginTransaction`` if none is open, ``ProduceSegment`` (send its records),
+   remember its source offsets. When the boundary says so: ``SendOffsets`` (offsets after
+   records, in the same transaction) then ``CommitTransaction`` - and the machine waits for
+   ``committed``. Nothing else may happen while a commit is in flight: above all no poll
+   (``polled`` in COMMITTING is a ProtocolError), because a task may only be asked to
+   ``commit()`` up to what it returned from ``poll()``.
 4. ``committed``: ``Acknowledge`` the transaction's records (the actor calls
    ``commit_record`` and ``commit()`` on the task), then go on with the rest of the poll's
    segments, or ``Poll`` again.
 5. A record that cannot be sent (``send_failed`` with its ``Failure`` kind) interrupts its
-   ``Send``: a ``BAD_RECORD`` goes to the dead-letter topic (``SendToDeadLetter``, in the
-   open transaction, so it is there exactly once with its source offset) and the rest of
-   the interrupted Ready follows; without a dead-letter topic the task fails for good
-   (``Fail(permanent=True)``): a restart would only meet the same record again.
+   ``ProduceSegment``: a ``BAD_RECORD`` goes to the dead-letter topic
+   (``SendToDeadLetter``, in the open transaction, so it is there exactly once with its
+   source offset) and the rest of the interrupted Ready follows; without a dead-letter
+   topic the task fails for good (``Fail(permanent=True)``): a restart would only meet the
+   same record again.
 6. Any other failure: ``AbortTransaction`` (best effort, if one is open) and ``Fail``. The
    task is not retried in place: the actor dies, Ray restarts it, and step 1 fences the dead
    incarnation and resumes from the offsets that did commit. A ``FENCED`` failure skips the
@@ -46,18 +47,23 @@ transaction ends (Kafka 3.3 does the same).
 Every input returns a ``Ready``: the effects to carry out in order, and ``report``, the one
 result the machine waits for next (``Report.NONE``: closed or failed, stop driving). The
 actor's loop is: carry out a Ready, feed back the result ``report`` names, repeat.
+
+The table (``TRANSITIONS``, a ``MoveTable``) makes every move: an input is first an *event*
+(a result accepted in the one state that waits for it, then what goes in flight next: POLL,
+COMMIT, ABORT or CLOSE; a failed send becomes DEAD_LETTER or SEND_FAILED). A missing cell
+raises ``ProtocolError``; the only ``IGNORED`` cells are a stop once closed or failed.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
 
 from rayconnect.protocol.errors import ProtocolError
-from rayconnect.protocol.machine import TransitionTable
+from rayconnect.protocol.machine import IGNORED, Ignored, MoveTable, TableMachine
 
 Boundary = Literal["poll", "interval", "connector"]
 BOUNDARIES: Final = ("poll", "interval", "connector")
@@ -147,7 +153,7 @@ class BeginTransaction(_Effect):
     txn: int
 
 
-class Send(_Effect):
+class ProduceSegment(_Effect):
     """Send records ``[start, stop)`` of poll ``poll_id`` to Kafka, in the open transaction.
     A record that cannot be sent stops the Ready there: report ``send_failed``."""
 
@@ -214,7 +220,7 @@ Effect: TypeAlias = (
     InitTransactions
     | Poll
     | BeginTransaction
-    | Send
+    | ProduceSegment
     | SendToDeadLetter
     | SendOffsets
     | CommitTransaction
@@ -256,58 +262,77 @@ class State(enum.Enum):
     FAILED = "failed"
 
 
-class Input(enum.Enum):
+class Event(enum.Enum):
+    """What an input turned out to mean; the table moves the machine on it. A result
+    (INITIALIZED, POLLED, COMMITTED, ABORTED) is accepted in the one state that waits for
+    it; what the machine then puts in flight is a second event (POLL, COMMIT, ABORT,
+    CLOSE), as the coordinator does with a round's last WRITE-STATUS."""
+
     START = "start"
-    INITIALIZED = "initialized"
-    POLLED = "polled"
-    SEND_FAILED = "send_failed"
-    COMMITTED = "committed"
+    INITIALIZED = "initialized"  # the producer is ready and the task started
+    POLLED = "polled"  # the poll in flight came back
+    COMMITTED = "committed"  # the commit in flight succeeded
+    ABORTED = "aborted"  # the requested abort in flight succeeded
+    POLL = "poll"  # next: a poll
+    COMMIT = "commit"  # next: commit the open transaction
+    ABORT = "abort"  # next: abort it (the task asked, or it stops with ``connector``)
+    CLOSE = "close"  # next: nothing, stopped cleanly
+    DEAD_LETTER = "dead_letter"  # a bad record went to the dead-letter topic; the Ready goes on
+    SEND_FAILED = "send_failed"  # a record could not be sent, and has nowhere else to go
     COMMIT_FAILED = "commit_failed"
-    ABORTED = "aborted"
-    FAILED = "failed"
+    FAILED = "failed"  # init, poll, abort or other IO failed
     STOP = "stop"
 
 
 _S = State
-_I = Input
-_AFTER_RESULT = {_S.POLLING, _S.COMMITTING, _S.ABORTING, _S.CLOSED, _S.FAILED}
+_E = Event
+_IGNORED = IGNORED
+#: A result was handed on: what the machine puts in flight next.
+_NEXT: Final = {_E.POLL: _S.POLLING, _E.COMMIT: _S.COMMITTING, _E.ABORT: _S.ABORTING}
 
-#: Anything not listed is impossible and raises ProtocolError: a task is driven only by its
-#: own actor, so an unexpected input is a wiring bug, never a network condition. A
-#: ``send_failed`` may come after any Ready that sent records: the machine either stays
-#: (the record went to the dead-letter topic) or fails.
-TRANSITIONS: Final = TransitionTable[State, Input](
+
+def _in_flight(state: State, *cells: dict[Event, State]) -> dict[Event, State | Ignored]:
+    """A state with something in flight: its own cells, then FAILED and a STOP noted for
+    the next result (the state stays)."""
+    row: dict[Event, State | Ignored] = {}
+    for part in cells:
+        row.update(part)
+    row.update({_E.FAILED: _S.FAILED, _E.STOP: state})
+    return row
+
+
+def _sending(state: State, result: Event) -> dict[Event, State | Ignored]:
+    """A state whose Ready may have sent records: its ``result`` hands on to what comes next
+    (or a clean close); a failed send either dead-letters the record (the state stays) or
+    fails."""
+    return _in_flight(
+        state,
+        {result: state, **_NEXT, _E.CLOSE: _S.CLOSED},
+        {_E.DEAD_LETTER: state, _E.SEND_FAILED: _S.FAILED},
+    )
+
+
+#: A missing cell raises ``ProtocolError``: a task is driven only by its own actor, so an
+#: unexpected input is a wiring bug, never a network condition - above all a ``polled``
+#: while a commit or abort is in flight. The only deliberate no-op is a STOP once the task
+#: is closed or failed.
+TRANSITIONS: Final = MoveTable[State, Event](
     "source task",
     {
-        _S.NEW: {_I.START: {_S.INITIALIZING}, _I.STOP: {_S.CLOSED}},
-        _S.INITIALIZING: {
-            _I.INITIALIZED: {_S.POLLING, _S.CLOSED},
-            _I.FAILED: {_S.FAILED},
-            _I.STOP: {_S.INITIALIZING},
-        },
-        _S.POLLING: {
-            _I.POLLED: _AFTER_RESULT - {_S.FAILED},
-            _I.SEND_FAILED: {_S.POLLING, _S.FAILED},
-            _I.FAILED: {_S.FAILED},
-            _I.STOP: {_S.POLLING},
-        },
+        _S.NEW: {_E.START: _S.INITIALIZING, _E.STOP: _S.CLOSED},  # nothing to wait for
+        _S.INITIALIZING: _in_flight(
+            _S.INITIALIZING,
+            {_E.INITIALIZED: _S.INITIALIZING, _E.POLL: _S.POLLING, _E.CLOSE: _S.CLOSED},
+        ),
+        _S.POLLING: _sending(_S.POLLING, _E.POLLED),
         _S.COMMITTING: {
-            _I.COMMITTED: _AFTER_RESULT - {_S.FAILED},
-            _I.COMMIT_FAILED: {_S.FAILED},
-            _I.SEND_FAILED: {_S.COMMITTING, _S.FAILED},
-            _I.FAILED: {_S.FAILED},
-            _I.STOP: {_S.COMMITTING},
+            **_sending(_S.COMMITTING, _E.COMMITTED),
+            _E.COMMIT_FAILED: _S.FAILED,
         },
-        _S.ABORTING: {
-            _I.ABORTED: _AFTER_RESULT - {_S.FAILED},
-            _I.SEND_FAILED: {_S.ABORTING, _S.FAILED},
-            _I.FAILED: {_S.FAILED},
-            _I.STOP: {_S.ABORTING},
-        },
-        _S.CLOSED: {_I.STOP: {_S.CLOSED}},
-        _S.FAILED: {_I.STOP: {_S.FAILED}},
+        _S.ABORTING: _sending(_S.ABORTING, _E.ABORTED),
+        _S.CLOSED: {_E.STOP: _IGNORED},
+        _S.FAILED: {_E.STOP: _IGNORED},
     },
-    ignorable=(),
 )
 
 _REPORT: Final = {
@@ -336,12 +361,14 @@ class SourceTaskStatus(msgspec.Struct, frozen=True):
     bad_record: str | None
 
 
-class SourceTaskMachine:
+class SourceTaskMachine(TableMachine[State, Event]):
     """One task's transaction lifecycle; see the module docstring."""
 
+    TRANSITIONS = TRANSITIONS
+
     def __init__(self, config: SourceTaskConfig) -> None:
+        super().__init__(State.NEW)
         self.config = config
-        self._state = State.NEW
         self._stopping = False
         self._poll_id = -1
         self._txn = 0  # id of the open (or last) transaction
@@ -352,7 +379,7 @@ class SourceTaskMachine:
         self._pending_offsets: dict[str, Any] = {}
         #: segments of the current poll not yet handed out (after a mid-poll commit/abort)
         self._queue: list[Segment] = []
-        #: the effects of the last Ready: a ``send_failed`` resumes what follows its Send
+        #: the effects of the last Ready: a ``send_failed`` resumes what follows its ProduceSegment
         self._last: list[Effect] = []
         self._committed_offsets: dict[str, Any] = {}
         self._committed = self._aborted = 0
@@ -362,10 +389,6 @@ class SourceTaskMachine:
         self._bad_record: str | None = None
 
     # -- read-only views -----------------------------------------------------------------
-
-    @property
-    def state(self) -> State:
-        return self._state
 
     @property
     def in_transaction(self) -> bool:
@@ -397,119 +420,98 @@ class SourceTaskMachine:
     # -- inputs ----------------------------------------------------------------------------
 
     def start(self, now: float) -> Ready:
-        def handler() -> list[Effect]:
-            self._state = State.INITIALIZING
-            return [InitTransactions()]
-
-        return self._drive(_I.START, handler)
+        self._fire(Event.START)
+        return self._ready([InitTransactions()])
 
     def initialized(self, committed_offsets: dict[str, Any], now: float) -> Ready:
         """Transactions are initialised and the task started from ``committed_offsets``."""
-
-        def handler() -> list[Effect]:
-            self._committed_offsets = dict(committed_offsets)
-            if self._stopping:
-                self._state = State.CLOSED
-                return [Close()]
-            return self._poll()
-
-        return self._drive(_I.INITIALIZED, handler)
+        self._fire(Event.INITIALIZED)
+        self._committed_offsets = dict(committed_offsets)
+        if self._stopping:
+            self._fire(Event.CLOSE)
+            return self._ready([Close()])
+        return self._ready(self._poll())
 
     def polled(self, result: PollResult, now: float) -> Ready:
         """The poll came back with ``result`` (no records: nothing new)."""
-
-        def handler() -> list[Effect]:
-            if self.config.boundary != "connector" and result.ends:
-                raise ProtocolError(
-                    f"source task: a transaction end was requested with boundary "
-                    f"{self.config.boundary!r}; only 'connector' lets the task decide"
-                )
-            self._records_polled += len(result.offsets)
-            self._queue = _cut(self._poll_id, result)
-            return self._drain(now)
-
-        return self._drive(_I.POLLED, handler)
+        self._fire(Event.POLLED)
+        if self.config.boundary != "connector" and result.ends:
+            raise ProtocolError(
+                f"source task: a transaction end was requested with boundary "
+                f"{self.config.boundary!r}; only 'connector' lets the task decide"
+            )
+        self._records_polled += len(result.offsets)
+        self._queue = _cut(self._poll_id, result)
+        return self._ready(self._drain(now))
 
     def send_failed(
         self, poll_id: int, index: int, kind: Failure, reason: str, now: float
     ) -> Ready:
         """Record ``index`` of poll ``poll_id`` could not be sent; the effects after it in
         the last Ready were not carried out."""
-
-        def handler() -> list[Effect]:
-            at = self._interrupted_send(poll_id, index)
-            if kind is not Failure.BAD_RECORD:
-                return self._fail(reason, kind)
-            if not self.config.dead_letter:
-                self._bad_record = reason
-                return self._fail(f"BadRecord: {reason} {NO_DEAD_LETTER_TOPIC}", kind)
-            self._dead_letters += 1
-            send = self._last[at]
-            assert isinstance(send, Send)
-            rest: list[Effect] = [SendToDeadLetter(poll_id, index, reason)]
-            if index + 1 < send.stop:
-                rest.append(Send(poll_id, index + 1, send.stop))
-            return rest + self._last[at + 1 :]
-
-        return self._drive(_I.SEND_FAILED, handler)
+        at = self._interrupted_send(poll_id, index)  # before any move: a wiring bug moves none
+        if kind is not Failure.BAD_RECORD:
+            return self._ready(self._fail(Event.SEND_FAILED, reason, kind))
+        if not self.config.dead_letter:
+            why = f"BadRecord: {reason} {NO_DEAD_LETTER_TOPIC}"
+            failed = self._fail(Event.SEND_FAILED, why, kind)
+            self._bad_record = reason
+            return self._ready(failed)
+        self._fire(Event.DEAD_LETTER)
+        self._dead_letters += 1
+        send = self._last[at]
+        assert isinstance(send, ProduceSegment)
+        rest: list[Effect] = [SendToDeadLetter(poll_id, index, reason)]
+        if index + 1 < send.stop:
+            rest.append(ProduceSegment(poll_id, index + 1, send.stop))
+        return self._ready(rest + self._last[at + 1 :])
 
     def committed(self, now: float) -> Ready:
-        def handler() -> list[Effect]:
-            acked = tuple(self._txn_ranges)
-            self._committed += 1
-            self._records_committed += self._txn_records
-            self._close_txn()
-            return [Acknowledge(acked), *self._drain(now)]
-
-        return self._drive(_I.COMMITTED, handler)
+        self._fire(Event.COMMITTED)
+        acked = tuple(self._txn_ranges)
+        self._committed += 1
+        self._records_committed += self._txn_records
+        self._close_txn()
+        return self._ready([Acknowledge(acked), *self._drain(now)])
 
     def commit_failed(self, reason: str, now: float, kind: Failure = Failure.ERROR) -> Ready:
         """The commit did not succeed: abort and fail (seed 000: never log and move on)."""
-        return self._drive(_I.COMMIT_FAILED, lambda: self._fail(f"commit failed: {reason}", kind))
+        return self._ready(self._fail(Event.COMMIT_FAILED, f"commit failed: {reason}", kind))
 
     def aborted(self, now: float) -> Ready:
         """A connector-requested abort is done; its records and offsets are gone."""
-
-        def handler() -> list[Effect]:
-            dropped = tuple(self._txn_ranges)
-            self._aborted += 1
-            self._close_txn()
-            return [Discard(dropped), *self._drain(now)]
-
-        return self._drive(_I.ABORTED, handler)
+        self._fire(Event.ABORTED)
+        dropped = tuple(self._txn_ranges)
+        self._aborted += 1
+        self._close_txn()
+        return self._ready([Discard(dropped), *self._drain(now)])
 
     def failed(self, reason: str, now: float, kind: Failure = Failure.ERROR) -> Ready:
         """A poll, init, abort or other IO went wrong: abort what is open (unless fenced),
-        then fail. A bad record is only known from a Send (``send_failed``)."""
+        then fail. A bad record is only known from a ProduceSegment (``send_failed``)."""
         if kind is Failure.BAD_RECORD:
             raise ProtocolError("source task: a bad record is reported by send_failed")
-        return self._drive(_I.FAILED, lambda: self._fail(reason, kind))
+        return self._ready(self._fail(Event.FAILED, reason, kind))
 
     def stop(self, now: float) -> Ready:
-        """Ask to stop; acted on at the next result (or at once if nothing is in flight)."""
-
-        def handler() -> list[Effect]:
-            self._stopping = True
-            if self._state is State.NEW:
-                self._state = State.CLOSED
-                return [Close()]
-            return []
-
-        return self._drive(_I.STOP, handler)
+        """Ask to stop; acted on at the next result (or at once if nothing is in flight).
+        Not a result: the last Ready stays the one a ``send_failed`` refers to."""
+        self._stopping = True
+        closed = self._fire(Event.STOP) and self._state is State.CLOSED
+        return Ready([Close()] if closed else [], _REPORT[self._state])
 
     # -- internals -------------------------------------------------------------------------
 
-    def _drive(self, event: Input, handler: Callable[[], list[Effect]]) -> Ready:
-        effects = TRANSITIONS.drive(self._state, event, handler, lambda: self._state, list)
-        if event is not Input.STOP:
-            self._last = effects
+    def _ready(self, effects: list[Effect]) -> Ready:
+        self._last = effects
         return Ready(effects, _REPORT[self._state])
 
     def _interrupted_send(self, poll_id: int, index: int) -> int:
-        """Where in the last Ready the Send of that record is (else: a wiring bug)."""
+        """Where in the last Ready the ProduceSegment of that record is (else: a wiring
+        bug)."""
         for at, effect in enumerate(self._last):
             if (
-                isinstance(effect, Send)
+                isinstance(effect, ProduceSegment)
                 and effect.poll_id == poll_id
                 and effect.start <= index < effect.stop
             ):
@@ -519,8 +521,8 @@ class SourceTaskMachine:
         )
 
     def _poll(self) -> list[Effect]:
+        self._fire(Event.POLL)
         self._poll_id += 1
-        self._state = State.POLLING
         return [Poll(self._poll_id)]
 
     def _drain(self, now: float) -> list[Effect]:
@@ -534,7 +536,7 @@ class SourceTaskMachine:
                     self._txn_open = True
                     self._txn_began = now
                     ready.append(BeginTransaction(self._txn))
-                ready.append(Send(seg.poll_id, seg.start, seg.stop))
+                ready.append(ProduceSegment(seg.poll_id, seg.start, seg.stop))
                 self._txn_ranges.append((seg.poll_id, seg.start, seg.stop))
                 self._txn_records += seg.count
                 self._records_sent += seg.count
@@ -542,15 +544,13 @@ class SourceTaskMachine:
             if seg.end is End.COMMIT and self._txn_open:
                 return ready + self._commit()
             if seg.end is End.ABORT and self._txn_open:
-                self._state = State.ABORTING
-                return ready + [AbortTransaction(self._txn)]
+                return ready + self._abort()
         if self._txn_open and (self._stopping or self._boundary_reached(now)):
             if self._stopping and self.config.boundary == "connector":
-                self._state = State.ABORTING
-                return ready + [AbortTransaction(self._txn)]
+                return ready + self._abort()
             return ready + self._commit()
         if self._stopping:
-            self._state = State.CLOSED
+            self._fire(Event.CLOSE)
             return ready + [Close()]
         return ready + self._poll()
 
@@ -562,12 +562,16 @@ class SourceTaskMachine:
         return False
 
     def _commit(self) -> list[Effect]:
-        self._state = State.COMMITTING
+        self._fire(Event.COMMIT)
         ready: list[Effect] = []
         if self._pending_offsets:
             ready.append(SendOffsets(dict(self._pending_offsets)))
         ready.append(CommitTransaction(self._txn))
         return ready
+
+    def _abort(self) -> list[Effect]:
+        self._fire(Event.ABORT)
+        return [AbortTransaction(self._txn)]
 
     def _close_txn(self) -> None:
         if self._state is State.COMMITTING:
@@ -577,16 +581,18 @@ class SourceTaskMachine:
         self._txn_records = 0
         self._pending_offsets = {}
 
-    def _fail(self, reason: str, kind: Failure) -> list[Effect]:
-        """Abort what is open - unless a requested abort is what failed, or the producer
-        is fenced - then fail; for good if the cause is a record no restart gets past."""
+    def _fail(self, event: Event, reason: str, kind: Failure) -> list[Effect]:
+        """Move on ``event``, abort what is open - unless a requested abort is what failed,
+        or the producer is fenced - then fail; for good if the cause is a record no restart
+        gets past."""
+        abort = self._txn_open and self._state is not State.ABORTING
+        self._fire(event)
         self._last_error = reason
         ready: list[Effect] = []
-        if self._txn_open and self._state is not State.ABORTING and kind is not Failure.FENCED:
+        if abort and kind is not Failure.FENCED:
             ready.append(AbortTransaction(self._txn, best_effort=True))
         self._txn_open = False
         self._queue = []
-        self._state = State.FAILED
         return [*ready, Fail(reason, permanent=kind is Failure.BAD_RECORD)]
 
 

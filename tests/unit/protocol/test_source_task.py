@@ -25,9 +25,9 @@ from rayconnect.protocol.source_task import (
     InitTransactions,
     Poll,
     PollResult,
+    ProduceSegment,
     Ready,
     Report,
-    Send,
     SendOffsets,
     SendToDeadLetter,
     SourceTaskConfig,
@@ -67,7 +67,7 @@ def test_poll_boundary_records_then_offsets_then_commit() -> None:
     m = started("poll")
     ready = m.polled(result(2, 3, 4), 1.0)
     assert ready == Ready(
-        [BeginTransaction(1), Send(0, 0, 3), SendOffsets({"p": 4}), CommitTransaction(1)],
+        [BeginTransaction(1), ProduceSegment(0, 0, 3), SendOffsets({"p": 4}), CommitTransaction(1)],
         Report.COMMIT,
     )
     assert m.state is State.COMMITTING
@@ -84,7 +84,7 @@ def test_offsets_are_the_newest_per_source_partition_and_records_without_one_com
     m = started("poll")
     assert m.polled(result(None, None), 1.0).effects == [
         BeginTransaction(1),
-        Send(0, 0, 2),
+        ProduceSegment(0, 0, 2),
         CommitTransaction(1),  # no offsets to write
     ]
 
@@ -104,8 +104,12 @@ def test_empty_poll_polls_again_without_a_transaction() -> None:
 
 def test_interval_boundary_uses_time_as_input() -> None:
     m = started("interval", 5.0)
-    assert m.polled(result(1), 10.0).effects == [BeginTransaction(1), Send(0, 0, 1), Poll(1)]
-    assert m.polled(result(2), 12.0).effects == [Send(1, 0, 1), Poll(2)]
+    assert m.polled(result(1), 10.0).effects == [
+        BeginTransaction(1),
+        ProduceSegment(0, 0, 1),
+        Poll(1),
+    ]
+    assert m.polled(result(2), 12.0).effects == [ProduceSegment(1, 0, 1), Poll(2)]
     assert m.polled(result(), 14.9).effects == [Poll(3)]
     assert m.polled(result(), 15.0) == Ready(
         [SendOffsets({"p": 2}), CommitTransaction(1)], Report.COMMIT
@@ -117,16 +121,21 @@ def test_connector_boundary_commit_and_abort_mid_poll() -> None:
     m = started("connector")
     poll = PollResult([("a", 1), ("a", 1), ("a", 2), ("a", 3)], [(End.COMMIT, 2), (End.ABORT, 3)])
     assert m.polled(poll, 1.0) == Ready(
-        [BeginTransaction(1), Send(0, 0, 2), SendOffsets({"a": 1}), CommitTransaction(1)],
+        [BeginTransaction(1), ProduceSegment(0, 0, 2), SendOffsets({"a": 1}), CommitTransaction(1)],
         Report.COMMIT,
     )
     assert m.committed(1.1) == Ready(
-        [Acknowledge(((0, 0, 2),)), BeginTransaction(2), Send(0, 2, 3), AbortTransaction(2)],
+        [
+            Acknowledge(((0, 0, 2),)),
+            BeginTransaction(2),
+            ProduceSegment(0, 2, 3),
+            AbortTransaction(2),
+        ],
         Report.ABORT,
     )
     assert m.state is State.ABORTING
     assert m.aborted(1.2) == Ready(
-        [Discard(((0, 2, 3),)), BeginTransaction(3), Send(0, 3, 4), Poll(1)], Report.POLL
+        [Discard(((0, 2, 3),)), BeginTransaction(3), ProduceSegment(0, 3, 4), Poll(1)], Report.POLL
     )
     s = m.status()
     assert (s.transactions_committed, s.transactions_aborted) == (1, 1)
@@ -196,7 +205,7 @@ def test_a_fence_seen_outside_a_send_skips_the_abort() -> None:
     m = started("interval", 10.0)
     m.polled(result(1), 1.0)
     assert m.failed("ProducerFenced", 2.0, Failure.FENCED).effects == [Fail("ProducerFenced")]
-    with pytest.raises(ProtocolError):  # a bad record is only known from a Send
+    with pytest.raises(ProtocolError):  # a bad record is only known from a ProduceSegment
         started("poll").failed("bad", 1.0, Failure.BAD_RECORD)
 
 
@@ -212,13 +221,13 @@ def test_a_bad_record_goes_to_the_dead_letter_topic_and_the_ready_goes_on() -> N
     assert m.send_failed(0, 1, Failure.BAD_RECORD, "too large", 1.1) == Ready(
         [
             SendToDeadLetter(0, 1, "too large"),
-            Send(0, 2, 4),
+            ProduceSegment(0, 2, 4),
             SendOffsets({"p": 4}),  # its offset commits with its neighbours
             CommitTransaction(1),
         ],
         Report.COMMIT,
     )
-    # a second bad record in the resumed Send, the last one of it
+    # a second bad record in the resumed ProduceSegment, the last one of it
     assert m.send_failed(0, 3, Failure.BAD_RECORD, "bad json", 1.2).effects == [
         SendToDeadLetter(0, 3, "bad json"),
         SendOffsets({"p": 4}),
@@ -260,7 +269,7 @@ def test_stop_commits_the_open_transaction_for_poll_and_interval() -> None:
     m.polled(result(1), 1.0)
     assert m.stop(2.0) == Ready([], Report.POLL)  # a poll is in flight: acted on at its result
     assert m.polled(result(2), 2.0).effects == [
-        Send(1, 0, 1),
+        ProduceSegment(1, 0, 1),
         SendOffsets({"p": 2}),
         CommitTransaction(1),
     ]
@@ -342,7 +351,7 @@ class World:
             for effect in ready.effects:
                 if isinstance(effect, BeginTransaction):
                     assert not txn and not txn_offsets
-                elif isinstance(effect, Send):
+                elif isinstance(effect, ProduceSegment):
                     for index in range(effect.start, effect.stop):
                         if polls[effect.poll_id][index] in bad:
                             interrupted = m.send_failed(
