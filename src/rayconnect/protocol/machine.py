@@ -1,33 +1,25 @@
 """Transition tables as data (h11's ``_state.py``), shared by the five protocol machines.
 
-Two forms live here.
-
-``MoveTable`` - the table *makes* the move; the coordinator, the participant, the enumerator
-and the cluster enumerator use it. A
-machine first works out what an input means (a START of a newer round, a WRITE-STATUS of
-another round, a round that turned out empty ...): that meaning is an *event*. The table
-says, for every state, what each event does: move to a state (possibly the same one), or
-``IGNORED`` - a deliberate cell, for what the network may legitimately deliver late or twice.
-An event with no cell in the current state cannot happen; ``ProtocolError`` says so. The
-handlers never assign the state themselves, so the table is the whole story of the moves.
-
-``TransitionTable`` - the older, checking form: rows list the states a handler *may* land
-in, the handler sets the state, and the table checks afterwards. It stays only while the
-source task (source_task.py) still uses it; delete it once that machine moves to
-``MoveTable``.
+The table *makes* the move; the coordinator, the participant, the enumerator, the cluster
+enumerator and the source task use it. A machine first works out what an input means (a
+START of a newer round, a WRITE-STATUS of another round, a round that turned out empty ...):
+that meaning is an *event*. The table (``MoveTable``) says, for every state, what each event
+does: move to a state (possibly the same one), or ``IGNORED`` - a deliberate cell, for what
+the network may legitimately deliver late or twice. An event with no cell in the current
+state cannot happen; ``ProtocolError`` says so. The handlers never assign the state
+themselves (``TableMachine._fire`` does), so the table is the whole story of the moves.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Final, Generic, TypeVar
 
 from rayconnect.protocol.errors import ProtocolError
 
 S = TypeVar("S", bound=enum.Enum)
 I = TypeVar("I", bound=enum.Enum)  # noqa: E741 - the conventional name for "input"
-R = TypeVar("R")
 
 
 class Ignored(enum.Enum):
@@ -95,59 +87,3 @@ class TableMachine(Generic[S, I]):
             return False
         self._state = after
         return True
-
-
-class TransitionTable(Generic[S, I]):
-    """``rows[state][input]`` = the states ``input`` may move a machine to from ``state``."""
-
-    def __init__(
-        self,
-        name: str,
-        rows: Mapping[S, Mapping[I, Iterable[S]]],
-        ignorable: Iterable[I],
-    ) -> None:
-        self.name = name
-        self.rows: dict[S, dict[I, frozenset[S]]] = {
-            state: {event: frozenset(targets) for event, targets in row.items()}
-            for state, row in rows.items()
-        }
-        self.ignorable = frozenset(ignorable)
-
-    def allowed(self, state: S, event: I) -> frozenset[S] | None:
-        """The states ``event`` may lead to; None = ignore it; raises if it is impossible."""
-        targets = self.rows.get(state, {}).get(event)
-        if targets is not None:
-            return targets
-        if event in self.ignorable:
-            return None
-        raise ProtocolError(f"{self.name}: {event.name} is not allowed in state {state.name}")
-
-    def drive(
-        self,
-        state: S,
-        event: I,
-        handler: Callable[[], R],
-        current: Callable[[], S],
-        ignored: Callable[[], R],
-    ) -> R:
-        """Run ``handler`` for ``event`` if the table allows it, else ``ignored()``;
-        ``current`` reads the machine's state afterwards, for the check."""
-        targets = self.allowed(state, event)
-        if targets is None:
-            return ignored()
-        result = handler()
-        after = current()
-        if after not in targets:  # a bug in this package, not in the caller
-            raise AssertionError(
-                f"{self.name}: {event.name} moved {state.name} -> {after.name}, "
-                f"table allows {sorted(t.name for t in targets)}"
-            )
-        return result
-
-    def describe(self) -> str:
-        """The table as text, one ``STATE --INPUT--> TARGETS`` line per row (for docs/logs)."""
-        return "\n".join(
-            f"{state.name:<11} --{event.name}--> {'|'.join(sorted(t.name for t in targets))}"
-            for state, row in self.rows.items()
-            for event, targets in row.items()
-        )

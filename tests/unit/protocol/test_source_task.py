@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.source_task import (
+    TRANSITIONS,
     AbortTransaction,
     Acknowledge,
     BeginTransaction,
@@ -20,6 +21,7 @@ from rayconnect.protocol.source_task import (
     CommitTransaction,
     Discard,
     End,
+    Event,
     Fail,
     Failure,
     InitTransactions,
@@ -33,6 +35,7 @@ from rayconnect.protocol.source_task import (
     SourceTaskConfig,
     SourceTaskMachine,
     State,
+    describe,
 )
 
 #: the default settings: a transaction per poll, no dead-letter topic
@@ -292,6 +295,100 @@ def test_stop_before_start_and_during_init() -> None:
     m.start(0.0)
     assert m.stop(0.1) == Ready([], Report.INIT)
     assert m.initialized({}, 0.2) == Ready([Close()], Report.NONE)
+
+
+# -- the table -------------------------------------------------------------------------------
+
+
+def in_state(state: State) -> SourceTaskMachine:
+    """A machine driven into ``state`` through its inputs."""
+    if state is State.NEW:
+        return SourceTaskMachine(POLL)
+    if state is State.INITIALIZING:
+        m = SourceTaskMachine(POLL)
+        m.start(0.0)
+        return m
+    if state is State.ABORTING:
+        m = started("connector")
+        m.polled(PollResult([("a", 1)], [(End.ABORT, 1)]), 1.0)
+        return m
+    m = started("poll")
+    if state is State.COMMITTING:
+        m.polled(result(1), 1.0)
+    elif state is State.CLOSED:
+        m.stop(1.0)
+        m.polled(result(), 1.0)
+    elif state is State.FAILED:
+        m.failed("poll", 1.0)
+    assert m.state is state
+    return m
+
+
+#: every input but ``stop`` (never a hole) and ``send_failed`` (tested below)
+INPUTS: dict[str, Any] = {
+    "start": lambda m: m.start(2.0),
+    "initialized": lambda m: m.initialized({}, 2.0),
+    "polled": lambda m: m.polled(result(), 2.0),
+    "committed": lambda m: m.committed(2.0),
+    "commit_failed": lambda m: m.commit_failed("x", 2.0),
+    "aborted": lambda m: m.aborted(2.0),
+    "failed": lambda m: m.failed("x", 2.0),
+}
+ACCEPTED: dict[State, set[str]] = {
+    State.NEW: {"start"},
+    State.INITIALIZING: {"initialized", "failed"},
+    State.POLLING: {"polled", "failed"},
+    State.COMMITTING: {"committed", "commit_failed", "failed"},
+    State.ABORTING: {"aborted", "failed"},
+    State.CLOSED: set(),
+    State.FAILED: set(),
+}
+
+
+@pytest.mark.parametrize("state", list(State))
+def test_an_input_the_state_does_not_wait_for_raises_and_moves_nothing(state: State) -> None:
+    for name, feed in INPUTS.items():
+        m = in_state(state)
+        before = m.status()
+        if name in ACCEPTED[state]:
+            feed(m)
+            continue
+        with pytest.raises(ProtocolError, match=f"source task: .* in state {state.name}"):
+            feed(m)
+        assert (m.state, m.status()) == (state, before), name
+
+
+def test_every_missing_cell_raises() -> None:
+    assert set(TRANSITIONS.rows) == set(State)
+    holes = [(state, ev) for state in State for ev in Event if ev not in TRANSITIONS.rows[state]]
+    assert (State.COMMITTING, Event.POLLED) in holes  # never poll while a commit is in flight
+    assert (State.INITIALIZING, Event.SEND_FAILED) in holes
+    assert (State.INITIALIZING, Event.COMMIT) in holes
+    for state, ev in holes:
+        with pytest.raises(ProtocolError):
+            TRANSITIONS.move(state, ev)
+
+
+def test_a_send_failure_before_anything_was_sent_raises() -> None:
+    for state in (State.NEW, State.INITIALIZING, State.CLOSED, State.FAILED):
+        m = in_state(state)
+        with pytest.raises(ProtocolError):
+            m.send_failed(0, 0, Failure.ERROR, "x", 2.0)
+        assert m.state is state
+
+
+def test_a_stop_once_closed_or_failed_is_the_only_ignored_cell() -> None:
+    assert {s: e for s, e in TRANSITIONS.ignored().items() if e} == {
+        State.CLOSED: {Event.STOP},
+        State.FAILED: {Event.STOP},
+    }
+    for state in (State.CLOSED, State.FAILED):
+        m = in_state(state)
+        before = m.status()
+        assert m.stop(3.0) == Ready([], Report.NONE)
+        assert m.stop(3.1) == Ready([], Report.NONE)
+        assert (m.state, m.status()) == (state, before)
+    assert "COMMITTING  --POLL--> POLLING" in describe()
 
 
 # -- the property ------------------------------------------------------------------------------
