@@ -152,7 +152,7 @@ class CoordinatorActor:
             )
         return handle
 
-    async def shutdown(self, commit: bool = True, timeout_s: float = 60.0) -> dict[str, Any]:
+    async def last_round(self, commit: bool = True, timeout_s: float = 60.0) -> dict[str, Any]:
         """Stop: with ``commit``, the round in progress is ended now and finished first. The
         machine decides; this waits (at most ``timeout_s``) for its ``Stopped``."""
         await self._apply(lambda: self.machine.stop(commit, time.monotonic()))

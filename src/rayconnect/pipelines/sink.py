@@ -210,7 +210,7 @@ class PipelineHandle(Handle):
         coordinator = get_actor(names.coordinator(self.name))
         if coordinator is not None:
             try:
-                final = ray.get(coordinator.shutdown.remote(commit), timeout=timeout_s)
+                final = ray.get(coordinator.last_round.remote(commit), timeout=timeout_s)
             except Exception as e:
                 final = {"error": f"final round not committed: {type(e).__name__}: {e}"}
         for name in pipeline_actor_names(self.name):
