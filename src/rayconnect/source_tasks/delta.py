@@ -50,6 +50,10 @@ class DeltaTableSettings(msgspec.Struct, frozen=True):
 class DeltaTableSource(ConfiguredTask):
     settings_type = DeltaTableSettings
 
+    @property
+    def source_partition(self) -> dict[str, str]:
+        return {"table": self.path}
+
     async def start(self, context: SourceTaskContext) -> None:
         self.context = context
         self.active = context.task_index == 0
