@@ -125,9 +125,10 @@ def render_status(s: dict[str, Any]) -> str:
         f"ended early {s.get('rounds_requested')}  "
         f"records committed {_n(s.get('records_committed'))}  lag {total_lag:,}"
     )
-    for label in ("fenced", "error", "last_error"):
+    for label in ("gave_up", "fenced", "error", "last_error"):
         if s.get(label):
             lines.append(f"{label}: {s[label]}")
+    lines += [f"outage: {o}" for o in s.get("outages") or ()]
     lines.append("")
     width = max([len(k) for k in s["partition_status"]] + [9])
     lines.append(f"{'partition':<{width}}  {'committed':>12}  {'high water':>12}  {'lag':>10}")
