@@ -8,8 +8,10 @@ return within ``write_timeout_s`` is reported as failed, and the machine reloads
 rather than guess whether it landed.
 
 Outages outside Ray are waited out and shown in status (``outages``): the table's store
-failing (claim, commit or reload errors; every round discarded) is seen here, a broker that
-cannot be reached is reported by the readers (``outage``). ``protocol.outages.OutageWatch``
+failing is seen here - a light probe every 2 s (``storage.check``, one attempt, 5 s timeout:
+writes that hang on a store that is gone say nothing by themselves), claim, commit and reload
+errors, every round discarded - and a broker that cannot be reached is reported by the
+readers (``outage``). ``protocol.outages.OutageWatch``
 decides when one has lasted ``give_up_after_s`` without a break; then the coordinator stops
 its rounds (committing nothing more) and its status says ``gave_up`` with the reason.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import logging
 import statistics
@@ -52,6 +55,8 @@ VACUUM_EVERY_S = 3600.0
 #: what the outage watch calls the coordinator's own troubles
 TABLE_STORE = "table store"
 ROUNDS = "rounds (every one discarded)"
+STORE_PROBE_PERIOD_S = 2.0
+STORE_PROBE_TIMEOUT_S = 5.0
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
@@ -85,6 +90,8 @@ class CoordinatorActor:
         self._wake = asyncio.Event()
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
         self._main_task = asyncio.get_running_loop().create_task(self._main())
+        self._probe_pool = concurrent.futures.ThreadPoolExecutor(1, "table-store-probe")
+        self._probe_task = asyncio.get_running_loop().create_task(self._probe_store())
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -131,6 +138,29 @@ class CoordinatorActor:
         # back) must start from the table, not from the starting-offset policy.
         offsets = self.committer.committed_offsets(None)
         return epoch, offsets, self.committer.version()
+
+    async def _probe_store(self) -> None:
+        """Every ``STORE_PROBE_PERIOD_S``: does the table's store answer? (One probe at a
+        time: one that hangs counts as failing until it returns.)"""
+        from rayconnect.storage.check import check_table_store
+
+        location = self.config.sink.location()
+        loop = asyncio.get_running_loop()
+        probe: asyncio.Future[None] | None = None
+        while self.gave_up is None:
+            if probe is None or probe.done():
+                probe = loop.run_in_executor(
+                    self._probe_pool, check_table_store, location, STORE_PROBE_TIMEOUT_S
+                )
+            try:
+                await asyncio.wait_for(asyncio.shield(probe), STORE_PROBE_TIMEOUT_S + 1)
+                self.outages.fine(TABLE_STORE)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                reason = "no answer" if isinstance(e, TimeoutError) else str(e)
+                self.outages.failing(TABLE_STORE, reason, time.time())
+            await asyncio.sleep(STORE_PROBE_PERIOD_S)
 
     async def _gave_up(self) -> bool:
         """Has an outage lasted ``give_up_after_s``? Then stop the rounds, for good."""
@@ -206,6 +236,8 @@ class CoordinatorActor:
 
     async def close(self) -> None:
         self._main_task.cancel()
+        self._probe_task.cancel()
+        self._probe_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- effects ---------------------------------------------------------------------------
 
@@ -214,7 +246,6 @@ class CoordinatorActor:
             before, discarded = self._rounds_finished(), self.machine.status().rounds_discarded
             await self._carry_out(step())
             if self._rounds_finished() > before:  # committed, partially or fully, or empty
-                self.outages.fine(TABLE_STORE)
                 self.outages.fine(ROUNDS)
                 turnaround = self.machine.status().last_end_to_start_s
                 if turnaround is not None:
