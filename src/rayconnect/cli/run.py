@@ -461,7 +461,7 @@ def source_loop(handle, interval: float, stop_requested: list[str]) -> int:
                 status = seen = redact(status)
                 gave_up = [t["gave_up"] for t in status["tasks"].values() if t.get("gave_up")]
                 if gave_up:
-                    return _gave_up(handle, gave_up[0], lambda: kill_source(handle.name))
+                    return _gave_up(handle, gave_up[0], lambda: handle.stop(timeout_s=30))
                 records = status.get("records_committed", 0)
                 now = time.monotonic()
                 rate = (
