@@ -112,6 +112,8 @@ class CoordinatorActor:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, min(wait, MAX_TICK_S)))
             await self._apply(lambda: self.machine.tick(time.monotonic()))
             self._metrics.rounds(self.machine.status())  # dashboard metrics
+            now = time.time()
+            self._metrics.outage(max((o.lasted(now) for o in self.outages.outages), default=0.0))
 
     async def _claim_until_done(self) -> tuple[int, dict[str, int]] | None:
         """Claim a new epoch and read the offsets; a table that cannot be reached yet is
