@@ -171,7 +171,7 @@ def render_source_status(s: dict[str, Any]) -> str:
             f"{index!s:>4}  {str(t.get('state')):<12}  {_n(t.get('transactions_committed')):>9}  "
             f"{_n(t.get('transactions_aborted')):>7}  {_n(t.get('records_committed')):>12}  "
             f"{_n(t.get('restarts')):>8}  {len(t.get('committed_offsets') or {}):>10}  "
-            f"{t.get('last_error') or t.get('error') or '-'}"
+            f"{t.get('gave_up') or t.get('last_error') or t.get('error') or '-'}"
         )
     lines.append("")
     lines += _render_actors(s.get("actors") or [])
