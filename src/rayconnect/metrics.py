@@ -17,6 +17,7 @@ its prefix) and tagged with ``pipeline``; per-partition metrics also carry ``clu
 | rayconnect_round_duration_s     | histogram | pipeline        | coordinator: START to committed |
 | rayconnect_commit_latency_s     | histogram | pipeline        | coordinator: the table commit alone |
 | rayconnect_dead_letter_records  | counter   | per partition   | whoever routes a record to a dead-letter queue |
+| rayconnect_outage_s             | gauge     | pipeline        | coordinator: how long the oldest outage under way (broker unreachable, table store failing) has lasted; 0 when none |
 
 Lag behind the table, per partition, is ``high_watermark - committed_offset`` (a PromQL
 expression; ``rayconnect status`` shows it computed).
@@ -96,6 +97,11 @@ def _registry() -> dict[str, Any]:
         counter("rounds_committed", "Rounds committed as a table version", PIPELINE_TAGS)
         counter("rounds_discarded", "Rounds discarded (commit failed or refused)", PIPELINE_TAGS)
         counter("dead_letter_records", "Records routed to a dead-letter queue")
+        gauge(
+            "outage_s",
+            "Seconds the oldest outage under way has lasted (0: none)",
+            PIPELINE_TAGS,
+        )
         _metrics["round_duration_s"] = Histogram(
             "rayconnect_round_duration_s",
             "Round duration, START-COMMIT to committed, seconds",
@@ -184,6 +190,10 @@ class SinkMetrics:
             if delta > 0:
                 self._do(name, "inc", delta, self._tags)
             self._seen_rounds[name] = total
+
+    def outage(self, seconds: float) -> None:
+        """How long the oldest outage under way has lasted (0: none)."""
+        self._do("outage_s", "set", seconds, self._tags)
 
     # -- dead letters --------------------------------------------------------------------
 

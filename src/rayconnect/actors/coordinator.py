@@ -6,12 +6,21 @@ offsets (I2) and lets the machine send the first START. Table IO (commit, reload
 in a worker thread so messages keep flowing while delta-rs works; a commit that does not
 return within ``write_timeout_s`` is reported as failed, and the machine reloads the table
 rather than guess whether it landed.
+
+Outages outside Ray are waited out and shown in status (``outages``): the table's store
+failing is seen here - a light probe every 2 s (``storage.check``, one attempt, 5 s timeout:
+writes that hang on a store that is gone say nothing by themselves), claim, commit and reload
+errors, every round discarded - and a broker that cannot be reached is reported by the
+readers (``outage``). ``protocol.outages.OutageWatch``
+decides when one has lasted ``give_up_after_s`` without a break; then the coordinator stops
+its rounds (committing nothing more) and its status says ``gave_up`` with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import logging
 import statistics
@@ -37,11 +46,17 @@ from rayconnect.protocol.effects import (
     Stopped,
 )
 from rayconnect.protocol.messages import Message
+from rayconnect.protocol.outages import OutageWatch
 
 log = logging.getLogger(__name__)
 
 MAX_TICK_S = 0.25
 VACUUM_EVERY_S = 3600.0
+#: what the outage watch calls the coordinator's own troubles
+TABLE_STORE = "table store"
+ROUNDS = "rounds (every one discarded)"
+STORE_PROBE_PERIOD_S = 2.0
+STORE_PROBE_TIMEOUT_S = 5.0
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
@@ -68,19 +83,28 @@ class CoordinatorActor:
         self._recovered = asyncio.Event()
         self._stopped = asyncio.Event()  # the machine's Stopped: a stop asked for is done
         self._error: str | None = None
+        self.outages = OutageWatch(config.give_up_after_s)
+        self.gave_up: str | None = None
         self._last_vacuum = time.monotonic()
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
         self._main_task = asyncio.get_running_loop().create_task(self._main())
+        self._probe_pool = concurrent.futures.ThreadPoolExecutor(1, "table-store-probe")
+        self._probe_task = asyncio.get_running_loop().create_task(self._probe_store())
 
     # -- life cycle ------------------------------------------------------------------------
 
     async def _main(self) -> None:
-        epoch, offsets = await self._claim_until_done()
+        claimed = await self._claim_until_done()
+        if claimed is None:  # gave up before the first round
+            return
+        epoch, offsets = claimed
         await self._apply(lambda: self.machine.recover(epoch, offsets, time.monotonic()))
         self._recovered.set()
         while self.fenced is None:
+            if await self._gave_up():
+                return
             deadline = self.machine.next_deadline()
             wait = MAX_TICK_S if deadline is None else deadline - time.monotonic()
             self._wake.clear()
@@ -88,18 +112,25 @@ class CoordinatorActor:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, min(wait, MAX_TICK_S)))
             await self._apply(lambda: self.machine.tick(time.monotonic()))
             self._metrics.rounds(self.machine.status())  # dashboard metrics
+            now = time.time()
+            self._metrics.outage(max((o.lasted(now) for o in self.outages.outages), default=0.0))
 
-    async def _claim_until_done(self) -> tuple[int, dict[str, int]]:
+    async def _claim_until_done(self) -> tuple[int, dict[str, int]] | None:
         """Claim a new epoch and read the offsets; a table that cannot be reached yet is
-        retried, not fatal, so a restarted coordinator waits out a storage hiccup."""
+        retried, not fatal, so a restarted coordinator waits out a storage hiccup - until
+        it gives up (None)."""
         while True:
             try:
                 epoch, offsets, self.table_version = await asyncio.to_thread(self._claim)
                 self._error = None
+                self.outages.fine(TABLE_STORE)
                 return epoch, offsets
             except Exception as e:
                 self._error = f"recovery failed: {type(e).__name__}: {e}"
+                self.outages.failing(TABLE_STORE, self._error, time.time())
                 log.warning("coordinator %s: %s", self.config.name, self._error)
+                if await self._gave_up():
+                    return None
                 await asyncio.sleep(1.0)
 
     def _claim(self) -> tuple[int, dict[str, int], int]:
@@ -109,6 +140,50 @@ class CoordinatorActor:
         # back) must start from the table, not from the starting-offset policy.
         offsets = self.committer.committed_offsets(None)
         return epoch, offsets, self.committer.version()
+
+    async def _probe_store(self) -> None:
+        """Every ``STORE_PROBE_PERIOD_S``: does the table's store answer? (One probe at a
+        time: one that hangs counts as failing until it returns.)"""
+        from rayconnect.storage.check import check_table_store
+
+        location = self.config.sink.location()
+        loop = asyncio.get_running_loop()
+        probe: asyncio.Future[None] | None = None
+        while self.gave_up is None:
+            if probe is None or probe.done():
+                probe = loop.run_in_executor(
+                    self._probe_pool, check_table_store, location, STORE_PROBE_TIMEOUT_S
+                )
+            try:
+                await asyncio.wait_for(asyncio.shield(probe), STORE_PROBE_TIMEOUT_S + 1)
+                self.outages.fine(TABLE_STORE)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                reason = "no answer" if isinstance(e, TimeoutError) else str(e)
+                self.outages.failing(TABLE_STORE, reason, time.time())
+            await asyncio.sleep(STORE_PROBE_PERIOD_S)
+
+    async def _gave_up(self) -> bool:
+        """Has an outage lasted ``give_up_after_s``? Then stop the rounds, for good."""
+        if self.gave_up is not None:
+            return True
+        decision = self.outages.decide(time.time())
+        if decision is None:
+            return False
+        self.gave_up = decision.reason
+        log.error("coordinator %s: %s; no further round", self.config.name, self.gave_up)
+        if self._recovered.is_set():
+            await self._apply(lambda: self.machine.stop(False, time.monotonic()))
+        return True
+
+    async def outage(self, what: str, reason: str | None, since: float | None = None) -> None:
+        """A reader's word on its broker: unreachable since ``since`` (wall clock) for
+        ``reason``, or reachable again (``reason`` None)."""
+        if reason is None:
+            self.outages.fine(what)
+        else:
+            self.outages.failing(what, reason, time.time(), since)
 
     async def ready(self, timeout_s: float = 120.0) -> bool:
         """Wait until the coordinator claimed its epoch and sent the first START."""
@@ -163,17 +238,22 @@ class CoordinatorActor:
 
     async def close(self) -> None:
         self._main_task.cancel()
+        self._probe_task.cancel()
+        self._probe_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- effects ---------------------------------------------------------------------------
 
     async def _apply(self, step) -> None:
         async with self._lock:
-            before = self._rounds_finished()
+            before, discarded = self._rounds_finished(), self.machine.status().rounds_discarded
             await self._carry_out(step())
             if self._rounds_finished() > before:  # committed, partially or fully, or empty
+                self.outages.fine(ROUNDS)
                 turnaround = self.machine.status().last_end_to_start_s
                 if turnaround is not None:
                     self.end_to_starts.append(turnaround)
+            elif (status := self.machine.status()).rounds_discarded > discarded:
+                self.outages.failing(ROUNDS, status.last_error or "discarded", time.time())
 
     def _rounds_finished(self) -> int:
         status = self.machine.status()
@@ -229,6 +309,7 @@ class CoordinatorActor:
         except Exception as e:
             reason = f"{type(e).__name__}: {e}"
             log.warning("coordinator %s: commit failed: %s", self.config.name, reason)
+            self.outages.failing(TABLE_STORE, f"commit failed: {reason}", time.time())
             await self._apply(lambda: self.machine.commit_failed(reason, time.monotonic()))
             return
         self.commit_latencies.append(time.monotonic() - started)
@@ -249,13 +330,17 @@ class CoordinatorActor:
             asyncio.get_running_loop().create_task(self._vacuum())
 
     async def _reload(self) -> None:
-        while True:
+        while self.gave_up is None:
             try:
                 offsets, epoch, version = await asyncio.to_thread(self._read_table)
                 break
             except Exception as e:
                 self._error = f"reload failed: {type(e).__name__}: {e}"
+                self.outages.failing(TABLE_STORE, self._error, time.time())
                 await asyncio.sleep(1.0)
+        else:
+            return  # gave up: no further round
+        self._error = None
         self.table_version = version
         await self._apply(
             lambda: self.machine.table_reloaded(offsets, time.monotonic(), table_epoch=epoch)
@@ -287,6 +372,9 @@ class CoordinatorActor:
             records_committed=self.records_committed,
             fenced=self.fenced,
             error=self._error,
+            outages=self.outages.describe(time.time()),
+            gave_up=self.gave_up,
+            give_up_after_s=self.config.give_up_after_s,
             round_s_median=_median(durations),
             round_s_max=max(durations) if durations else None,
             end_to_start_s_median=_median(self.end_to_starts),

@@ -14,6 +14,10 @@ participant as a ref. The reader owns those objects (Ray 2.56 removed
 flushes fail and those partitions' open round is not reported - the next START re-reads them
 from the table's offsets, so nothing is lost or doubled. A (re)started reader asks each
 participant where to resume (``reader_attached``).
+
+While its cluster cannot be reached (``kafka.reachability``) the reader says so in its status
+and tells the coordinator after every probe (``outage``), which gives the pipeline up after
+``give_up_after_s``; once the broker answers again it says that too.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class ReaderActor:
         self._error: str | None = None
         self._reach = Reachability()  # "broker unreachable since ..." in status
         self._watch: asyncio.Task[None] | None = None
+        self._told_fine = True  # the coordinator knows the broker answers (or never heard)
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
         self._task = asyncio.get_running_loop().create_task(self._main())
 
@@ -92,8 +97,12 @@ class ReaderActor:
             except Exception as e:  # broker down: retry, and say so in status
                 self._error = f"connect failed: {type(e).__name__}: {e}"
                 log.warning("reader %s/%s: %s", self.pipeline, self.reader_id, self._error)
+                self._reach.observe(e, time.time())
+                await self._tell_coordinator(self._reach)
                 await asyncio.sleep(1.0)
-        self._watch = asyncio.get_running_loop().create_task(watch(self._consumer, self._reach))
+        self._watch = asyncio.get_running_loop().create_task(
+            watch(self._consumer, self._reach, report=self._tell_coordinator)
+        )
         while not self._ready.is_set():
             try:  # the answer arrives as a metadata_update call
                 enumerator = ray.get_actor(
@@ -108,6 +117,27 @@ class ReaderActor:
                 await asyncio.sleep(1.0)
         self._error = None
         await self._run()
+
+    @property
+    def _outage_name(self) -> str:
+        return f"broker {self.cluster_id} (reader {self.reader_id})"
+
+    async def _tell_coordinator(self, reach: Reachability) -> None:
+        """The coordinator hears of an outage after every probe (a restarted one learns it
+        again) and of its end until it has heard it once. Best effort: it may be restarting."""
+        if reach.unreachable_since is not None:
+            self._told_fine = False
+        elif self._told_fine:
+            return
+        try:
+            coordinator = ray.get_actor(names.coordinator(self.pipeline), namespace=names.NAMESPACE)
+            await asyncio.wait_for(
+                coordinator.outage.remote(self._outage_name, reach.reason, reach.unreachable_since),
+                5.0,
+            )
+            self._told_fine = reach.unreachable_since is None
+        except Exception as e:
+            log.warning("reader %s/%s: coordinator not told: %s", self.pipeline, self.reader_id, e)
 
     async def _connect(self) -> None:
         from aiokafka import AIOKafkaConsumer
@@ -322,6 +352,9 @@ class ReaderActor:
         self._task.cancel()
         if self._watch is not None:
             self._watch.cancel()
+        if self._reach.unreachable_since is not None:  # a removed cluster's outage is over
+            self._reach.observe(None, time.time())
+            await self._tell_coordinator(self._reach)
         for key in self._positions.splits:
             self._positions.pause(key)
         if self._consumer:

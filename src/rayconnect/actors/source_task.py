@@ -8,6 +8,12 @@ initTransactions fences the dead one and resumes from the offsets that committed
 
 The runner is a plain class so that a test (or a benchmark) can run a task without Ray -
 which is also how the zombie test keeps an old incarnation running after a new one starts.
+
+Restarts ride out an outage of the target (every incarnation fails to reach it, Ray starts
+the next). Since when the task has failed without a break - no incarnation in between got
+as far as fencing its zombies and reading its offsets - is kept in Ray's key-value store;
+once that lasts ``give_up_after_s`` (``protocol.outages``) the task gives up: it stays up,
+failed, and its status says ``gave_up`` with the reason.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_value
 from rayconnect.kafka.transactions import init_transactions, producer, stop_quietly
 from rayconnect.pipelines.source_config import SourceSettings
+from rayconnect.protocol.outages import OutageWatch
 from rayconnect.protocol.source_task import (
     AbortTransaction,
     Acknowledge,
@@ -434,10 +441,12 @@ class SourceTaskActor:
         restarts_key = _kv_key(settings.name, index, "restarts")
         if ray.get_runtime_context().was_current_actor_reconstructed:
             self.restarts = int(_kv_get(restarts_key) or b"0") + 1
-        else:
+        else:  # a new start: no restart, no outage of an earlier run counts
             self.restarts = 0
+            _kv_put(_kv_key(settings.name, index, "failing_since"), b"")
         _kv_put(restarts_key, str(self.restarts).encode())
         self._failed: str | None = None
+        self.gave_up: str | None = None
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
         self._main = asyncio.get_running_loop().create_task(self._run())
 
@@ -454,6 +463,10 @@ class SourceTaskActor:
                     self.runner.bad_record,
                 )
                 return  # stays up, failed, so status shows why; a restart would loop
+            self.gave_up = self._give_up(str(e))
+            if self.gave_up is not None:
+                log.error("task %s: %s", names.task(self.settings.name, self.index), self.gave_up)
+                return  # stays up, failed, so status shows why
             log.error(
                 "task %s: failed (%s); exiting so Ray restarts it",
                 names.task(self.settings.name, self.index),
@@ -461,6 +474,20 @@ class SourceTaskActor:
             )
             await asyncio.sleep(0.05)  # let the log line out
             os._exit(1)
+
+    def _give_up(self, reason: str) -> str | None:
+        """This incarnation failed: has the task now failed for ``give_up_after_s`` without
+        a break? An incarnation that started (reached the target) is a break."""
+        key = _kv_key(self.settings.name, self.index, "failing_since")
+        now = time.time()
+        kept = _kv_get(key)
+        since = now if self.runner.started.is_set() or not kept else float(kept)
+        _kv_put(key, repr(since).encode())
+        watch = OutageWatch(self.settings.give_up_after_s)
+        target = self.settings.target.bootstrap_servers
+        watch.failing(f"task {self.index} (target {target})", reason, now, since)
+        decision = watch.decide(now)
+        return None if decision is None else decision.reason
 
     async def ready(self, timeout_s: float = 120.0) -> bool:
         """Wait until the task has fenced its zombies, read its offsets and started."""
@@ -479,6 +506,7 @@ class SourceTaskActor:
         s.update(
             restarts=self.restarts,
             last_error=s["last_error"] or (last.decode() if last else None),
+            gave_up=self.gave_up,
             pid=os.getpid(),
         )
         return s

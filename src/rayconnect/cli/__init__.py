@@ -28,10 +28,14 @@ Exit codes:
      file, line and field), a missing topic or an unreachable Kafka cluster
   3  a missing requirement: Java 17, or no Ray cluster to connect to
   4  no pipeline of that name is running (status, stop), or it already runs (run)
+  5  run: the pipeline gave up - an outage (broker unreachable, table store failing, a source
+     task failing on every restart) lasted ``give_up_after_s``; the reason is printed, the
+     pipeline stopped, and a new run resumes where it committed
 """
 
 from rayconnect.cli.exit_codes import (
     EXIT_FAILED,
+    EXIT_GAVE_UP,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REQUIREMENT,
@@ -41,6 +45,7 @@ from rayconnect.cli.main import build_parser, main
 
 __all__ = [
     "EXIT_FAILED",
+    "EXIT_GAVE_UP",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_REQUIREMENT",

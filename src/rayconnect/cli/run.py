@@ -3,7 +3,8 @@
 In the foreground it prints one progress line every ``--interval`` seconds (records committed,
 rate, lag, last round) and, on Ctrl-C or SIGTERM, stops the pipeline cleanly: one last round
 commits what was read, then every actor ends. If the pipeline is stopped from elsewhere
-(``rayconnect stop NAME``), ``run`` notices and exits 0.
+(``rayconnect stop NAME``), ``run`` notices and exits 0. If the pipeline gives up on an
+outage (``give_up_after_s``), ``run`` prints the reason, stops it and exits 5.
 
 ``--embedded-broker`` runs the file against local tansu brokers instead of the addresses in
 it: one broker per cluster id, the file's topics created (``--partitions``) and filled with
@@ -32,6 +33,7 @@ from typing import Any
 
 from rayconnect.cli.exit_codes import (
     EXIT_FAILED,
+    EXIT_GAVE_UP,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REQUIREMENT,
@@ -267,6 +269,8 @@ def _sink_loop(handle, args, producer, stop_requested: list[str]) -> int:
                     flush=True,
                 )
                 status = None
+            if status is not None and status.get("gave_up"):
+                return _gave_up(handle, status["gave_up"], lambda: handle.stop(commit=False))
             if status is not None:
                 committed, lag = _summary(status)
                 if first is None:
@@ -301,6 +305,19 @@ def _sink_loop(handle, args, producer, stop_requested: list[str]) -> int:
         print("interrupted again: stopping without a last round", flush=True)
         handle.stop(commit=False)
         return EXIT_FAILED
+
+
+def _gave_up(handle, reason: str, stop) -> int:
+    """The pipeline gave up on an outage: say why, stop it, exit 5."""
+    _err(f"{handle.name}: {reason}")
+    print(
+        f"pipeline {handle.name!r} gave up; stopping it (nothing is lost: a new run "
+        "resumes where it committed)",
+        flush=True,
+    )
+    with contextlib.suppress(Exception):
+        stop()
+    return EXIT_GAVE_UP
 
 
 # -- source pipelines (kind: source) ----------------------------------------------------------
@@ -442,6 +459,9 @@ def source_loop(handle, interval: float, stop_requested: list[str]) -> int:
                 print(f"{time.strftime('%H:%M:%S')} status unavailable", flush=True)
             else:
                 status = seen = redact(status)
+                gave_up = [t["gave_up"] for t in status["tasks"].values() if t.get("gave_up")]
+                if gave_up:
+                    return _gave_up(handle, gave_up[0], lambda: handle.stop(timeout_s=30))
                 records = status.get("records_committed", 0)
                 now = time.monotonic()
                 rate = (

@@ -125,9 +125,10 @@ def render_status(s: dict[str, Any]) -> str:
         f"ended early {s.get('rounds_requested')}  "
         f"records committed {_n(s.get('records_committed'))}  lag {total_lag:,}"
     )
-    for label in ("fenced", "error", "last_error"):
+    for label in ("gave_up", "fenced", "error", "last_error"):
         if s.get(label):
             lines.append(f"{label}: {s[label]}")
+    lines += [f"outage: {o}" for o in s.get("outages") or ()]
     lines.append("")
     width = max([len(k) for k in s["partition_status"]] + [9])
     lines.append(f"{'partition':<{width}}  {'committed':>12}  {'high water':>12}  {'lag':>10}")
@@ -170,7 +171,7 @@ def render_source_status(s: dict[str, Any]) -> str:
             f"{index!s:>4}  {str(t.get('state')):<12}  {_n(t.get('transactions_committed')):>9}  "
             f"{_n(t.get('transactions_aborted')):>7}  {_n(t.get('records_committed')):>12}  "
             f"{_n(t.get('restarts')):>8}  {len(t.get('committed_offsets') or {}):>10}  "
-            f"{t.get('last_error') or t.get('error') or '-'}"
+            f"{t.get('gave_up') or t.get('last_error') or t.get('error') or '-'}"
         )
     lines.append("")
     lines += _render_actors(s.get("actors") or [])

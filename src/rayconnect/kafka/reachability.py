@@ -5,12 +5,16 @@ fetcher retries in the background, so a reader cannot tell "no new records" from
 broker". A light, periodic metadata request through the consumer's own client (same
 addresses, same security settings) tells them apart: it fails at once when connections are
 refused or reset, and times out when the network black-holes them.
+
+Each observation is also handed to ``report`` (the reader tells its coordinator, which
+decides when a pipeline gives up: ``protocol.outages``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -53,8 +57,10 @@ async def watch(
     state: Reachability,
     period_s: float = PROBE_PERIOD_S,
     timeout_s: float = PROBE_TIMEOUT_S,
+    report: Callable[[Reachability], Awaitable[None]] | None = None,
 ) -> None:
-    """Probe ``consumer``'s cluster every ``period_s`` until cancelled, recording in ``state``."""
+    """Probe ``consumer``'s cluster every ``period_s`` until cancelled, recording in
+    ``state`` and, after each probe, calling ``report(state)``."""
     while True:
         try:
             await asyncio.wait_for(consumer.topics(), timeout_s)
@@ -68,4 +74,6 @@ async def watch(
                 else TimeoutError(f"no answer in {timeout_s:g} s")
             )
         state.observe(error, time.time())
+        if report is not None:
+            await report(state)
         await asyncio.sleep(period_s)

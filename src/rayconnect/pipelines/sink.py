@@ -23,6 +23,7 @@ from rayconnect.pipelines.sink_config import (
     SinkPipelineConfig,
     SparkSettings,
 )
+from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import TopicPartition
 from rayconnect.runtime import Handle, ensure_ray, get_actor, pipeline_actor_names
@@ -55,10 +56,12 @@ class SinkPipeline:
         commit: CommitSettings | None = None,
         spark: SparkSettings | None = None,
         placement: Placement | None = None,
+        give_up_after_s: float | None = DEFAULT_GIVE_UP_AFTER_S,
         **commit_settings: Any,
     ) -> None:
         """``commit_settings``: any field of ``rc.CommitSettings`` by name (its defaults are
-        the defaults), or a whole ``commit=rc.CommitSettings(...)``; not both."""
+        the defaults), or a whole ``commit=rc.CommitSettings(...)``; not both.
+        ``give_up_after_s``: see ``SinkPipelineConfig`` (None: wait out any outage)."""
         self.config = SinkPipelineConfig(
             name=name,
             source=source,
@@ -66,6 +69,7 @@ class SinkPipeline:
             commit=commit_settings_of(commit, commit_settings),
             spark=spark or SparkSettings(),
             placement=placement or Placement(),
+            give_up_after_s=give_up_after_s,
         )
 
     @classmethod

@@ -19,6 +19,7 @@ from rayconnect.metadata.single_cluster import SingleClusterMetadataService
 from rayconnect.metadata.static import StaticMetadataService
 from rayconnect.pipelines.placement import Placement
 from rayconnect.properties import check_client_properties
+from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.streams import (
     MetadataError,
@@ -138,6 +139,10 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
     commit: CommitSettings = CommitSettings()
     spark: SparkSettings = SparkSettings()
     placement: Placement = Placement()
+    #: seconds of one continuous outage (a cluster's broker unreachable, the table's store
+    #: failing) after which the pipeline gives up, with the reason (``protocol.outages``);
+    #: None: wait for ever
+    give_up_after_s: float | None = DEFAULT_GIVE_UP_AFTER_S
 
     __repr__ = redacted_repr
 
@@ -146,3 +151,12 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
             check_name("pipeline name", self.name)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        check_give_up(self.give_up_after_s)
+
+
+def check_give_up(give_up_after_s: float | None) -> None:
+    """``give_up_after_s`` is a positive number of seconds, or None (never give up)."""
+    require(
+        give_up_after_s is None or give_up_after_s > 0,
+        f"give_up_after_s must be > 0 (seconds), or null to wait for ever, not {give_up_after_s!r}",
+    )

@@ -33,6 +33,7 @@ from rayconnect.pipelines.source_config import (
     SourcePipelineConfig,
     SourceSettings,
 )
+from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.runtime import Handle, ensure_ray, get_actor, task_actor_names
 from rayconnect.source_tasks.base import SourceTask
 
@@ -62,6 +63,7 @@ class SourcePipeline:
         commit_timeout_s: float = 30.0,
         producer_properties: dict[str, str] | None = None,
         dead_letter_topic: str | None = None,
+        give_up_after_s: float | None = DEFAULT_GIVE_UP_AFTER_S,
     ) -> None:
         if not isinstance(target, KafkaTarget):
             raise ConfigError("target must be a rayconnect.KafkaTarget")
@@ -77,6 +79,7 @@ class SourcePipeline:
             commit_timeout_s=commit_timeout_s,
             producer_properties=dict(producer_properties or {}),
             dead_letter_topic=dead_letter_topic,
+            give_up_after_s=give_up_after_s,
         )
         self._init(settings, task)
 

@@ -20,6 +20,7 @@ import msgspec
 
 from rayconnect.errors import ConfigError
 from rayconnect.properties import check_client_properties
+from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.source_task import BOUNDARIES, Boundary
 from rayconnect.protocol.types import check_name
 from rayconnect.redact import redacted_repr
@@ -74,6 +75,9 @@ class SourceSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: in the same transaction as the rest; None: such a record fails the task, which then
     #: stays failed with the reason (a restart would only meet the same record again)
     dead_letter_topic: str | None = None
+    #: seconds a task may fail without a break (the target unreachable: every restart fails
+    #: again) before it gives up and stays failed with the reason; None: retry for ever
+    give_up_after_s: float | None = DEFAULT_GIVE_UP_AFTER_S
 
     __repr__ = redacted_repr  # the target's properties hold credentials
 
@@ -108,6 +112,11 @@ class SourceSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("commit_timeout_s: must be > 0")
         for problem in check_client_properties(self.producer_properties):
             raise ConfigError(f"producer_properties: {problem}")
+        if self.give_up_after_s is not None and self.give_up_after_s <= 0:
+            raise ConfigError(
+                "give_up_after_s: must be > 0 (seconds), or null to retry for ever, "
+                f"not {self.give_up_after_s!r}"
+            )
 
     @property
     def own_offsets_topic(self) -> str:

@@ -5,6 +5,8 @@ only, every port picked free (several run at once on a test machine), all its fi
 data, unix sockets, log - under one temp folder of its own, removed on stop. A store that
 crashed keeps its log (the data is removed either way). Started ~1-10 s; readiness is an S3
 request signed with its credentials that sees every bucket asked for, not an open port.
+``kill()`` ends the process and keeps its data and ports; ``start()`` then brings the same
+store back on them (how the tests take a table's store away mid-commit).
 
 Credentials are made per instance (or given) and passed to ``weed`` through its
 environment; clients get them from ``storage_options`` / ``env()``. They never show in
@@ -145,6 +147,12 @@ class EmbeddedS3(ChildProcess):
         if self.running:
             return self
         started = time.monotonic()
+        if self._root is not None and self._ports:  # killed: the same store comes back
+            self._remove_sockets()
+            self._launch_weed(fresh=False)
+            self._wait_ready(self._not_ready, timeout)
+            self.start_seconds = time.monotonic() - started
+            return self
         failed: list[Path] = []
 
         def attempt() -> None:
@@ -162,11 +170,13 @@ class EmbeddedS3(ChildProcess):
         self.start_seconds = time.monotonic() - started
         return self
 
-    def _launch_weed(self) -> None:
-        self._root = Path(tempfile.mkdtemp(prefix="rayconnect-s3-"))
+    def _launch_weed(self, fresh: bool = True) -> None:
+        """``fresh``: a new folder and new ports; else the ones it had (after ``kill``)."""
+        if fresh or self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="rayconnect-s3-"))
+            (self._root / "data").mkdir()
+            self._ports = {flag: free_port() for flag in _PORT_FLAGS}
         data = self._root / "data"
-        data.mkdir()
-        self._ports = {flag: free_port() for flag in _PORT_FLAGS}
         args = [
             weed_binary(),
             "mini",
@@ -203,11 +213,7 @@ class EmbeddedS3(ChildProcess):
         unregister(self)
         crashed = stop_child(proc, grace) if proc is not None else False
         if proc is not None:
-            # weed puts its master's and volume server's gRPC sockets in /tmp whatever
-            # TMPDIR says, named by port: these ports were ours, so are the sockets.
-            for port in self._ports.values():
-                for sock in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
-                    sock.unlink(missing_ok=True)
+            self._remove_sockets()
         root = self._root
         if root is None:
             return
@@ -218,6 +224,26 @@ class EmbeddedS3(ChildProcess):
         else:
             shutil.rmtree(root, ignore_errors=True)
             self._root = self._log_path = None
+
+    def kill(self) -> None:
+        """SIGKILL the store - an outage - keeping its data, folder and ports: ``start()``
+        brings the same store back (same endpoint, same buckets and objects)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        unregister(self)
+        proc.kill()
+        proc.wait()
+
+    def _remove_sockets(self) -> None:
+        """weed puts its master's and volume server's gRPC sockets in /tmp whatever TMPDIR
+        says, named by port: these ports were ours, so are the sockets."""
+        for port in self._ports.values():
+            for sock in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                sock.unlink(missing_ok=True)
+        if self._root is not None:
+            for sock in self._root.glob("*.sock"):
+                sock.unlink(missing_ok=True)
 
     # -- S3 ---------------------------------------------------------------------------
 

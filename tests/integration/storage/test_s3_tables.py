@@ -124,6 +124,24 @@ def test_embedded_s3_loopback_free_ports_cleanup_and_crash_log() -> None:
     shutil.rmtree(log.parent)
 
 
+@pytest.mark.timeout(120)
+def test_embedded_s3_killed_comes_back_on_its_port_with_its_data() -> None:
+    """``kill()`` is an outage (the endpoint refuses), ``start()`` the same store again."""
+    with EmbeddedS3(buckets=["lake"]) as s3:
+        endpoint = s3.endpoint_url
+        with s3.filesystem().open_output_stream("lake/x") as f:
+            f.write(b"kept")
+        s3.kill()
+        assert not s3.running
+        with pytest.raises(OSError):
+            s3.filesystem().get_file_info("lake/x")
+        s3.start()
+        assert s3.endpoint_url == endpoint
+        assert s3.filesystem().open_input_stream("lake/x").read() == b"kept"
+        root = s3.log_path.parent
+    assert not root.exists()
+
+
 # -- the committer on S3 -------------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ def test_top_level_help_lists_every_command():
 def test_cli_module_documents_exit_codes():
     import rayconnect.cli as cli
 
-    for code in ("0", "1", "2", "3", "4"):
+    for code in ("0", "1", "2", "3", "4", "5"):
         assert f"\n  {code}  " in cli.__doc__
 
 
@@ -246,3 +246,41 @@ def test_embedded_s3_table_keeps_the_file_s_bucket_or_uses_rayconnect(path, tabl
     )
     config = rc.SinkPipeline("p", rc.KafkaSource(meta), rc.DeltaSink(path)).config
     assert _embedded_s3_table(config).uri == table
+
+
+def test_run_exits_5_with_the_reason_when_the_pipeline_gives_up(capsys):
+    """Sink and source: ``run`` prints why, stops the pipeline, and exits 5."""
+    from argparse import Namespace
+
+    from rayconnect.cli import EXIT_GAVE_UP
+    from rayconnect.cli.run import _sink_loop, source_loop
+
+    reason = "gave up: table store failing for 900 s without a break (give_up_after_s=900): x"
+
+    class GaveUpSink:
+        name, stopped = "orders", None
+
+        def status(self):
+            return {"gave_up": reason, "offsets": {}, "lag": {}}
+
+        def stop(self, commit=True):
+            self.stopped = commit
+
+    sink = GaveUpSink()
+    args = Namespace(interval=0.01, demo_rate=0)
+    assert _sink_loop(sink, args, None, []) == EXIT_GAVE_UP
+    assert sink.stopped is False  # stopped without a last round: the table is unreachable
+    captured = capsys.readouterr()
+    assert f"orders: {reason}" in captured.err
+    assert "pipeline 'orders' gave up; stopping it" in captured.out
+
+    class GaveUpSource(_FakeSourceHandle):
+        def status(self):
+            status = super().status()
+            status["tasks"][0]["gave_up"] = reason
+            return status
+
+    source = GaveUpSource(lambda n: None)
+    assert source_loop(source, 0.01, []) == EXIT_GAVE_UP
+    assert source.stopped
+    assert f"numbers: {reason}" in capsys.readouterr().err

@@ -362,3 +362,25 @@ def test_python_task_whose_constructor_fails_is_a_config_error(tasks_module):
 def test_python_task_class_field_is_spelled_class():
     e = _error(_python_task("x:Y").replace("class:", "klass:"))
     assert e.path == "$.task.klass" and "expected one of: class, args" in e.message
+
+
+def test_give_up_after_s_in_files_and_the_api_with_its_checks():
+    """The give-up time of an outage: default 900 s, a number of seconds or null (never);
+    a bad one names the field, before anything starts."""
+    assert loads_pipeline(GOOD, env={}).give_up_after_s == 900
+    config = loads_pipeline(GOOD + "give_up_after_s: 120\n", env={})
+    assert config.give_up_after_s == 120
+    assert loads_pipeline(GOOD + "give_up_after_s: null\n", env={}).give_up_after_s is None
+    e = _error(GOOD + "give_up_after_s: 0\n")
+    assert "give_up_after_s must be > 0" in e.message
+    source = loads_pipeline(SOURCE + "give_up_after_s: 60\n", env={})
+    assert rc.SourcePipeline.from_config(source).settings.give_up_after_s == 60
+    with pytest.raises(ConfigError, match="give_up_after_s: must be > 0"):
+        loads_pipeline(SOURCE + "give_up_after_s: -5\n", env={})
+    meta = rc.StaticMetadataService(
+        (rc.KafkaStream("s", {"c": rc.ClusterMetadata("127.0.0.1:9092", ("t",))}),)
+    )
+    api = rc.SinkPipeline("p", rc.KafkaSource(meta), rc.DeltaSink("/t"), give_up_after_s=30)
+    assert api.config.give_up_after_s == 30
+    with pytest.raises(ConfigError, match="give_up_after_s"):
+        rc.SinkPipeline("p", rc.KafkaSource(meta), rc.DeltaSink("/t"), give_up_after_s=-1)
