@@ -128,6 +128,11 @@ def render_status(s: dict[str, Any]) -> str:
     for label in ("fenced", "error", "last_error"):
         if s.get(label):
             lines.append(f"{label}: {s[label]}")
+    if writer := s.get("writer"):
+        lines.append(
+            f"spark executors {_n(writer.get('executors'))} of {_n(writer.get('executors_wanted'))}"
+            f"  {writer.get('problem') or writer.get('error') or 'ok'}"
+        )
     lines.append("")
     width = max([len(k) for k in s["partition_status"]] + [9])
     lines.append(f"{'partition':<{width}}  {'committed':>12}  {'high water':>12}  {'lag':>10}")

@@ -127,6 +127,8 @@ class SinkPipeline:
             warm_up_table=cfg.sink.location(),
             wait=False,
             placement=cfg.placement,
+            executor_wait_s=cfg.spark.executor_wait_s,
+            executor_lost_s=cfg.spark.executor_lost_s,
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.
@@ -160,6 +162,20 @@ def check_sink(sink: DeltaSink) -> None:
         raise ConfigError(f"sink {sink.path}: {e}") from None
 
 
+def _writer_status(pipeline: str, timeout_s: float) -> dict[str, Any]:
+    """The Spark side: executors wanted / started with / registered now, and ``problem``
+    (degraded, waiting for CPUs) - or why the writer did not answer (it is restarting)."""
+    writer = get_actor(names.writer(pipeline))
+    if writer is None:
+        return {"error": "no writer actor"}
+    try:
+        stats = ray.get(writer.stats.remote(), timeout=timeout_s)
+    except Exception as e:  # restarting after a node loss is a state, not an error
+        return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}"}
+    keys = ("app_name", "executors_wanted", "executors_started_with", "executors", "problem")
+    return {k: stats.get(k) for k in keys}
+
+
 class PipelineHandle(Handle):
     """Watch and stop a running sink pipeline; holds only its name."""
 
@@ -186,6 +202,7 @@ class PipelineHandle(Handle):
                 except Exception as e:  # a reader restarting is a state, not an error
                     readers[name] = {"error": f"{type(e).__name__}: {e}"}
         status["readers"] = readers
+        status["writer"] = _writer_status(self.name, timeout_s)
         expected = set((status["discovery"] or {}).get("splits_per_reader", {}))
         status["readers_ready"] = bool(expected) and all(
             names.reader_of(self.name, r) in readers
