@@ -55,10 +55,13 @@ class LocalCluster:
         self.nodes: dict[str, Any] = {}  # worker name -> ray._private.node.Node
 
     def add(self, name: str) -> str:
-        """Start worker ``name`` (again, after it was removed); returns its node id."""
+        """Start worker ``name`` (again, after it was removed); returns its node id. Each
+        worker has its own loopback address (127.0.0.2, ...), as each machine of a real
+        cluster has its own: Ray's ``node:<ip>`` resource then names one node."""
         with _no_shared_address_file():
             node = self.cluster.add_node(
                 num_cpus=self.cpus[name],
+                node_ip_address=f"127.0.0.{2 + list(self.cpus).index(name)}",
                 labels={"node": name},
                 object_store_memory=OBJECT_STORE_BYTES,
             )

@@ -173,6 +173,7 @@ def _writer_status(pipeline: str, timeout_s: float) -> dict[str, Any]:
     except Exception as e:  # restarting after a node loss is a state, not an error
         return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}"}
     keys = ("app_name", "executors_wanted", "executors_started_with", "executors", "problem")
+    keys += ("spark_start_s", "warm_up_s")
     return {k: stats.get(k) for k in keys}
 
 

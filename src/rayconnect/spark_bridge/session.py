@@ -74,6 +74,11 @@ def java_options() -> str:
     return f"-XX:+IgnoreUnrecognizedVMOptions {opens} -Djava.io.tmpdir={spark_tmp_dir()}"
 
 
+#: RayDP gives ``<prefix><resource>`` to both of its master actors (the Python master and the
+#: app master JVM that owns the executors) as Ray resource requests.
+MASTER_RESOURCE = "spark.ray.raydp_spark_master.actor.resource."
+
+
 def spark_configs() -> dict[str, str]:
     """Spark settings for a writer session (see the module docstring for why each is here)."""
     opts = java_options()
@@ -96,7 +101,7 @@ def spark_configs() -> dict[str, str]:
         "spark.task.maxFailures": "1",
         # RayDP's app master only coordinates: without this it asks for a CPU to be placed
         # and waits forever on a cluster whose CPUs the executors' placement group holds.
-        "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
+        MASTER_RESOURCE + "CPU": "0",
     }
 
 
@@ -122,6 +127,7 @@ def start_spark(
     # Executors are started by the JVM; they must run this interpreter, which has pyspark.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     configs = spark_configs()
+    configs.update(_app_master_on_this_node())
     configs.update(extra_configs or {})
     with _master_on_this_node():
         return raydp.init_spark(
@@ -158,6 +164,19 @@ def _master_on_this_node() -> Iterator[None]:
         yield
     finally:
         raydp_cluster.RayDPSparkMaster = original
+
+
+def _app_master_on_this_node() -> dict[str, str]:
+    """Keep RayDP's app master on this node too. It is a Java actor that the master's JVM
+    creates with nothing to place it by but resources (no node affinity, no labels), so
+    Ray's default policy put it on any node - measured: on an executor's node, whose loss
+    then took every executor of the session with it. Every Ray node has the resource
+    ``node:<its ip>``; asking for a sliver of this node's one pins it here (on a cluster of
+    one node per machine, as Ray deploys; test nodes sharing a machine get distinct
+    loopback addresses)."""
+    import ray
+
+    return {f"{MASTER_RESOURCE}node:{ray.util.get_node_ip_address()}": "0.001"}
 
 
 def registered_executors(spark: SparkSession, app_name: str) -> int | None:

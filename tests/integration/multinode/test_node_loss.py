@@ -103,7 +103,7 @@ def _lose_node_mid_round(ray_cluster, running: Running, node: str) -> dict[str, 
     assert_exactly_once(running.sink, produced, status)
     after = ray_cluster.placement(NAME)
     spark = "same Spark" if writer["app_name"] == app else "writer restarted Spark"
-    print(f"after ({spark}): {after}")
+    print(f"after ({spark}): {after}\nwriter: {writer}")
     assert node not in after.values()
     assert len([k for k in after if k.startswith("executor/")]) == EXECUTORS
     return after
