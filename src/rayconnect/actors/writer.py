@@ -193,6 +193,9 @@ class WriterActor:
         ran hot for a while, and until then the first rounds of a pipeline took 1.5-2x as long
         (probe_rounds.py: the first ~10 s of a steady load).
 
+        A restarted writer (after a crash or a node loss) makes one: rounds are waiting for
+        it, and a few slower first writes cost them less than three more warm-up writes.
+
         Into the pipeline's own table when known (its staging folder, removed right after):
         executors on other nodes can reach it, which a local scratch folder of this node is
         not, and the store's client warms up too. Else into a local scratch folder."""
@@ -203,7 +206,8 @@ class WriterActor:
             scratch = tempfile.mkdtemp(prefix="rayconnect-warm-up-")
             table = TableLocation.parse(scratch)
         try:
-            for _ in range(WARM_UP_WRITES):
+            restarted = ray.get_runtime_context().was_current_actor_reconstructed
+            for _ in range(1 if restarted else WARM_UP_WRITES):
                 result = write_groups(self._spark, table, [[block]] * 8)
                 if result.staging_dir is not None:
                     table.remove_tree(result.staging_dir)

@@ -162,6 +162,18 @@ def check_sink(sink: DeltaSink) -> None:
         raise ConfigError(f"sink {sink.path}: {e}") from None
 
 
+#: What ``status()["writer"]`` shows of the writer's stats.
+WRITER_STATUS = (
+    "app_name",
+    "executors_wanted",
+    "executors_started_with",
+    "executors",
+    "problem",
+    "spark_start_s",
+    "warm_up_s",
+)
+
+
 def _writer_status(pipeline: str, timeout_s: float) -> dict[str, Any]:
     """The Spark side: executors wanted / started with / registered now, and ``problem``
     (degraded, waiting for CPUs) - or why the writer did not answer (it is restarting)."""
@@ -172,9 +184,7 @@ def _writer_status(pipeline: str, timeout_s: float) -> dict[str, Any]:
         stats = ray.get(writer.stats.remote(), timeout=timeout_s)
     except Exception as e:  # restarting after a node loss is a state, not an error
         return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}"}
-    keys = ("app_name", "executors_wanted", "executors_started_with", "executors", "problem")
-    keys += ("spark_start_s", "warm_up_s")
-    return {k: stats.get(k) for k in keys}
+    return {k: stats.get(k) for k in WRITER_STATUS}
 
 
 class PipelineHandle(Handle):
