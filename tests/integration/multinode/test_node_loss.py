@@ -47,6 +47,7 @@ class Running:
 
     def __init__(self, produced: Produced, handle: Any, sink: rc.DeltaSink) -> None:
         self.produced, self.handle, self.sink = produced, handle, sink
+        self.seen: set[str] = set()  # the writer's problems the last node loss showed
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,13 @@ def _lose_node_mid_round(ray_cluster, running: Running, node: str) -> dict[str, 
     removed_at = time.monotonic()
     ray_cluster.remove(node)
     produced.more(2000)
-    status = handle.wait_for(caught_up(produced), timeout_s=240)
+    seen: set[str] = set()  # what the status said about Spark on the way
+
+    def all_committed(s: dict[str, Any]) -> bool:
+        seen.add(str(s["writer"].get("problem") or s["writer"].get("error") or "ok"))
+        return caught_up(produced)(s)
+
+    status = handle.wait_for(all_committed, timeout_s=240)
     committed_s = time.monotonic() - removed_at
     writer = handle.wait_for(
         lambda s: s["writer"].get("executors") == EXECUTORS and not s["writer"].get("problem"),
@@ -100,7 +107,9 @@ def _lose_node_mid_round(ray_cluster, running: Running, node: str) -> dict[str, 
         f"\n{node} removed in round {before['txn_id']} ({before['state']}): all committed "
         f"{committed_s:.1f} s later, {EXECUTORS} executors {RECOVERY[node][1]:.1f} s later"
     )
+    print(f"writer status seen: {sorted(seen)}")
     assert_exactly_once(running.sink, produced, status)
+    running.seen = seen
     after = ray_cluster.placement(NAME)
     spark = "same Spark" if writer["app_name"] == app else "writer restarted Spark"
     print(f"after ({spark}): {after}\nwriter: {writer}")
@@ -145,6 +154,8 @@ def test_losing_the_node_of_the_readers_participants_and_an_executor(ray_cluster
         "executor",
     }
     after = _lose_node_mid_round(ray_cluster, running, "spark1")
+    # The lost executor was reported until RayDP (or a Spark restart) replaced it.
+    assert any(p.startswith(f"degraded: 1 of {EXECUTORS}") for p in running.seen), running.seen
     assert len([n for n in after if "/participant/" in n]) == PARTITIONS
     assert len([n for n in after if "/reader/" in n]) == 2
 
