@@ -112,7 +112,6 @@ class _Watch:
 
     def __init__(self, handle, view: LiveView, producer, kills: list[tuple[float, tuple]]) -> None:
         self.handle, self.view, self.producer, self.kills = handle, view, producer, kills
-        self.dashboard: str | None = None
         self.done_kills: list[str] = []
         self.status: dict[str, Any] = {}
 
@@ -131,7 +130,7 @@ class _Watch:
             # One kill at a time, each on a pipeline that has committed since the last one.
             if self.kills and tick >= self.kills[0][0] and self.view.steady():
                 _, (label, name, how) = self.kills.pop(0)
-                pid = kill_actor(name, how, self.dashboard)
+                pid = kill_actor(name, how)
                 detail = f"pid {pid}" if pid else name
                 self.view.killed(
                     label, "SIGKILL" if pid else "ray.kill", detail, self.producer.produced
@@ -199,7 +198,7 @@ def run_demo(
         step("broker", t)
 
         t = time.monotonic()
-        dashboard = start_local_ray(scratch, view)
+        start_local_ray(scratch, view)
         step("ray", t)
         producer = None
         try:
@@ -218,7 +217,6 @@ def run_demo(
                 else []
             )
             watch = _Watch(handle, view, producer, kills)
-            watch.dashboard = dashboard
             watch.until(lambda _: producer.finished.is_set(), run_s + 60)
             counts = producer.stop()
             step("produce", t)

@@ -161,7 +161,7 @@ def run_source_demo(
         asyncio.run(create_topic(bootstrap, TOPIC, partitions))
         view.event(f"broker   tansu at {bootstrap}, topic {TOPIC!r} ({partitions} partitions)")
         t = time.monotonic()
-        dashboard = start_local_ray(scratch, view)
+        start_local_ray(scratch, view)
         timings["ray_s"] = time.monotonic() - t
         try:
             t = time.monotonic()
@@ -188,7 +188,7 @@ def run_source_demo(
                     _, index, how = kills.pop(0)
                     name = _task_name(index)
                     before = _pid(handle, index)
-                    pid = kill_actor(name, how, dashboard)
+                    pid = kill_actor(name, how)
                     label = f"task {index}"
                     view.event(
                         f"CHAOS   {'SIGKILL' if pid else 'ray.kill'} {label} "
