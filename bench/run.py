@@ -225,8 +225,9 @@ def scenario_s(cfg: dict, workdir: str) -> dict:
                         "objs",
                         f"{table}-{key.replace('_', '-')}",
                         counts,
-                        dict(settings, storage_options=storage) if storage else settings,
+                        settings,
                         exclude_pids=exclude,
+                        storage_options=storage or None,
                     )
                 log(f"  {key:<16} {out[key]['records_per_s']:>9,.0f} rec/s")
 
