@@ -52,6 +52,7 @@ from rayconnect.spark_bridge.executor_group import (
 from rayconnect.spark_bridge.executor_watch import ExecutorWatch
 from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups
 from rayconnect.spark_bridge.session import registered_executors, start_spark, stop_spark
+from rayconnect.spark_bridge.settings import SparkSettings
 from rayconnect.storage.location import TableLocation, as_location
 
 log = logging.getLogger(__name__)
@@ -94,25 +95,23 @@ class WriterActor:
     def __init__(
         self,
         name: str = "writer",
-        executors: int = 1,
-        cores: int = 1,
-        memory: str = "1GB",
+        spark: SparkSettings | None = None,
         warm_up: bool = True,
         gather_window_s: float = 0.05,
         gather_max_s: float = 0.5,
         warm_up_table: TableLocation | None = None,
         placement_group_strategy: str = "SPREAD",
-        executor_wait_s: float = 120.0,
-        executor_lost_s: float = 60.0,
     ) -> None:
         # A fresh Spark app name per actor *incarnation*: RayDP names an actor
         # "<app>_SPARK_MASTER", and a restarted writer must not collide with its predecessor.
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         self._app_name = f"rayconnect-{safe}-{uuid.uuid4().hex[:8]}"
-        self._executors, self._cores, self._memory = executors, cores, memory
+        spark = spark or SparkSettings()
+        self._executors, self._cores = spark.executors, spark.executor_cores
+        self._memory = spark.executor_memory
         self._group_strategy = placement_group_strategy
-        self._executor_wait_s = executor_wait_s
-        self._executor_lost_s = executor_lost_s
+        self._executor_wait_s = spark.executor_wait_s
+        self._executor_lost_s = spark.executor_lost_s
         self._reservation: Reservation | None = None
         self._watch: ExecutorWatch | None = None
         self._problem: str | None = None  # why Spark is degraded or not there; for status()
@@ -130,7 +129,7 @@ class WriterActor:
         self._stopped = False
         self._stats: dict[str, Any] = {
             "app_name": self._app_name,
-            "executors_wanted": executors,
+            "executors_wanted": spark.executors,
             "executors_started_with": None,
             "executors": None,
             "problem": None,
@@ -384,23 +383,19 @@ def start_writer(
     name: str,
     namespace: str = names.NAMESPACE,
     *,
-    executors: int = 1,
-    cores: int = 1,
-    memory: str = "1GB",
+    spark: SparkSettings | None = None,
     warm_up: bool = True,
     wait: bool = True,
     timeout_s: float = 180.0,
     warm_up_table: TableLocation | None = None,
     placement: Placement | None = None,
-    executor_wait_s: float = 120.0,
-    executor_lost_s: float = 60.0,
 ) -> ray.actor.ActorHandle:
     """Get or create the named, detached, always-restarted writer actor.
 
     ``name`` is ``names.writer(pipeline)``. With ``wait`` (default) this blocks until Spark is
     started and warmed up (~20-30 s on 2 cores), so the first round pays no start-up cost.
     ``placement`` places the writer and its executors (default: spread over the nodes).
-    ``executor_wait_s`` / ``executor_lost_s``: see ``rc.SparkSettings``.
+    ``spark``: its executors and their waits (``rc.SparkSettings``; default one executor).
     """
     placement = placement or Placement()
     handle = WriterActor.options(
@@ -412,14 +407,10 @@ def start_writer(
         **placement.actor_options("writer"),
     ).remote(
         name,
-        executors,
-        cores,
-        memory,
+        spark,
         warm_up,
         placement_group_strategy=placement.spark_group_strategy,
         warm_up_table=warm_up_table,
-        executor_wait_s=executor_wait_s,
-        executor_lost_s=executor_lost_s,
     )
     if wait:
         ray.get(handle.ready.remote(), timeout=timeout_s)

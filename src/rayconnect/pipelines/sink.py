@@ -121,14 +121,10 @@ class SinkPipeline:
         # before the coordinator's first START.
         writer = start_writer(
             names.writer(cfg.name),
-            executors=cfg.spark.executors,
-            cores=cfg.spark.executor_cores,
-            memory=cfg.spark.executor_memory,
+            spark=cfg.spark,
             warm_up_table=cfg.sink.location(),
             wait=False,
             placement=cfg.placement,
-            executor_wait_s=cfg.spark.executor_wait_s,
-            executor_lost_s=cfg.spark.executor_lost_s,
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.
