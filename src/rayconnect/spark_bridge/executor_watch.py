@@ -7,8 +7,8 @@ seconds and carries out its verdict. Why it exists, measured on a test cluster o
   the actor restarts and registers under a new id), but only after Ray declared the node
   dead and a JVM started again: ~25 s on an idle machine, longer under load. The pipeline
   keeps writing with the executors left meanwhile, so a short gap is only slower writes.
-- RayDP does not always get there (read in raydp 1.6.5's RayAppMaster / RayDPExecutor, and
-  seen once in CI: one of two executors never came back): the restarted executor asks the
+- RayDP may not get there (read in raydp 1.6.5's RayAppMaster / RayDPExecutor; not seen
+  in six runs here, where it always did within 16-53 s of the loss): the restarted executor asks the
   app master for a slot, which exists only once the app master has noticed the loss - one
   that asks too early is refused and ends; the app master's "kill" of the lost executor is
   an actor call with ``maxTaskRetries(3)``, which can reach the restarted incarnation and
