@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import contextlib
 
+from baseline import STORAGE_ENV  # noqa: E402
 from common import (  # noqa: E402
     Helper,
     RaySession,
@@ -179,45 +180,62 @@ def scenario_a(cfg: dict, workdir: str) -> dict:
         )
 
 
+#: rayconnect's own defaults (``rc.SinkPipeline(name, source, sink)``, nothing tuned), beside
+#: the bench's throughput settings in scenario s.
+RC_DEFAULTS: dict[str, Any] = {}
+
+
 def scenario_s(cfg: dict, workdir: str) -> dict:
-    """(a)'s backlog, rayconnect only, into a local table and then a table on the embedded
-    S3: the same records, settings and machine, back to back."""
+    """(a)'s backlog into a table on local disk, then into one on the embedded S3, the same
+    records and machine, back to back: for each store the baseline (one process writing with
+    delta-rs) and rayconnect with its defaults and with the bench's throughput settings;
+    the ceiling (raw fetch) once, as it does not depend on the store."""
     from rc_runner import run_backlog
 
     from rayconnect.storage.embedded_s3 import EmbeddedS3
 
     out: dict[str, Any] = {"records": cfg["a_records"], "partitions": cfg["a_partitions"]}
+    n = cfg["a_records"]
     with Broker() as broker:
         bs = broker.bootstrap_servers
-        counts = produce_backlog(bs, "objs", cfg["a_records"], cfg["a_partitions"])
-        with RaySession():
-            out["local"] = run_backlog(
-                "bench-s-local",
-                bs,
-                "objs",
-                os.path.join(workdir, "objs-local"),
-                counts,
-                RC_THROUGHPUT,
-                exclude_pids=(broker.pid,),
-            )
-        log(f"  local disk {out['local']['records_per_s']:>9,.0f} rec/s")
-        with EmbeddedS3(buckets=["bench"]) as s3:
-            out["s3_start_s"] = s3.start_seconds
-            with RaySession():
-                out["s3"] = run_backlog(
-                    "bench-s-s3",
+        counts = produce_backlog(bs, "objs", n, cfg["a_partitions"])
+        out["ceiling"] = run_helper("ceiling.py", bs, "objs", n)
+        log(f"  ceiling    {out['ceiling']['records_per_s']:>9,.0f} rec/s")
+
+        def store(tag: str, table: str, storage: dict[str, str], exclude: tuple[int, ...]) -> None:
+            os.environ[STORAGE_ENV] = json.dumps(storage)
+            try:
+                out[f"baseline_{tag}"] = base = run_helper(
+                    "baseline.py",
                     bs,
                     "objs",
-                    "s3://bench/objs",
-                    counts,
-                    RC_THROUGHPUT,
-                    exclude_pids=(broker.pid, s3.pid),
-                    storage_options=s3.storage_options,
+                    f"{table}-baseline",
+                    n,
+                    "--flush-records",
+                    BASELINE_FLUSH,
                 )
-        log(
-            f"  S3         {out['s3']['records_per_s']:>9,.0f} rec/s "
-            f"(SeaweedFS ready in {out['s3_start_s']:.1f} s)"
-        )
+            finally:
+                os.environ.pop(STORAGE_ENV, None)
+            log(f"  {tag:<5} baseline   {base['records_per_s']:>9,.0f} rec/s")
+            for key, settings in ((f"{tag}_default", RC_DEFAULTS), (tag, RC_THROUGHPUT)):
+                with RaySession():
+                    out[key] = run_backlog(
+                        f"bench-s-{key.replace('_', '-')}",
+                        bs,
+                        "objs",
+                        f"{table}-{key.replace('_', '-')}",
+                        counts,
+                        settings,
+                        exclude_pids=exclude,
+                        storage_options=storage or None,
+                    )
+                log(f"  {key:<16} {out[key]['records_per_s']:>9,.0f} rec/s")
+
+        store("local", os.path.join(workdir, "objs"), {}, (broker.pid,))
+        with EmbeddedS3(buckets=["bench"]) as s3:
+            out["s3_start_s"] = s3.start_seconds
+            log(f"  SeaweedFS ready in {out['s3_start_s']:.1f} s")
+            store("s3", "s3://bench/objs", s3.storage_options, (broker.pid, s3.pid))
     out["s3_over_local"] = out["s3"]["records_per_s"] / out["local"]["records_per_s"]
     return out
 
@@ -603,27 +621,41 @@ def rows(results: dict) -> list[list[str]]:
                 )
             )
     s = results.get("s")
-    if s:
-        local, s3 = s["local"], s["s3"]
+    if s and "ceiling" in s:
         label = "s object storage"
-        R.append(
-            _row(
-                label,
-                f"rayconnect records/s ({s['records']:,}, {s['partitions']} partitions): "
-                "local disk (baseline column) vs embedded S3 (rayconnect column)",
-                baseline=local["records_per_s"],
-                rayconnect=s3["records_per_s"],
+        size = f"{s['records']:,} records, {s['partitions']} partitions"
+        for store, name in (("local", "local disk"), ("s3", "embedded S3")):
+            for key, settings in ((store, "bench settings"), (f"{store}_default", "defaults")):
+                R.append(
+                    _row(
+                        label,
+                        f"records/s, table on {name}, rayconnect {settings} ({size})",
+                        s["ceiling"]["records_per_s"],
+                        s[f"baseline_{store}"]["records_per_s"],
+                        s[key]["records_per_s"],
+                    )
+                )
+        for key, what in (("", "bench settings"), ("_default", "defaults")):
+            R.append(
+                _row(
+                    label,
+                    f"records/s S3 / local disk, rayconnect {what} (baseline: its own S3/local)",
+                    baseline=s["baseline_s3"]["records_per_s"]
+                    / s["baseline_local"]["records_per_s"],
+                    rayconnect=s[f"s3{key}"]["records_per_s"] / s[f"local{key}"]["records_per_s"],
+                    fmt=".2f",
+                    ratios=False,
+                )
             )
-        )
         for key, what in (
             ("commit_s_median", "commit latency median, ms"),
             ("round_s_median", "round START->ACK median, ms"),
         ):
-            lo, hi = local.get(key), s3.get(key)
+            lo, hi = s["local"].get(key), s["s3"].get(key)
             R.append(
                 _row(
                     label,
-                    f"{what}: local disk vs S3",
+                    f"{what}, bench settings: local disk (baseline column) vs S3 (rayconnect)",
                     baseline=None if lo is None else lo * 1000,
                     rayconnect=None if hi is None else hi * 1000,
                 )

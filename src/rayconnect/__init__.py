@@ -20,7 +20,7 @@ _EXPORTS = {
     "DeltaSink": "rayconnect.pipelines.sink_config",
     "StaticMetadataService": "rayconnect.metadata",
     "CommitSettings": "rayconnect.protocol.settings",
-    "SparkSettings": "rayconnect.pipelines.sink_config",
+    "SparkSettings": "rayconnect.spark_bridge.settings",
     "ConfigError": "rayconnect.errors",
     "Placement": "rayconnect.pipelines.placement",
     "FileMetadataService": "rayconnect.metadata",

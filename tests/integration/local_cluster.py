@@ -20,6 +20,11 @@ from ray.util.state import list_actors
 from ray_tmp import cleaned_ray_tmp
 
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
+#: Ray declares a node dead after this many missed health checks, one a second: ~5 s after a
+#: node is removed instead of Ray's default ~15 s (3 s x 5), so the node-loss tests spend
+#: their time on rayconnect's recovery, not on Ray's detector. What follows the detection is
+#: the same; a production cluster adds those ~10 s to every figure measured here.
+HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5}
 
 
 def _free_port() -> int:
@@ -50,10 +55,13 @@ class LocalCluster:
         self.nodes: dict[str, Any] = {}  # worker name -> ray._private.node.Node
 
     def add(self, name: str) -> str:
-        """Start worker ``name`` (again, after it was removed); returns its node id."""
+        """Start worker ``name`` (again, after it was removed); returns its node id. Each
+        worker has its own loopback address (127.0.0.2, ...), as each machine of a real
+        cluster has its own: Ray's ``node:<ip>`` resource then names one node."""
         with _no_shared_address_file():
             node = self.cluster.add_node(
                 num_cpus=self.cpus[name],
+                node_ip_address=f"127.0.0.{2 + list(self.cpus).index(name)}",
                 labels={"node": name},
                 object_store_memory=OBJECT_STORE_BYTES,
             )
@@ -79,8 +87,10 @@ class LocalCluster:
         ]
 
     def placement(self, pipeline: str) -> dict[str, str]:
-        """Alive actor -> node name: the pipeline's named actors and the Spark executors
-        (RayDP's ``RayDPExecutor`` actors, keyed ``executor/<n>``)."""
+        """Alive actor -> node name: the pipeline's named actors, the Spark executors
+        (RayDP's ``RayDPExecutor`` actors, keyed ``executor/<n>``), RayDP's master actor
+        (``spark/master``) and the app master JVM actor that owns the executors
+        (``spark/app-master``)."""
         out: dict[str, str] = {}
         executors = 0
         for name, class_name, node, state in sorted(self.actors()):
@@ -91,6 +101,10 @@ class LocalCluster:
             elif class_name.endswith("RayDPExecutor"):
                 out[f"executor/{executors}"] = node
                 executors += 1
+            elif class_name.endswith("RayDPSparkMaster"):
+                out["spark/master"] = node
+            elif class_name.endswith("RayAppMaster"):
+                out["spark/app-master"] = node
         return out
 
     def wait_for_dashboard(self, timeout_s: float = 60.0) -> None:
@@ -122,6 +136,7 @@ def local_cluster(workers: dict[str, int]) -> Iterator[LocalCluster]:
                     "include_dashboard": True,
                     "dashboard_host": "127.0.0.1",
                     "dashboard_port": dashboard_port,
+                    "_system_config": HEALTH_CHECKS,
                 },
             )
         try:

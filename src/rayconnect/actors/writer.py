@@ -11,10 +11,15 @@ A thin shell around ``spark_bridge.parquet_writer.write_groups``. What it adds:
 - All Spark calls run on ONE dedicated thread: the event loop stays free to accept (and
   gather) new requests during a job, and PySpark's pinned-thread mode keeps per-thread
   properties (the job group used to count jobs) on the same JVM thread.
-- **A Spark that cannot recover ends the actor.** When the node of RayDP's app master (or of
-  every executor) is lost, Spark waits for executors forever. A watchdog sees it and exits
-  the process; Ray restarts the writer with a fresh Spark session, and the rounds whose
-  writes failed are read again (the protocol's job).
+- **A Spark that cannot recover ends the actor.** When the node of RayDP's app master is
+  lost, Spark waits for executors forever; when an executor's node is lost, RayDP usually
+  restarts it elsewhere, but not always (``spark_bridge/executor_watch.py``). A watchdog
+  sees either and exits the process; Ray restarts the writer with a fresh Spark session,
+  and the rounds whose writes failed are read again (the protocol's job).
+- **A bounded wait for CPUs.** A (re)started writer waits at most ``executor_wait_s`` for
+  the CPUs of all its executors, then starts with as many as fit (reported as degraded in
+  ``status()``); while not even one fits, writes are refused with that reason instead of
+  hanging (``spark_bridge/executor_group.py``).
 """
 
 from __future__ import annotations
@@ -38,8 +43,16 @@ from rayconnect.actors import names
 from rayconnect.pipelines.placement import Placement
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
+from rayconnect.spark_bridge.executor_group import (
+    Reservation,
+    no_room,
+    release,
+    reserve_executors,
+)
+from rayconnect.spark_bridge.executor_watch import ExecutorWatch
 from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups
-from rayconnect.spark_bridge.session import spark_problem, start_spark, stop_spark
+from rayconnect.spark_bridge.session import registered_executors, start_spark, stop_spark
+from rayconnect.spark_bridge.settings import SparkSettings
 from rayconnect.storage.location import TableLocation, as_location
 
 log = logging.getLogger(__name__)
@@ -47,9 +60,6 @@ log = logging.getLogger(__name__)
 WARM_UP_WRITES = 4
 WARM_UP_ROWS = 2_500  # a block; 8 groups of it: about one second of a 10k records/s stream
 SPARK_CHECK_S = 2.0
-#: How long Spark may have no executor before the writer restarts: RayDP restarts a lost
-#: executor by itself (on a new node once Ray re-placed its bundle); this waits for that.
-SPARK_NO_EXECUTOR_S = 30.0
 
 
 @dataclass
@@ -85,25 +95,26 @@ class WriterActor:
     def __init__(
         self,
         name: str = "writer",
-        executors: int = 1,
-        cores: int = 1,
-        memory: str = "1GB",
+        spark: SparkSettings | None = None,
         warm_up: bool = True,
         gather_window_s: float = 0.05,
         gather_max_s: float = 0.5,
         warm_up_table: TableLocation | None = None,
-        placement_group_strategy: str | None = None,
+        placement_group_strategy: str = "SPREAD",
     ) -> None:
         # A fresh Spark app name per actor *incarnation*: RayDP names an actor
         # "<app>_SPARK_MASTER", and a restarted writer must not collide with its predecessor.
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         self._app_name = f"rayconnect-{safe}-{uuid.uuid4().hex[:8]}"
-        self._spark_args = {
-            "executors": executors,
-            "cores": cores,
-            "memory": memory,
-            "placement_group_strategy": placement_group_strategy,
-        }
+        spark = spark or SparkSettings()
+        self._executors, self._cores = spark.executors, spark.executor_cores
+        self._memory = spark.executor_memory
+        self._group_strategy = placement_group_strategy
+        self._executor_wait_s = spark.executor_wait_s
+        self._executor_lost_s = spark.executor_lost_s
+        self._reservation: Reservation | None = None
+        self._watch: ExecutorWatch | None = None
+        self._problem: str | None = None  # why Spark is degraded or not there; for status()
         self._warm_up = warm_up
         self._warm_up_table = warm_up_table
         self._gather_window_s = gather_window_s
@@ -118,6 +129,10 @@ class WriterActor:
         self._stopped = False
         self._stats: dict[str, Any] = {
             "app_name": self._app_name,
+            "executors_wanted": spark.executors,
+            "executors_started_with": None,
+            "executors": None,
+            "problem": None,
             "spark_start_s": None,
             "warm_up_s": None,
             "calls": 0,
@@ -135,7 +150,17 @@ class WriterActor:
 
     def _start_blocking(self) -> None:
         t0 = time.perf_counter()
-        self._spark = start_spark(self._app_name, **self._spark_args)
+        self._reservation = self._reserve()
+        self._spark = start_spark(
+            self._app_name,
+            executors=self._reservation.count,
+            cores=self._cores,
+            memory=self._memory,
+            placement_group=self._reservation.group,
+        )
+        self._watch = ExecutorWatch(self._executors, self._reservation.count, self._executor_lost_s)
+        self._set_problem(self._watch.observe(time.monotonic(), self._reservation.count).problem)
+        self._stats["executors_started_with"] = self._stats["executors"] = self._reservation.count
         self._stats["spark_start_s"] = round(time.perf_counter() - t0, 3)
         if self._warm_up:
             t0 = time.perf_counter()
@@ -143,10 +168,32 @@ class WriterActor:
             self._stats["warm_up_s"] = round(time.perf_counter() - t0, 3)
         log.info("writer %s ready: %s", self._app_name, self._stats)
 
+    def _reserve(self) -> Reservation:
+        """The executors' CPUs: all of them within ``executor_wait_s``, else as many as fit;
+        while none fit, say why (writes are refused with it) and keep trying."""
+        while True:
+            reservation = reserve_executors(
+                self._executors,
+                self._cores,
+                self._memory,
+                self._group_strategy,
+                self._executor_wait_s,
+            )
+            if reservation is not None:
+                return reservation
+            self._set_problem(no_room(self._cores, self._memory, self._executor_wait_s))
+            log.warning("writer %s: %s", self._app_name, self._problem)
+
+    def _set_problem(self, problem: str | None) -> None:
+        self._problem = self._stats["problem"] = problem
+
     def _warm_up_writes(self) -> None:
         """Several round-sized writes, not one: the JVM compiles the write path only after it
         ran hot for a while, and until then the first rounds of a pipeline took 1.5-2x as long
         (probe_rounds.py: the first ~10 s of a steady load).
+
+        A restarted writer (after a crash or a node loss) makes one: rounds are waiting for
+        it, and a few slower first writes cost them less than three more warm-up writes.
 
         Into the pipeline's own table when known (its staging folder, removed right after):
         executors on other nodes can reach it, which a local scratch folder of this node is
@@ -158,7 +205,8 @@ class WriterActor:
             scratch = tempfile.mkdtemp(prefix="rayconnect-warm-up-")
             table = TableLocation.parse(scratch)
         try:
-            for _ in range(WARM_UP_WRITES):
+            restarted = ray.get_runtime_context().was_current_actor_reconstructed
+            for _ in range(1 if restarted else WARM_UP_WRITES):
                 result = write_groups(self._spark, table, [[block]] * 8)
                 if result.staging_dir is not None:
                     table.remove_tree(result.staging_dir)
@@ -181,7 +229,9 @@ class WriterActor:
         return dict(self._stats)
 
     async def stats(self) -> dict[str, Any]:
-        """Counters: calls, Spark writes and jobs (jobs == writes proves one job per write)."""
+        """Counters: calls, Spark writes and jobs (jobs == writes proves one job per write);
+        executors wanted / started with / registered now, and ``problem``: why Spark is
+        degraded or missing (None when it has every executor)."""
         return dict(self._stats)
 
     # -- writes ---------------------------------------------------------------------------
@@ -198,6 +248,8 @@ class WriterActor:
         """
         if self._stopped:
             raise RuntimeError(f"writer {self._app_name} was stopped")
+        if self._spark is None and self._problem is not None:
+            raise RuntimeError(f"writer {self._app_name}: {self._problem}")
         self._stats["calls"] += 1
         self._ensure_started()
         future: asyncio.Future[list[DataFile]] = asyncio.get_running_loop().create_future()
@@ -240,27 +292,24 @@ class WriterActor:
                     self._fail(requests, exc)
 
     async def _watch_spark(self) -> None:
-        """Exit the process (Ray restarts the actor) once Spark cannot run a job any more:
-        at once when RayDP's master is lost, after SPARK_NO_EXECUTOR_S without executors."""
+        """Exit the process (Ray restarts the actor with a new Spark) once Spark cannot run a
+        job any more (RayDP's master lost) or has stayed an executor short of what it started
+        with for ``executor_lost_s`` (``ExecutorWatch``); keep ``problem`` current."""
         loop = asyncio.get_running_loop()
-        lost_since: float | None = None
         while not self._stopped:
             await asyncio.sleep(SPARK_CHECK_S)
-            if self._stopped or self._spark is None:
+            if self._stopped or self._spark is None or self._watch is None:
                 return
-            try:
-                problem = await loop.run_in_executor(
-                    None, spark_problem, self._spark, self._app_name
-                )
-            except Exception as e:  # the driver JVM itself is gone
-                problem = (f"Spark driver unreachable ({type(e).__name__}: {e})", True)
-            if problem is None:
-                lost_since = None
-                continue
-            reason, for_good = problem
-            lost_since = lost_since or time.monotonic()
-            if for_good or time.monotonic() - lost_since >= SPARK_NO_EXECUTOR_S:
-                log.error("writer %s: %s; restarting with a new Spark", self._app_name, reason)
+            registered = await loop.run_in_executor(
+                None, registered_executors, self._spark, self._app_name
+            )
+            self._stats["executors"] = registered
+            verdict = self._watch.observe(time.monotonic(), registered)
+            if verdict.problem != self._problem:
+                log.warning("writer %s: %s", self._app_name, verdict.problem or "recovered")
+            self._set_problem(verdict.problem)
+            if verdict.restart and not self._stopped:
+                log.error("writer %s: %s; restarting with a new Spark", self._app_name, verdict)
                 os._exit(1)  # not exit_actor(): that is a clean exit, which Ray never restarts
 
     async def _gather(self) -> None:
@@ -326,15 +375,15 @@ class WriterActor:
         if self._spark is not None:
             await self._run_in_spark_thread(stop_spark)
             self._spark = None
+        release(self._reservation)
+        self._reservation = None
 
 
 def start_writer(
     name: str,
     namespace: str = names.NAMESPACE,
     *,
-    executors: int = 1,
-    cores: int = 1,
-    memory: str = "1GB",
+    spark: SparkSettings | None = None,
     warm_up: bool = True,
     wait: bool = True,
     timeout_s: float = 180.0,
@@ -346,6 +395,7 @@ def start_writer(
     ``name`` is ``names.writer(pipeline)``. With ``wait`` (default) this blocks until Spark is
     started and warmed up (~20-30 s on 2 cores), so the first round pays no start-up cost.
     ``placement`` places the writer and its executors (default: spread over the nodes).
+    ``spark``: its executors and their waits (``rc.SparkSettings``; default one executor).
     """
     placement = placement or Placement()
     handle = WriterActor.options(
@@ -357,9 +407,7 @@ def start_writer(
         **placement.actor_options("writer"),
     ).remote(
         name,
-        executors,
-        cores,
-        memory,
+        spark,
         warm_up,
         placement_group_strategy=placement.spark_group_strategy,
         warm_up_table=warm_up_table,

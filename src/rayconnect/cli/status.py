@@ -129,6 +129,11 @@ def render_status(s: dict[str, Any]) -> str:
         if s.get(label):
             lines.append(f"{label}: {s[label]}")
     lines += [f"outage: {o}" for o in s.get("outages") or ()]
+    if writer := s.get("writer"):
+        lines.append(
+            f"spark executors {_n(writer.get('executors'))} of {_n(writer.get('executors_wanted'))}"
+            f"  {writer.get('problem') or writer.get('error') or _spark_state(writer)}"
+        )
     lines.append("")
     width = max([len(k) for k in s["partition_status"]] + [9])
     lines.append(f"{'partition':<{width}}  {'committed':>12}  {'high water':>12}  {'lag':>10}")
@@ -140,6 +145,11 @@ def render_status(s: dict[str, Any]) -> str:
     lines.append("")
     lines += _render_actors(s["actors"])
     return "\n".join(lines)
+
+
+def _spark_state(writer: dict[str, Any]) -> str:
+    """Healthy, or still starting (no executor count yet: Spark starts with the first write)."""
+    return "starting Spark" if writer.get("executors") is None else "ok"
 
 
 def _render_actors(actors: list[dict[str, Any]]) -> list[str]:

@@ -125,9 +125,7 @@ class SinkPipeline:
         # before the coordinator's first START.
         writer = start_writer(
             names.writer(cfg.name),
-            executors=cfg.spark.executors,
-            cores=cfg.spark.executor_cores,
-            memory=cfg.spark.executor_memory,
+            spark=cfg.spark,
             warm_up_table=cfg.sink.location(),
             wait=False,
             placement=cfg.placement,
@@ -164,6 +162,31 @@ def check_sink(sink: DeltaSink) -> None:
         raise ConfigError(f"sink {sink.path}: {e}") from None
 
 
+#: What ``status()["writer"]`` shows of the writer's stats.
+WRITER_STATUS = (
+    "app_name",
+    "executors_wanted",
+    "executors_started_with",
+    "executors",
+    "problem",
+    "spark_start_s",
+    "warm_up_s",
+)
+
+
+def _writer_status(pipeline: str, timeout_s: float) -> dict[str, Any]:
+    """The Spark side: executors wanted / started with / registered now, and ``problem``
+    (degraded, waiting for CPUs) - or why the writer did not answer (it is restarting)."""
+    writer = get_actor(names.writer(pipeline))
+    if writer is None:
+        return {"error": "no writer actor"}
+    try:
+        stats = ray.get(writer.stats.remote(), timeout=timeout_s)
+    except Exception as e:  # restarting after a node loss is a state, not an error
+        return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}"}
+    return {k: stats.get(k) for k in WRITER_STATUS}
+
+
 class PipelineHandle(Handle):
     """Watch and stop a running sink pipeline; holds only its name."""
 
@@ -190,6 +213,7 @@ class PipelineHandle(Handle):
                 except Exception as e:  # a reader restarting is a state, not an error
                     readers[name] = {"error": f"{type(e).__name__}: {e}"}
         status["readers"] = readers
+        status["writer"] = _writer_status(self.name, timeout_s)
         expected = set((status["discovery"] or {}).get("splits_per_reader", {}))
         status["readers_ready"] = bool(expected) and all(
             names.reader_of(self.name, r) in readers

@@ -29,6 +29,7 @@ from rayconnect.protocol.streams import (
 )
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
 from rayconnect.redact import redacted_repr
+from rayconnect.spark_bridge.settings import SparkSettings
 from rayconnect.storage.location import StorageError, TableLocation
 
 StartingOffsets = Literal["earliest", "latest"]
@@ -122,14 +123,6 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     def location(self) -> TableLocation:
         """Where the table lives, with its storage options (a local path made absolute)."""
         return TableLocation.parse(self.path, self.storage_options)
-
-
-class SparkSettings(msgspec.Struct, frozen=True):
-    """The writer's Spark on Ray: one executor of 1 core / 1 GB suits a 2-core machine."""
-
-    executors: int = 1
-    executor_cores: int = 1
-    executor_memory: str = "1GB"
 
 
 class SinkPipelineConfig(msgspec.Struct, frozen=True):

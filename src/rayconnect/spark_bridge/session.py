@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rayconnect.spark_bridge.java import MIN_JAVA, use_java
 
@@ -81,6 +81,11 @@ def _ray_logging_option() -> str:
     return f" -Dray.logging.dir={node.get_logs_dir_path()}" if node is not None else ""
 
 
+#: RayDP gives ``<prefix><resource>`` to both of its master actors (the Python master and the
+#: app master JVM that owns the executors) as Ray resource requests.
+MASTER_RESOURCE = "spark.ray.raydp_spark_master.actor.resource."
+
+
 def spark_configs() -> dict[str, str]:
     """Spark settings for a writer session (see the module docstring for why each is here)."""
     opts = java_options()
@@ -106,7 +111,7 @@ def spark_configs() -> dict[str, str]:
         "spark.task.maxFailures": "1",
         # RayDP's app master only coordinates: without this it asks for a CPU to be placed
         # and waits forever on a cluster whose CPUs the executors' placement group holds.
-        "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
+        MASTER_RESOURCE + "CPU": "0",
     }
 
 
@@ -116,15 +121,15 @@ def start_spark(
     cores: int = 1,
     memory: str = "1GB",
     extra_configs: dict[str, str] | None = None,
-    placement_group_strategy: str | None = None,
+    placement_group: Any = None,
 ) -> SparkSession:
     """Start RayDP's Spark cluster in this process and return its SparkSession.
 
     One session per process (RayDP keeps a global context), so ``app_name`` must be unique per
     process: RayDP names an actor ``<app_name>_SPARK_MASTER``. Requires ``ray.init`` done
-    (RayDP would otherwise start a private local Ray). ``placement_group_strategy``
-    (``SPREAD``/``PACK``) puts the executors in a placement group of that strategy; a bundle
-    on a lost node is re-placed by Ray and RayDP restarts its executor there.
+    (RayDP would otherwise start a private local Ray). ``placement_group`` (one bundle per
+    executor, already placed: ``executor_group.reserve_executors``) holds the executors; a
+    bundle on a lost node is re-placed by Ray and RayDP restarts its executor there.
     """
     import raydp  # heavy import: only where Spark is really started
 
@@ -132,6 +137,7 @@ def start_spark(
     # Executors are started by the JVM; they must run this interpreter, which has pyspark.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     configs = spark_configs()
+    configs.update(_app_master_on_this_node())
     configs.update(extra_configs or {})
     with _master_on_this_node():
         return raydp.init_spark(
@@ -140,7 +146,7 @@ def start_spark(
             executor_cores=cores,
             executor_memory=memory,
             configs=configs,
-            placement_group_strategy=placement_group_strategy,
+            placement_group=placement_group,
         )
 
 
@@ -170,25 +176,34 @@ def _master_on_this_node() -> Iterator[None]:
         raydp_cluster.RayDPSparkMaster = original
 
 
-def spark_problem(spark: SparkSession, app_name: str) -> tuple[str, bool] | None:
-    """Why the Spark session ``app_name`` of this process cannot run a job now, and whether
-    that is for good (True) or may heal (False); None when it can.
+def _app_master_on_this_node() -> dict[str, str]:
+    """Keep RayDP's app master on this node too. It is a Java actor that the master's JVM
+    creates with nothing to place it by but resources (no node affinity, no labels), so
+    Ray's default policy put it on any node - measured: on an executor's node, whose loss
+    then took every executor of the session with it. Every Ray node has the resource
+    ``node:<its ip>``; asking for a sliver of this node's one pins it here (on a cluster of
+    one node per machine, as Ray deploys; test nodes sharing a machine get distinct
+    loopback addresses)."""
+    import ray
 
-    RayDP restarts a lost executor, but not its master actor, nor the app master JVM that
-    owns the executors: when their node is lost, every executor goes with them and a job
-    waits for resources forever instead of failing. Checked from any thread."""
+    return {f"{MASTER_RESOURCE}node:{ray.util.get_node_ip_address()}": "0.001"}
+
+
+def registered_executors(spark: SparkSession, app_name: str) -> int | None:
+    """How many executors the Spark session ``app_name`` of this process has registered now;
+    None when RayDP's master (and with it the app master JVM that owns the executors) is
+    lost, or the driver JVM itself: then a job would wait for executors forever instead of
+    failing. Checked from any thread."""
     import ray
     from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
 
     try:
         master = ray.get_actor(app_name + RAYDP_SPARK_MASTER_SUFFIX)
         ray.get(master.get_master_url.remote(), timeout=10)
-    except Exception as e:
-        first_line = (str(e).strip().splitlines() or [""])[-1][:200]
-        return f"RayDP master or app master lost ({type(e).__name__}: {first_line})", True
-    # The driver's block manager counts as one.
-    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-    return None if executors >= 1 else ("no Spark executor registered", False)
+        # The driver's block manager counts as one.
+        return int(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1
+    except Exception:
+        return None
 
 
 def stop_spark() -> None:

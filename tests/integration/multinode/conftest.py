@@ -4,8 +4,10 @@
 Only the ``spark*`` nodes have CPUs: the Spark executors (1 CPU each, in a SPREAD placement
 group) can only land there, one per node, so two nodes write files; spark2's second CPU is
 the room a lost executor (or a restarted Spark's group) needs once spark1 is gone.
-rayconnect's own actors take no CPU and go wherever their placement sends them. The head
-(the driver's node) cannot be removed.
+rayconnect's own actors take no CPU and go wherever their placement sends them: the readers
+and participants to spark1 (so one removal loses them and an executor at once), the
+coordinator, enumerator and writer (with RayDP's masters) to ``control``. The head (the
+driver's node) cannot be removed.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 
 #: The worker nodes: name (also its label ``node``) -> CPUs.
-WORKERS: dict[str, int] = {"ingest": 0, "control": 0, "spark1": 1, "spark2": 2}
+WORKERS: dict[str, int] = {"control": 0, "spark1": 1, "spark2": 2}
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from rayconnect.errors import JavaNotFoundError
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.delta import DeltaCommitter
+from rayconnect.spark_bridge.executor_group import no_room, release, reserve_executors
 from rayconnect.spark_bridge.files import STAGING_DIR, schema_differences
 from rayconnect.spark_bridge.parquet_writer import InputSchemaError
 from rayconnect.spark_bridge.session import require_java, spark_configs
@@ -232,3 +233,26 @@ def test_require_java_and_configs(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     assert configs["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS"
     assert configs["spark.sql.session.timeZone"] == "UTC"
     assert configs["spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs"] == "false"
+
+
+def test_executor_cpus_are_waited_for_a_bounded_time_then_what_fits_is_taken(
+    writer: ray.actor.ActorHandle,
+) -> None:
+    """More executors than the Ray has free CPUs for: after ``wait_s`` the reservation takes
+    as many as fit now instead of waiting for ever (RayDP's own group waits without
+    timeout); executors bigger than any node: None, and the reason names the setting."""
+    ray.get(writer.ready.remote(), timeout=120)  # its executor holds its CPU from now on
+    free = int(ray.available_resources().get("CPU", 0))
+    t0 = time.monotonic()
+    reservation = reserve_executors(free + 1, 1, "1MB", "SPREAD", wait_s=1)
+    try:
+        if free == 0:
+            assert reservation is None
+        else:
+            assert reservation is not None and reservation.count == free
+        assert time.monotonic() - t0 < 30
+    finally:
+        release(reservation)
+    cores = int(ray.cluster_resources()["CPU"]) + 1
+    assert reserve_executors(1, cores, "1MB", "SPREAD", wait_s=1) is None
+    assert "spark.executor_wait_s=1" in no_room(cores, "1MB", 1)

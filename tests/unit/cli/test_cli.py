@@ -284,3 +284,27 @@ def test_run_exits_5_with_the_reason_when_the_pipeline_gives_up(capsys):
     assert source_loop(source, 0.01, []) == EXIT_GAVE_UP
     assert source.stopped
     assert f"numbers: {reason}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("writer", "line"),
+    [
+        ({"executors": None, "executors_wanted": 2}, "spark executors - of 2  starting Spark"),
+        ({"executors": 2, "executors_wanted": 2}, "spark executors 2 of 2  ok"),
+        (
+            {"executors": 1, "executors_wanted": 2, "problem": "degraded: 1 of 2 Spark executors"},
+            "spark executors 1 of 2  degraded: 1 of 2 Spark executors",
+        ),
+        ({"error": "RayActorError: restarting"}, "spark executors - of -  RayActorError"),
+    ],
+)
+def test_sink_status_says_how_many_spark_executors_run(writer, line):
+    from rayconnect.cli.status import render_status
+
+    status = {
+        "pipeline": "orders",
+        "partition_status": {},
+        "actors": [],
+        "writer": writer,
+    }
+    assert line in render_status(status)

@@ -92,3 +92,17 @@ def test_a_pipeline_file_spells_placement_like_the_python_api():
 )
 def test_selectors_match_node_labels_like_ray(selector, labels, expected):
     assert matches(selector, labels) is expected
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"executors": 0}, "spark.executors must be >= 1"),
+        ({"executor_wait_s": 0}, "spark.executor_wait_s must be > 0"),
+        ({"executor_lost_s": -1}, "spark.executor_lost_s must be > 0"),
+    ],
+)
+def test_bad_spark_settings_are_config_errors(kwargs, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        rc.SparkSettings(**kwargs)
+    assert loads_pipeline(FILE + "spark: {executor_wait_s: 30}\n").spark.executor_wait_s == 30

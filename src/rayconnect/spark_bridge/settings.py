@@ -1,0 +1,30 @@
+"""The writer's Spark settings: one Struct that the Python API (``rc.SparkSettings``), a
+pipeline file's ``spark:`` block and the writer actor all read, so a default is written once."""
+
+from __future__ import annotations
+
+import msgspec
+
+from rayconnect.errors import require
+
+
+class SparkSettings(msgspec.Struct, frozen=True):
+    """The writer's Spark on Ray: one executor of 1 core / 1 GB suits a 2-core machine.
+
+    ``executor_wait_s``: how long a (re)started writer waits for the CPUs of all its
+    executors before it starts with as many as fit (status says "degraded"); while not even
+    one fits, writes are refused with that reason. ``executor_lost_s``: how long Spark may
+    stay an executor short after a node loss (RayDP replaces a lost executor itself, ~25 s)
+    before the writer restarts Spark to get them all back."""
+
+    executors: int = 1
+    executor_cores: int = 1
+    executor_memory: str = "1GB"
+    executor_wait_s: float = 120.0
+    executor_lost_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        require(self.executors >= 1, "spark.executors must be >= 1")
+        require(self.executor_cores >= 1, "spark.executor_cores must be >= 1")
+        require(self.executor_wait_s > 0, "spark.executor_wait_s must be > 0")
+        require(self.executor_lost_s > 0, "spark.executor_lost_s must be > 0")
