@@ -47,7 +47,7 @@ VACUUM_EVERY_S = 3600.0
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class CoordinatorActor:
     async def __init__(self, config: SinkPipelineConfig, partitions: list[str]) -> None:
-        from rayconnect.spark_bridge.delta import DeltaCommitter
+        from rayconnect.tables.delta import DeltaCommitter
 
         self.config = config
         self.committer = DeltaCommitter(config.sink.location(), config.name)

@@ -17,14 +17,14 @@ from deltalake import DeltaTable
 
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.delta import (
+from rayconnect.spark_bridge.files import STAGING_DIR, delta_stats_json, describe_file
+from rayconnect.tables.delta import (
     CommitConflictError,
     DeltaCommitter,
     OffsetMismatchError,
     SchemaMismatchError,
     StaleEpochError,
 )
-from rayconnect.spark_bridge.files import STAGING_DIR, delta_stats_json, describe_file
 
 pytestmark = [pytest.mark.timeout(60)]
 

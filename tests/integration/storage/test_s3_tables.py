@@ -28,16 +28,16 @@ from test_delta_committer import K0, K1, PIPELINE, records
 
 from rayconnect.pipelines.sink_config import ConfigError, DeltaSink
 from rayconnect.protocol.types import DataFile
-from rayconnect.spark_bridge.delta import (
+from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
+from rayconnect.storage.embedded_s3 import EmbeddedS3
+from rayconnect.storage.location import TableLocation
+from rayconnect.tables.delta import (
     CommitConflictError,
     DeltaCommitter,
     OffsetMismatchError,
     SchemaMismatchError,
     StaleEpochError,
 )
-from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
-from rayconnect.storage.embedded_s3 import EmbeddedS3
-from rayconnect.storage.location import TableLocation
 
 pytestmark = [pytest.mark.timeout(120)]
 
