@@ -1,4 +1,4 @@
-"""The sink pipeline (Kafka -> Delta): build it, ``start()`` it, watch it, ``stop()`` it.
+"""The sink pipeline (Kafka -> Delta or Iceberg): build it, ``start()`` it, watch it, ``stop()`` it.
 
 ``start()`` validates everything it can before any actor exists (configuration, Java, every
 cluster reachable, every topic present), then creates the pipeline's named, detached actors in
@@ -18,10 +18,10 @@ from rayconnect.aio import run_sync
 from rayconnect.errors import ConfigError, PipelineError, no_such
 from rayconnect.pipelines.placement import Placement
 from rayconnect.pipelines.sink_config import (
-    DeltaSink,
     KafkaSource,
     SinkPipelineConfig,
     SparkSettings,
+    TableSink,
 )
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import TopicPartition
@@ -40,7 +40,7 @@ def commit_settings_of(commit: CommitSettings | None, fields: dict[str, Any]) ->
 
 
 class SinkPipeline:
-    """Kafka -> Delta, exactly once (Hudi RFC-32 rounds, KIP-89 flushes).
+    """Kafka -> Delta or Iceberg, exactly once (Hudi RFC-32 rounds, KIP-89 flushes).
 
     >>> rc.SinkPipeline("orders", source=rc.KafkaSource(meta), sink=rc.DeltaSink("/data/t"),
     ...                 commit_interval_s=5).start()
@@ -50,7 +50,7 @@ class SinkPipeline:
         self,
         name: str,
         source: KafkaSource,
-        sink: DeltaSink,
+        sink: TableSink,
         *,
         commit: CommitSettings | None = None,
         spark: SparkSettings | None = None,
@@ -148,7 +148,7 @@ class SinkPipeline:
         return handle
 
 
-def check_sink(sink: DeltaSink) -> None:
+def check_sink(sink: TableSink) -> None:
     """The table's store answers, takes the credentials and has the bucket - or a
     ConfigError naming the setting, before any actor starts."""
     from rayconnect.storage.check import check_table_store

@@ -24,20 +24,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from test_delta_committer import K0, K1, PIPELINE, records
+from table_files import K0, K1, PIPELINE, records
 
 from rayconnect.pipelines.sink_config import ConfigError, DeltaSink
 from rayconnect.protocol.types import DataFile
 from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 from rayconnect.storage.location import TableLocation
-from rayconnect.tables.delta import (
+from rayconnect.tables.base import (
     CommitConflictError,
-    DeltaCommitter,
     OffsetMismatchError,
     SchemaMismatchError,
     StaleEpochError,
 )
+from rayconnect.tables.delta import DeltaCommitter
 
 pytestmark = [pytest.mark.timeout(120)]
 
