@@ -131,7 +131,7 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     ``catalog`` is pyiceberg's catalog properties (``{"type": "sql", "uri": ..., "warehouse":
     ...}``, a REST catalog's ``uri``...). Left empty, the embedded catalog is used: SQL on
     sqlite in ``warehouse/catalog.db``. ``table_location`` is where the table keeps its files;
-    by default ``<warehouse>/<namespace>.db/<name>`` (pyiceberg's own layout).
+    by default ``<warehouse>/<namespace>/<name>`` (where pyiceberg's SQL catalog puts it).
     ``vacuum_retention_hours``: as ``DeltaSink``'s - files of an open round are not in the
     table yet. ``keep_snapshots``: older snapshots are expired as rounds commit."""
 
@@ -192,7 +192,7 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
             return TableLocation.parse(self.table_location)
         warehouse = self.warehouse or self.catalog["warehouse"]
         namespace, name = self.table.rsplit(".", 1)
-        return TableLocation.parse(f"{warehouse.rstrip('/')}/{namespace}.db/{name}")
+        return TableLocation.parse(f"{warehouse.rstrip('/')}/{namespace}/{name}")
 
 
 TableSink = DeltaSink | IcebergSink
