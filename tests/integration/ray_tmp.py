@@ -1,5 +1,16 @@
-"""Clean up after a Ray started by a test, without touching other runs' files: several test
-runs (and their Rays) share this machine's /tmp/ray."""
+"""A private temp root for every Ray a test starts, removed whole at the end.
+
+Several test runs (a CI rehearsal, an engineer's module, a benchmark) share this machine.
+When they all used /tmp/ray, one run's cleanup could delete a live session of another (its
+sockets, its JVMs' native libraries), and ``session_latest`` pointed at whichever started
+last. With ``RAY_TMPDIR`` set before ``ray.init`` / ``Cluster``, Ray puts everything -
+sessions, the address file, ``session_latest`` - under our own folder, and every process it
+starts (raylets, workers, the Spark JVMs they launch) inherits it; so the cleanup is one
+``rmtree`` that cannot touch anything else.
+
+One thing escapes it: Ray's Java runtime (in each Spark JVM) unpacks its 40 MB native library
+into /tmp/ray/<number>/ whatever the temp dir. Those folders, when new and no longer mapped
+by any process, are removed too."""
 
 from __future__ import annotations
 
@@ -11,35 +22,38 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-RAY_TMP = Path("/tmp/ray")
-
 
 @contextlib.contextmanager
-def cleaned_ray_tmp() -> Iterator[None]:
-    """Run a Ray inside: on exit (after it was shut down), remove the /tmp/ray entries and
-    the Spark scratch folder it made, keeping whatever another live Ray still uses."""
-    # This session's Spark JVMs keep their scratch files here (workers inherit the
-    # environment at ray.init), so removing it can never touch another run's files.
-    spark_tmp = Path(tempfile.mkdtemp(prefix="rayconnect-spark-test-"))
+def cleaned_ray_tmp() -> Iterator[Path]:
+    """Run a Ray inside (start it inside, shut it down before leaving): yields the private
+    root, which holds Ray's ``ray/`` folder and Spark's scratch folder."""
+    # Short on purpose: Ray's unix socket paths live below it and must stay under 108 bytes.
+    before = _native_library_dirs()
+    root = Path(tempfile.mkdtemp(prefix="rc-ray-", dir="/tmp"))
+    spark_tmp = root / "spark"
+    spark_tmp.mkdir()
+    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "RAYCONNECT_SPARK_TMP")}
+    os.environ["RAY_TMPDIR"] = str(root)
     os.environ["RAYCONNECT_SPARK_TMP"] = str(spark_tmp)
-    before = set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()
     try:
-        yield
+        yield root
     finally:
-        time.sleep(0.5)
+        time.sleep(0.5)  # processes that were told to stop let go of their files
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)
         mapped = _mapped_files()
-        for path in (set(RAY_TMP.iterdir()) if RAY_TMP.exists() else set()) - before:
-            # Another Ray on this machine may have made it meanwhile: keep what is in use.
-            if path.is_dir() and not path.is_symlink() and not _in_use(path, mapped):
+        for path in _native_library_dirs() - before:
+            if f"{path}/" not in mapped:
                 shutil.rmtree(path, ignore_errors=True)
-        os.environ.pop("RAYCONNECT_SPARK_TMP", None)
-        shutil.rmtree(spark_tmp, ignore_errors=True)
-        # Ray (and RayDP's Java agent, which writes its logs through it) follows
-        # session_latest; a link to a removed session breaks the next Spark start.
-        for link in ("session_latest", "prom_metrics_service_discovery.json"):
-            path = RAY_TMP / link
-            if path.is_symlink() and not path.exists():
-                path.unlink()
+
+
+def _native_library_dirs() -> set[Path]:
+    shared = Path("/tmp/ray")
+    return {p for p in shared.iterdir() if p.name.isdigit()} if shared.is_dir() else set()
 
 
 def _mapped_files() -> str:
@@ -50,7 +64,3 @@ def _mapped_files() -> str:
             with contextlib.suppress(OSError):
                 maps.append((proc / "maps").read_text())
     return "\n".join(maps)
-
-
-def _in_use(path: Path, mapped: str) -> bool:
-    return f"{path}/" in mapped

@@ -74,11 +74,21 @@ def java_options() -> str:
     return f"-XX:+IgnoreUnrecognizedVMOptions {opens} -Djava.io.tmpdir={spark_tmp_dir()}"
 
 
+def _ray_logging_option() -> str:
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    return f" -Dray.logging.dir={node.get_logs_dir_path()}" if node is not None else ""
+
+
 def spark_configs() -> dict[str, str]:
     """Spark settings for a writer session (see the module docstring for why each is here)."""
     opts = java_options()
     return {
-        "spark.driver.extraJavaOptions": opts,
+        # RayDP's Java agent in the driver JVM logs to /tmp/ray/session_latest/logs unless
+        # told where this Ray's logs are: with a Ray temp dir of its own (``ray start
+        # --temp-dir``, RAY_TMPDIR) that link is missing or another Ray's.
+        "spark.driver.extraJavaOptions": f"{opts}{_ray_logging_option()}",
         "spark.executor.extraJavaOptions": opts,
         "spark.ray.raydp_app_master.extraJavaOptions": opts,
         # Files both delta-rs and pyiceberg accept.

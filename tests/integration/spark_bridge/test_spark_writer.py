@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 from deltalake import DeltaTable
+from ray_tmp import cleaned_ray_tmp
 
 from rayconnect.actors import names
 from rayconnect.actors.writer import start_writer
@@ -54,24 +55,25 @@ def records(partition: int, start: int, n: int, cluster: str = "c1") -> pa.Table
 
 @pytest.fixture(scope="module")
 def writer() -> Iterator[ray.actor.ActorHandle]:
-    t0 = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE)
-    t_ray = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    handle = start_writer(names.writer(f"test-{uuid.uuid4().hex[:6]}"), namespace=NAMESPACE)
-    stats = ray.get(handle.stats.remote())
-    print(
-        f"\nray.init {t_ray:.1f} s; writer ready {time.perf_counter() - t0:.1f} s "
-        f"(spark start {stats['spark_start_s']} s, warm-up {stats['warm_up_s']} s)"
-    )
-    try:
-        yield handle
-    finally:
+    with cleaned_ray_tmp():
+        t0 = time.perf_counter()
+        ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE)
+        t_ray = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        handle = start_writer(names.writer(f"test-{uuid.uuid4().hex[:6]}"), namespace=NAMESPACE)
+        stats = ray.get(handle.stats.remote())
+        print(
+            f"\nray.init {t_ray:.1f} s; writer ready {time.perf_counter() - t0:.1f} s "
+            f"(spark start {stats['spark_start_s']} s, warm-up {stats['warm_up_s']} s)"
+        )
         try:
-            ray.get(handle.close.remote(), timeout=60)
+            yield handle
         finally:
-            ray.kill(handle)
-            ray.shutdown()
+            try:
+                ray.get(handle.close.remote(), timeout=60)
+            finally:
+                ray.kill(handle)
+                ray.shutdown()
 
 
 def read_files(table_path: Path, files: list[DataFile]) -> pa.Table:
