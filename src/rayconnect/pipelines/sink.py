@@ -18,6 +18,7 @@ from rayconnect.aio import run_sync
 from rayconnect.errors import ConfigError, PipelineError, no_such
 from rayconnect.pipelines.placement import Placement
 from rayconnect.pipelines.sink_config import (
+    IcebergSink,
     KafkaSource,
     SinkPipelineConfig,
     SparkSettings,
@@ -158,6 +159,20 @@ def check_sink(sink: TableSink) -> None:
         check_table_store(sink.location())
     except StorageError as e:
         raise ConfigError(f"sink {sink.path}: {e}") from None
+    if isinstance(sink, IcebergSink):
+        check_catalog(sink)
+
+
+def check_catalog(sink: IcebergSink) -> None:
+    """The Iceberg catalog opens (the embedded one is created): else a ConfigError naming
+    ``sink.catalog``, not a coordinator retrying its recovery for ever."""
+    from rayconnect.tables.factory import open_committer
+
+    try:
+        open_committer(sink, "check").catalog()  # type: ignore[attr-defined]
+    except Exception as e:
+        setting = "sink.catalog" if sink.catalog else "sink.warehouse"
+        raise ConfigError(f"{setting}: cannot open the Iceberg catalog: {e}") from None
 
 
 class PipelineHandle(Handle):

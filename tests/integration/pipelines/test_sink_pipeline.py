@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import ray
@@ -35,19 +36,29 @@ CLUSTER = sink_checks.CLUSTER
 _pipeline = sink_checks.pipeline
 
 
+def table_of_kind(kind: str, tmp_path: Path) -> sink_checks.Table:
+    """A fresh table of ``kind``: a Delta folder, or an Iceberg table in the embedded
+    catalog (sqlite) of a local warehouse."""
+    if kind == "iceberg":
+        return rc.IcebergSink("db.orders", warehouse=str(tmp_path / "warehouse"))
+    return tmp_path / "t"
+
+
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
 def test_exactly_once_while_every_role_is_killed_mid_round(
-    ray_session, kafka_broker, tmp_path, kill
+    ray_session, kafka_broker, tmp_path, kill, kind
 ):
     """Kill coordinator, a participant, the reader and the writer - each with ray.kill and
     with SIGKILL - in the middle of a round while producing; nothing lost, nothing doubled."""
-    produced = Produced(kafka_broker.bootstrap_servers, "orders", 4)
+    produced = Produced(kafka_broker.bootstrap_servers, f"orders-{kind}", 4)
     produced.more(4000)
+    table = table_of_kind(kind, tmp_path)
     pipeline = _pipeline(
         "kills",
         kafka_broker.bootstrap_servers,
-        "orders",
-        tmp_path / "t",
+        f"orders-{kind}",
+        table,
         commit_interval_s=3,
         write_timeout_s=20,
         flush_max_records=1500,
@@ -72,13 +83,13 @@ def test_exactly_once_while_every_role_is_killed_mid_round(
                     kill(victim, how)
                     produced.more(2000)
                     handle.wait_for(_caught_up(produced), timeout_s=240)
-                    if kill_landed_in_round(tmp_path / "t", before, killed_at):
+                    if kill_landed_in_round(table, before, killed_at):
                         break
                 else:
                     pytest.fail(f"4 kills of {victim} ({how}) all missed an open round")
                 recovery[f"{victim.split('/')[1]} {how}"] = time.time() - killed_at
         status = handle.status()
-        assert_exactly_once(tmp_path / "t", produced, status)
+        assert_exactly_once(table, produced, status)
         assert status["epoch"] >= 3  # the coordinator came back twice, each with a new epoch
     finally:
         print("\nrecovery (kill -> all produced records committed):")
