@@ -136,12 +136,17 @@ def kill_landed_in_round(table: Table, before: dict[str, Any], killed_at: float)
 
 
 def commit_history(table: Table) -> list[dict[str, Any]]:
-    """Every commit the table still knows, as its metadata plus ``timestamp`` (ms): Delta's
-    history, or the summaries of an Iceberg table's (unexpired) snapshots."""
+    """Every commit the table still knows, as its metadata plus ``timestamp`` (ms) and
+    ``version``: Delta's history, or the summaries of an Iceberg table's (unexpired)
+    snapshots, their sequence number as version."""
     sink = as_sink(table)
     if isinstance(sink, rc.IcebergSink):
         return [
-            {**s.summary.additional_properties, "timestamp": s.timestamp_ms}
+            {
+                **s.summary.additional_properties,
+                "timestamp": s.timestamp_ms,
+                "version": s.sequence_number,
+            }
             for s in load_table(sink).metadata.snapshots
         ]
     return open_table(table).history()

@@ -176,11 +176,12 @@ class IcebergCommitter:
         return table
 
     def _table(self) -> Any:
-        """The table at its latest metadata (read from the catalog)."""
+        """The table at its latest metadata, as a NEW object: a commit is built on the
+        metadata its checks read, and ``Table.refresh()`` would change that metadata in
+        place under it if another thread (reload, vacuum) refreshed meanwhile."""
         if self._table_obj is None:
             return self.ensure_table()
-        self._table_obj = self._table_obj.refresh()
-        return self._table_obj
+        return self.catalog().load_table(self.identifier)
 
     def version(self) -> int:
         """The table's last sequence number: +1 with every snapshot (each commit is one)."""
@@ -250,7 +251,9 @@ class IcebergCommitter:
         self._write(
             table,
             [],
-            {self.epoch_property: str(new_epoch)},
+            # "rayconnect.epoch" as in a round's summary (and Delta's claim): history tools
+            # find the claim by it
+            {self.epoch_property: str(new_epoch), "rayconnect.epoch": str(new_epoch)},
             {self.epoch_property: str(new_epoch)},
         )
         return new_epoch
@@ -300,7 +303,6 @@ class IcebergCommitter:
             raise CommitConflictError(
                 f"concurrent commit to {self.identifier}; nothing committed: {exc}"
             ) from exc
-        self._table_obj = table
         return int(table.metadata.last_sequence_number)
 
     # -- maintenance -----------------------------------------------------------------------
