@@ -64,8 +64,8 @@ TABLE_PROPERTIES = {
     "write.metadata.previous-versions-max": "20",
     "format-version": "2",
 }
-#: Properties a user may set otherwise on an existing table (all but the fencing one).
-_TUNABLE = set(TABLE_PROPERTIES) - {NUM_RETRIES}
+#: Properties that keep commits fast; an existing table's own values are kept.
+_UPKEEP = set(TABLE_PROPERTIES) - {NUM_RETRIES, "format-version"}
 MAINTAIN_EVERY = 20
 
 
@@ -156,7 +156,7 @@ class IcebergCommitter:
         if _same_place(table.location()) != _same_place(self.location.uri):
             raise SchemaMismatchError(
                 f"existing Iceberg table {self.identifier} is at {table.location()}, "
-                f"not at sink.location {self.location.uri}"
+                f"not at sink.table_location {self.location.uri}"
             )
         problems = schema_differences(table.schema().as_arrow(), self.schema)
         if problems:
@@ -166,11 +166,11 @@ class IcebergCommitter:
             )
         if table.properties.get(NUM_RETRIES) != "0":
             # A table made by someone else: rayconnect's commits must never be rebased.
+            # The upkeep settings only where the owner set none.
+            upkeep = {k: v for k, v in TABLE_PROPERTIES.items() if k in _UPKEEP}
+            missing = {k: v for k, v in upkeep.items() if k not in table.properties}
             with table.transaction() as tx:
-                tx.set_properties(
-                    {NUM_RETRIES: "0"}
-                    | {k: v for k, v in TABLE_PROPERTIES.items() if k in _TUNABLE}
-                )
+                tx.set_properties({NUM_RETRIES: "0"} | missing)
             table = catalog.load_table(self.identifier)
         self._table_obj = table
         return table
