@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
+from rayconnect.storage.location import TableLocation
 
 PIPELINE = "pipe"
 K0 = "c1/orders/0"
@@ -38,10 +39,13 @@ def records(key: str, start: int, n: int) -> pa.Table:
     )
 
 
-def stage(table_path: Path, table: pa.Table) -> DataFile:
-    """Write a file where the writer would, uncommitted, and describe it like the writer."""
+def stage(table: Path | TableLocation, data: pa.Table) -> DataFile:
+    """Write a file where the writer would (a local table folder, or any table location on
+    a store), uncommitted, and describe it like the writer."""
+    location = table if isinstance(table, TableLocation) else TableLocation.parse(str(table))
     rel = f"{STAGING_DIR}/{uuid.uuid4().hex}/part-0.parquet"
-    (table_path / rel).parent.mkdir(parents=True)
-    pq.write_table(table, table_path / rel)
-    data_file, _ = describe_file(str(table_path), rel)
+    filesystem = location.filesystem()
+    location.make_parents(filesystem, location.path(rel))
+    pq.write_table(data, location.path(rel), filesystem=filesystem)
+    data_file, _ = describe_file(location, rel)
     return data_file

@@ -133,7 +133,9 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     sqlite in ``warehouse/catalog.db``. ``table_location`` is where the table keeps its files;
     by default ``<warehouse>/<namespace>/<name>`` (where pyiceberg's SQL catalog puts it).
     ``vacuum_retention_hours``: as ``DeltaSink``'s - files of an open round are not in the
-    table yet. ``keep_snapshots``: older snapshots are expired as rounds commit."""
+    table yet. ``keep_snapshots``: older snapshots are expired as rounds commit.
+    ``storage_options``: as ``DeltaSink``'s, for a table location on S3 (the Spark tasks
+    write there; the catalog's FileIO gets the same endpoint and credentials)."""
 
     table: str
     warehouse: str = ""
@@ -142,8 +144,9 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     table_location: str = ""
     vacuum_retention_hours: float = 24.0
     keep_snapshots: int = 10
+    storage_options: dict[str, str] = {}
 
-    __repr__ = redacted_repr  # catalog properties may hold credentials
+    __repr__ = redacted_repr  # catalog properties and storage options may hold credentials
 
     def __post_init__(self) -> None:
         parts = self.table.split(".")
@@ -189,10 +192,12 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     def location(self) -> TableLocation:
         """Where the table's files are (the writer stages Parquet under it)."""
         if self.table_location:
-            return TableLocation.parse(self.table_location)
+            return TableLocation.parse(self.table_location, self.storage_options)
         warehouse = self.warehouse or self.catalog["warehouse"]
         namespace, name = self.table.rsplit(".", 1)
-        return TableLocation.parse(f"{warehouse.rstrip('/')}/{namespace}/{name}")
+        return TableLocation.parse(
+            f"{warehouse.rstrip('/')}/{namespace}/{name}", self.storage_options
+        )
 
 
 TableSink = DeltaSink | IcebergSink

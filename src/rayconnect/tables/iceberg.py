@@ -134,7 +134,10 @@ class IcebergCommitter:
             uri = self.catalog_properties.get("uri", "")
             if uri.startswith("sqlite:///"):
                 os.makedirs(os.path.dirname(uri.removeprefix("sqlite:///")) or ".", exist_ok=True)
-            self._catalog = load_catalog(self.catalog_name, **self.catalog_properties)
+            # A table on S3: the store's endpoint and credentials, resolved here (options,
+            # else this process's environment), unless the catalog properties say otherwise.
+            properties = self.location.iceberg_properties() | self.catalog_properties
+            self._catalog = load_catalog(self.catalog_name, **properties)
         return self._catalog
 
     def ensure_table(self) -> Any:
