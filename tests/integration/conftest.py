@@ -16,36 +16,22 @@ from rayconnect.kafka.broker_storage import on_s3
 from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 
-_DASHBOARD: str | None = None  # this module's Ray: others may run on the machine too
-
 
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
-    """A local Ray for one test module; removes what this Ray left under /tmp/ray."""
+    """A local Ray for one test module, under a temp root of its own (removed after)."""
     with cleaned_ray_tmp():
-        context = ray.init(namespace="rayconnect", log_to_driver=False, include_dashboard=True)
-        global _DASHBOARD
-        _DASHBOARD = f"http://{context.dashboard_url}"
+        ray.init(namespace="rayconnect", log_to_driver=False, include_dashboard=True)
         try:
             yield
         finally:
             ray.shutdown()
 
 
-def actor_pid(name: str, namespace: str = "rayconnect", timeout_s: float = 30.0) -> int:
-    """The PID of a live named actor, from this module's Ray's state API."""
-    return chaos.actor_pid(name, _DASHBOARD, namespace, timeout_s)
-
-
-def kill_actor(name: str, how: str) -> None:
-    """Kill a named actor so that Ray restarts it: ``ray.kill`` or SIGKILL of its process."""
-    chaos.kill_actor(name, how, _DASHBOARD)
-
-
 @pytest.fixture
 def kill():
     """``kill(name, "ray.kill" | "sigkill")``: end a named actor so Ray restarts it."""
-    return kill_actor
+    return chaos.kill_actor
 
 
 @pytest.fixture(scope="session")

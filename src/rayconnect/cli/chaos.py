@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import ray
 
@@ -18,31 +17,27 @@ from rayconnect.actors.names import NAMESPACE
 HOW = ("ray.kill", "sigkill")
 
 
-def actor_pid(
-    name: str, dashboard: str | None, namespace: str = NAMESPACE, timeout_s: float = 30.0
-) -> int:
-    """The PID of a live named actor, from Ray's state API at ``dashboard`` (http://host:port)."""
-    from ray.util.state import list_actors
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive = list_actors(
-            address=dashboard, filters=[("name", "=", name), ("state", "=", "ALIVE")]
-        )
-        alive = [a for a in alive if a.ray_namespace == namespace and a.pid]
-        if alive:
-            return int(alive[0].pid)
-        time.sleep(0.2)
-    raise TimeoutError(f"actor {name!r} not alive after {timeout_s} s")
+def actor_pid(name: str, namespace: str = NAMESPACE, timeout_s: float = 30.0) -> int:
+    """The PID of a live named actor, asked of the actor itself (``__ray_call__`` runs a
+    function on it). Not through Ray's state API: that needs the dashboard of the Ray the
+    actor runs in, which a driver connected to an existing Ray (``ray start``, RAY_ADDRESS)
+    may not know or reach; a call that waits for a restarting actor also returns the PID of
+    the new process, never the dead one's."""
+    actor = ray.get_actor(name, namespace=namespace)
+    return int(ray.get(actor.__ray_call__.remote(_own_pid), timeout=timeout_s))
 
 
-def kill_actor(name: str, how: str, dashboard: str | None = None) -> int | None:
+def _own_pid(_actor: object) -> int:
+    return os.getpid()
+
+
+def kill_actor(name: str, how: str) -> int | None:
     """End a named actor so that Ray restarts it; the PID killed (SIGKILL) or None (ray.kill)."""
     if how == "ray.kill":
         ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=False)
         return None
     if how == "sigkill":
-        pid = actor_pid(name, dashboard)
+        pid = actor_pid(name)
         os.kill(pid, signal.SIGKILL)
         return pid
     raise ValueError(f"how must be one of {HOW}, got {how!r}")

@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
-import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,6 +25,7 @@ from typing import Any, TextIO
 import numpy as np
 import pyarrow.compute as pc
 
+from rayconnect.cli.demo_stage import DemoStage
 from rayconnect.cli.demo_view import LiveView
 
 PIPELINE = "demo"
@@ -73,12 +70,6 @@ class DemoResult:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _victims(partitions: int) -> list[tuple[str, str, str]]:
     """(label, actor name, how) of each kill, in order: every role that holds round state."""
     from rayconnect.actors import names
@@ -112,7 +103,6 @@ class _Watch:
 
     def __init__(self, handle, view: LiveView, producer, kills: list[tuple[float, tuple]]) -> None:
         self.handle, self.view, self.producer, self.kills = handle, view, producer, kills
-        self.dashboard: str | None = None
         self.done_kills: list[str] = []
         self.status: dict[str, Any] = {}
 
@@ -131,7 +121,7 @@ class _Watch:
             # One kill at a time, each on a pipeline that has committed since the last one.
             if self.kills and tick >= self.kills[0][0] and self.view.steady():
                 _, (label, name, how) = self.kills.pop(0)
-                pid = kill_actor(name, how, self.dashboard)
+                pid = kill_actor(name, how)
                 detail = f"pid {pid}" if pid else name
                 self.view.killed(
                     label, "SIGKILL" if pid else "ray.kill", detail, self.producer.produced
@@ -159,11 +149,7 @@ def run_demo(
     catch_up_timeout_s: float = 180.0,
     out: TextIO = sys.stdout,
 ) -> DemoResult:
-    import ray
-
-    from rayconnect.kafka import compat
-    from rayconnect.kafka.admin import create_topic, high_watermarks
-    from rayconnect.kafka.embedded import EmbeddedBroker
+    from rayconnect.kafka.admin import high_watermarks
     from rayconnect.kafka.steady import SteadyProducer
     from rayconnect.spark_bridge.session import require_java
 
@@ -174,40 +160,23 @@ def run_demo(
             "offsets restart at 0, so give it a new --table path (or none for a temp folder)"
         )
     require_java()
-    compat.apply()
-    started = time.monotonic()
-    timings: dict[str, float] = {}
     run_s = records / rate
-    print(
+    banner = (
         f"rayconnect demo: {records:,} records at {rate:,}/s ({run_s:.0f} s), {partitions} "
         f"partitions, a round every {interval_s:g} s, chaos {'on' if chaos else 'off'} "
-        f"-> {table_path}",
-        file=out,
-        flush=True,
+        f"-> {table_path}"
     )
-    view = LiveView(out, started=started)
-    scratch = scratch_dir()
-
-    def step(name: str, since: float) -> None:
-        timings[f"{name}_s"] = time.monotonic() - since
-
-    with kept_on_error(scratch, out), EmbeddedBroker(cluster_id=CLUSTER) as broker:
-        bootstrap = broker.bootstrap_servers
-        t = time.monotonic()
-        asyncio.run(create_topic(bootstrap, TOPIC, partitions))
-        view.event(f"broker   tansu at {bootstrap}, topic {TOPIC!r} ({partitions} partitions)")
-        step("broker", t)
-
-        t = time.monotonic()
-        dashboard = start_local_ray(scratch, view)
-        step("ray", t)
+    stage = DemoStage(banner, out, cluster_id=CLUSTER, topic=TOPIC, partitions=partitions)
+    view, step = stage.view, stage.step
+    with stage:
+        bootstrap = stage.bootstrap
         producer = None
         try:
             t = time.monotonic()
             view.event("pipeline starting: Spark writer, participants, coordinator, readers...")
             handle = _pipeline(bootstrap, table_path, interval_s).start()
             step("start", t)
-            view.event(f"pipeline {PIPELINE!r} running ({timings['start_s']:.1f} s to start)")
+            view.event(f"pipeline {PIPELINE!r} running ({stage.timings['start_s']:.1f} s to start)")
 
             t = time.monotonic()
             producer = SteadyProducer(bootstrap, TOPIC, partitions, records, rate).start()
@@ -218,7 +187,6 @@ def run_demo(
                 else []
             )
             watch = _Watch(handle, view, producer, kills)
-            watch.dashboard = dashboard
             watch.until(lambda _: producer.finished.is_set(), run_s + 60)
             counts = producer.stop()
             step("produce", t)
@@ -251,71 +219,18 @@ def run_demo(
             if producer is not None and not producer.finished.is_set():
                 with contextlib.suppress(Exception):  # the error in flight matters more
                     producer.stop()
-            ray.shutdown()
 
     t = time.monotonic()
     result = _verify(table_path, keys, expected, counts)
     step("verify", t)
-    result.elapsed_s = time.monotonic() - started
+    result.elapsed_s = stage.elapsed_s
     result.rounds = view.rounds
     result.kills = watch.done_kills
     result.recoveries = view.recoveries
-    result.timings = timings
+    result.timings = stage.timings
     _summary(result, out)
-    remove_scratch_if(result.ok, scratch, out)
+    stage.finish(result.ok)
     return result
-
-
-def scratch_dir() -> Path:
-    """A folder of the demo's own for its Ray's and Spark's files (sessions, logs, unpacked
-    native libraries) instead of /tmp/ray, where other runs' cleanups could reach them."""
-    scratch = Path(tempfile.mkdtemp(prefix="rayconnect-demo-ray-"))
-    os.environ["RAYCONNECT_SPARK_TMP"] = str(scratch / "spark")
-    return scratch
-
-
-@contextlib.contextmanager
-def kept_on_error(scratch: Path, out: TextIO) -> Iterator[None]:
-    """A demo that fails with an error keeps its Ray's logs: say where they are."""
-    try:
-        yield
-    except BaseException:
-        print(f"  ray and spark logs {scratch}", file=out, flush=True)
-        raise
-
-
-def start_local_ray(scratch: Path, view: LiveView) -> str | None:
-    """A new local Ray (never one already running: the demo kills actors) with its dashboard
-    on a free port; the dashboard's URL, said in the view."""
-    import ray
-
-    for attempt in (1, 2):
-        try:
-            context = ray.init(
-                address="local",
-                namespace="rayconnect",
-                log_to_driver=False,
-                include_dashboard=True,
-                dashboard_port=_free_port(),
-                _temp_dir=str(scratch / "ray"),
-            )
-            break
-        except Exception as e:  # Ray gives its raylet 30 s: not enough on a loaded machine
-            if attempt == 2:
-                raise
-            view.event(f"ray      did not start ({type(e).__name__}: {e}); trying once more")
-            ray.shutdown()
-    dashboard = f"http://{context.dashboard_url}" if context.dashboard_url else None
-    view.event(f"ray      dashboard {dashboard or '(not running)'}: actors, logs, metrics")
-    return dashboard
-
-
-def remove_scratch_if(ok: bool, scratch: Path, out: TextIO) -> None:
-    """After a good run nothing is left behind; a failed run keeps its logs and says where."""
-    if ok:
-        shutil.rmtree(scratch, ignore_errors=True)
-    else:
-        print(f"  ray and spark logs {scratch}", file=out)
 
 
 def _verify(

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from rayconnect.cli.demo import kept_on_error, remove_scratch_if, scratch_dir, start_local_ray
+from rayconnect.cli.demo_stage import DemoStage
 from rayconnect.cli.demo_view import LiveView
 
 PIPELINE = "demo-source"
@@ -119,13 +119,8 @@ def run_source_demo(
     timeout_s: float = 180.0,
     out: TextIO = sys.stdout,
 ) -> SourceDemoResult:
-    import ray
-
     import rayconnect as rc
     from rayconnect.cli.chaos import kill_actor
-    from rayconnect.kafka import compat
-    from rayconnect.kafka.admin import create_topic
-    from rayconnect.kafka.embedded import EmbeddedBroker
     from rayconnect.kafka.read_back import read_topic
     from rayconnect.source_tasks.base import encode_partition
     from rayconnect.source_tasks.generator import sequences
@@ -140,29 +135,19 @@ def run_source_demo(
         batch_size=batch,
         poll_delay_s=POLL_S,
     )
-    compat.apply()
-    started = time.monotonic()
     run_s = goal / rate
-    print(
+    banner = (
         f"rayconnect demo --source: {goal:,} records ({per:,} on each of {partitions} source "
         f"partitions) at ~{rate:,}/s ({run_s:.0f} s), {TASKS} tasks, a transaction a second, "
-        f"chaos {'on' if chaos else 'off'} -> topic {TOPIC!r}",
-        file=out,
-        flush=True,
+        f"chaos {'on' if chaos else 'off'} -> topic {TOPIC!r}"
     )
-    view = LiveView(out, started=started)
+    stage = DemoStage(banner, out, cluster_id="target", topic=TOPIC, partitions=partitions)
+    view, timings = stage.view, stage.timings
     tasks = _Tasks(view)
-    scratch = scratch_dir()
-    timings: dict[str, float] = {}
     done_kills: list[str] = []
     want = {encode_partition({"generator": p}): {"seq": per - 1} for p in range(partitions)}
-    with kept_on_error(scratch, out), EmbeddedBroker(cluster_id="target") as broker:
-        bootstrap = broker.bootstrap_servers
-        asyncio.run(create_topic(bootstrap, TOPIC, partitions))
-        view.event(f"broker   tansu at {bootstrap}, topic {TOPIC!r} ({partitions} partitions)")
-        t = time.monotonic()
-        dashboard = start_local_ray(scratch, view)
-        timings["ray_s"] = time.monotonic() - t
+    with stage:
+        bootstrap = stage.bootstrap
         try:
             t = time.monotonic()
             handle = rc.SourcePipeline(
@@ -188,7 +173,7 @@ def run_source_demo(
                     _, index, how = kills.pop(0)
                     name = _task_name(index)
                     before = _pid(handle, index)
-                    pid = kill_actor(name, how, dashboard)
+                    pid = kill_actor(name, how)
                     label = f"task {index}"
                     view.event(
                         f"CHAOS   {'SIGKILL' if pid else 'ray.kill'} {label} "
@@ -216,7 +201,7 @@ def run_source_demo(
             handle.stop()
             timings["stop_s"] = time.monotonic() - t
         finally:
-            ray.shutdown()
+            stage.stop_ray()
         t = time.monotonic()
         values = [json.loads(v) for _, v in asyncio.run(read_topic(bootstrap, TOPIC))]
         written = len(asyncio.run(read_topic(bootstrap, TOPIC, "read_uncommitted")))
@@ -228,10 +213,10 @@ def run_source_demo(
             written=written,
         )
         timings["verify_s"] = time.monotonic() - t
-    result.elapsed_s = time.monotonic() - started
+    result.elapsed_s = stage.elapsed_s
     result.kills, result.recoveries, result.timings = done_kills, view.recoveries, timings
     _summary(result, out)
-    remove_scratch_if(result.ok, scratch, out)
+    stage.finish(result.ok)
     return result
 
 

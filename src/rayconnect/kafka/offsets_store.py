@@ -17,14 +17,11 @@ transaction, and one partition keeps "read to the end" one fetch loop.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaTimeoutError
 
-from rayconnect.kafka.admin import high_watermarks
+from rayconnect.kafka.read_back import read_to_high_watermarks
 
 TASK_COUNT = "task-count"
 
@@ -66,46 +63,12 @@ async def ensure_offsets_topic(bootstrap: str, topic: str, **client: Any) -> Non
 async def read_offsets(
     bootstrap: str, topic: str, pipeline: str, *, timeout_s: float = 60.0, **client: Any
 ) -> OffsetsSnapshot:
-    """Everything committed in ``topic`` about ``pipeline`` (read_committed, to the end).
-
-    "The end" is the high watermark at the start of the read; the read waits while an open
-    transaction of another task holds the last stable offset back (it ends soon: tasks
-    commit continuously; a dead task's is aborted when it is fenced).
-    """
+    """Everything committed in ``topic`` about ``pipeline`` (read_committed, to the end)."""
     snap = OffsetsSnapshot()
-    marks = await high_watermarks(bootstrap, topic, **client)
-    if not any(marks.values()):
-        return snap
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=50,
-        max_partition_fetch_bytes=8 << 20,
-        **client,
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in marks]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            positions = {tp.partition: await consumer.position(tp) for tp in tps}
-            if all(positions[p] >= hw for p, hw in marks.items()):
-                return snap
-            if time.monotonic() > deadline:
-                raise KafkaTimeoutError(
-                    f"offsets topic {topic!r}: read_committed stuck at {positions} below "
-                    f"{marks} for {timeout_s} s (a transaction that is never decided?)"
-                )
-            batch = await consumer.getmany(timeout_ms=100)
-            for records in batch.values():
-                for r in records:
-                    _apply_record(snap, pipeline, r.key, r.value)
-    finally:
-        await consumer.stop()
+    records = read_to_high_watermarks(bootstrap, topic, "read_committed", timeout_s, **client)
+    async for r in records:
+        _apply_record(snap, pipeline, r.key, r.value)
+    return snap
 
 
 def _apply_record(snap: OffsetsSnapshot, pipeline: str, key: bytes | None, value: Any) -> None:

@@ -33,7 +33,10 @@ Rules
   Retired ones (``retire_partitions``, FLIP-246: they left the metadata) stay in the rounds
   until a round whose END goes out after the request has finished - committed, or found
   empty - so what they read is committed first; then ``PartitionsRetired`` says they are
-  in no further round (their participants can stop). Adding a key back before that cancels
+  in no further round (their participants can stop). A round found empty touched no table,
+  so before letting partitions go after one the machine reads the table (``ReloadTable``):
+  only a coordinator the table shows to be the newest epoch ends participants - a zombie
+  learns it is fenced instead. Adding a key back before that cancels
   its retirement. No partition ever leaves a round in progress: what it read since the
   last commit would otherwise be read again later, from the table.
 - A stop (``stop``) is an input like any other. ``commit=True``: a running round is ended
@@ -115,6 +118,9 @@ class Event(enum.Enum):
     STALE = "stale"  # a message of another round or partition, or with nothing new
     ROUND_HAS_DATA = "round_has_data"  # all reported (or time is up) and there is data
     ROUND_EMPTY = "round_empty"  # all reported and nobody moved: nothing to commit
+    # ...and partitions retire after it: an empty round touched no table, so the epoch is
+    # confirmed (the table read) before their participants are ended.
+    ROUND_EMPTY_RETIRING = "round_empty_retiring"
     ROUND_ABANDONED = "round_abandoned"  # time is up and who reported has no data
     COMMIT_SUCCEEDED = "commit_succeeded"
     COMMIT_FAILED = "commit_failed"
@@ -165,6 +171,7 @@ def _ended(state: State, committing: State, done: State, abandoned: State) -> _R
             _E.PARTICIPANT_STARTED: state,  # it cannot report: stop waiting for it
             _E.ROUND_HAS_DATA: committing,
             _E.ROUND_EMPTY: done,
+            _E.ROUND_EMPTY_RETIRING: _S.RELOADING if done is _S.STARTED else done,
             _E.ROUND_ABANDONED: abandoned,
             _E.STOP: _S.LAST_ENDED,
             _E.STOP_NOW: _S.STOPPED,
@@ -287,6 +294,8 @@ class Coordinator(TableMachine[State, Event]):
         self._partitions: frozenset[str] = frozenset(partitions)
         #: Partitions leaving: key -> the first txn whose finishing lets it go.
         self._retiring: dict[str, int] = {}
+        # The empty round whose retirements wait for the table read that confirms the epoch.
+        self._retire_after_reload: int | None = None
         self._epoch = 0
         self._txn_id = 0
         self._offsets: dict[str, int] = {}
@@ -355,7 +364,9 @@ class Coordinator(TableMachine[State, Event]):
             return []
         self._epoch = epoch
         self._offsets = dict(table_offsets)
-        return self._start(now)
+        confirmed, self._retire_after_reload = self._retire_after_reload, None
+        retired = self._retire(confirmed) if confirmed is not None else []
+        return [*retired, *self._start(now)]
 
     def step(self, message: Message, now: float) -> Ready:
         """A message from a participant: WRITE-STATUS, REQUEST-COMMIT, ROUND-LOST or
@@ -421,7 +432,9 @@ class Coordinator(TableMachine[State, Event]):
             self._last_error = f"fenced by epoch {table_epoch}"
             return [Fenced(epoch=self._epoch, table_epoch=table_epoch or 0)]
         self._offsets = dict(table_offsets)
-        return self._start(now)
+        confirmed, self._retire_after_reload = self._retire_after_reload, None
+        retired = self._retire(confirmed) if confirmed is not None else []
+        return [*retired, *self._start(now)]
 
     def add_partitions(self, keys: Iterable[str], now: float) -> Ready:
         """Partitions join (their participants exist): they are in the next START. A key
@@ -549,8 +562,17 @@ class Coordinator(TableMachine[State, Event]):
             self._pending = rnd.commit_table(self.pipeline)
             return [self._pending]
         if rnd.is_commit_ready():
-            self._fire(Event.ROUND_EMPTY)
             self._empty += 1
+            if self._due(rnd.txn_id):
+                # Only the newest epoch may end participants: a zombie coordinator that
+                # learned nothing from an empty round would end those the newest one uses.
+                # The table says who is newest; a stop ends every participant anyway.
+                self._fire(Event.ROUND_EMPTY_RETIRING)
+                if self._state is State.STOPPED:
+                    return [Stopped()]
+                self._retire_after_reload = rnd.txn_id
+                return [ReloadTable()]
+            self._fire(Event.ROUND_EMPTY)
             return self._finished(now)
         # Timed out with nothing to commit: discard, and start again *from the table*
         # (design.md step 4). Reloading is also how a coordinator whose participants all
@@ -567,16 +589,23 @@ class Coordinator(TableMachine[State, Event]):
         the next round, or report that the stop is done."""
         rnd = self._round
         assert rnd is not None
-        due = sorted(k for k, txn in self._retiring.items() if txn <= rnd.txn_id)
-        effects: Ready = []
-        if due:
-            for key in due:
-                del self._retiring[key]
-            self._partitions -= frozenset(due)
-            effects.append(PartitionsRetired(tuple(due)))
+        effects = self._retire(rnd.txn_id)
         if self._state is State.STOPPED:
             return [*effects, Stopped()]
         return [*effects, *self._start(now, interval_from=rnd.ended_at)]
+
+    def _due(self, txn_id: int) -> list[str]:
+        """Partitions whose retirement waited for round ``txn_id`` (or an earlier one)."""
+        return sorted(k for k, txn in self._retiring.items() if txn <= txn_id)
+
+    def _retire(self, txn_id: int) -> Ready:
+        due = self._due(txn_id)
+        if not due:
+            return []
+        for key in due:
+            del self._retiring[key]
+        self._partitions -= frozenset(due)
+        return [PartitionsRetired(tuple(due))]
 
     def _reload_or_stop(self) -> Ready:
         """A discarded round: the table says where to go on; or, when stopping, nowhere."""

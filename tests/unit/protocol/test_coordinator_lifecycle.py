@@ -10,6 +10,7 @@ from rayconnect.protocol.coordinator import Event as E
 from rayconnect.protocol.effects import (
     Broadcast,
     CommitTable,
+    Fenced,
     PartitionsRetired,
     ReloadTable,
     Stopped,
@@ -77,9 +78,30 @@ def test_an_empty_round_lets_a_retired_partition_go_and_a_discarded_one_does_not
     assert start.to == (A, B)  # type: ignore[union-attr]
     coord.tick(27.0)
     coord.step(status(A, 10, 10, txn=2), now=27.0)
-    retired, start = coord.step(status(B, 20, 20, txn=2), now=27.0)
+    # Empty: no table was touched, so the epoch is confirmed before B's participant ends.
+    assert coord.step(status(B, 20, 20, txn=2), now=27.0) == [ReloadTable()]
+    retired, start = coord.table_reloaded({A: 10, B: 20}, now=27.5, table_epoch=7)
     assert retired == PartitionsRetired((B,)) and start.to == (A,)  # type: ignore[union-attr]
     assert coord.status().rounds_empty == 1
+
+
+def test_a_zombie_finishing_an_empty_round_retires_nobody_and_learns_it_is_fenced() -> None:
+    coord = started()  # epoch 7
+    coord.retire_partitions([B], now=1.0)
+    coord.tick(10.0)
+    coord.step(status(A, 10, 10), now=11.0)
+    assert coord.step(status(B, 20, 20), now=11.0) == [ReloadTable()]
+    [fenced] = coord.table_reloaded({A: 10, B: 20}, now=11.5, table_epoch=8)
+    assert isinstance(fenced, Fenced) and coord.state is State.FENCED
+    assert coord.status().partitions == (A, B)  # nobody's participant was ended
+
+
+def test_a_stop_after_an_empty_round_with_a_retirement_due_just_stops() -> None:
+    coord = started()
+    coord.retire_partitions([B], now=1.0)
+    coord.stop(commit=True, now=2.0)
+    coord.step(status(A, 10, 10), now=2.5)
+    assert coord.step(status(B, 20, 20), now=2.5) == [Stopped()]
 
 
 def test_adding_a_retiring_partition_back_cancels_its_retirement() -> None:
