@@ -418,6 +418,20 @@ def delta_records_by_version(
     return out
 
 
+def iceberg_commits(sink: Any) -> list[tuple[float, int]]:
+    """[(commit time in s since epoch, records added)] for every snapshot of an Iceberg
+    sink's table that added data and is not expired yet, in order."""
+    from rayconnect.tables.factory import open_committer
+
+    table = open_committer(sink, "bench").catalog().load_table(sink.table)
+    out = []
+    for snapshot in sorted(table.metadata.snapshots, key=lambda s: s.sequence_number):
+        added = int(snapshot.summary.additional_properties.get("added-records", "0"))
+        if added:
+            out.append((snapshot.timestamp_ms / 1000.0, added))
+    return out
+
+
 def sustained_rate(
     table: str, t0: float, storage_options: dict[str, str] | None = None
 ) -> float | None:

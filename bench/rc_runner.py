@@ -14,13 +14,21 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
-from common import MemorySampler, delta_visibility, ensure_session_latest, sustained_rate
+from common import (
+    MemorySampler,
+    delta_visibility,
+    ensure_session_latest,
+    iceberg_commits,
+    sustained_rate,
+)
 
 import rayconnect as rc
 from rayconnect.actors import names
 
 
-def pipeline(name: str, bootstrap: str, topic: str, table: str, **settings: Any) -> rc.SinkPipeline:
+def pipeline(
+    name: str, bootstrap: str, topic: str, table: str | rc.IcebergSink, **settings: Any
+) -> rc.SinkPipeline:
     source_opts = settings.pop("source", {})
     storage_options = settings.pop("storage_options", {})
     ensure_session_latest(ray._private.worker._global_node.get_session_dir_path())
@@ -30,7 +38,9 @@ def pipeline(name: str, bootstrap: str, topic: str, table: str, **settings: Any)
     return rc.SinkPipeline(
         name,
         rc.KafkaSource(meta, **source_opts),
-        rc.DeltaSink(table, storage_options=storage_options),
+        table
+        if isinstance(table, rc.IcebergSink)
+        else rc.DeltaSink(table, storage_options=storage_options),
         **settings,
     )
 
@@ -77,7 +87,7 @@ def run_backlog(
     name: str,
     bootstrap: str,
     topic: str,
-    table: str,
+    table: str | rc.IcebergSink,
     want: dict[int, int],
     settings: dict[str, Any],
     *,
@@ -89,7 +99,8 @@ def run_backlog(
 ) -> dict[str, Any]:
     """Start a pipeline over a backlog already in ``topic``, wait until every record is
     committed; rate = records / (commit time of the last version - pipeline ready).
-    ``table`` may be on object storage (``s3://...`` with ``storage_options``)."""
+    ``table`` may be on object storage (``s3://...`` with ``storage_options``), or an
+    ``rc.IcebergSink``."""
     want_keys = {f"local/{topic}/{p}": n for p, n in want.items() if n}
     total = sum(want.values())
     interval = settings.get("commit_interval_s", 10.0)
@@ -115,8 +126,17 @@ def run_backlog(
             idle = idle_rounds(handle, idle_s, interval) if idle_s else None
         finally:
             stop(name, handle)
-    versions = delta_visibility(table, storage_options=storage_options)
-    last_commit = max(t for _, t, adds in versions if adds) if versions else seen
+    if isinstance(table, rc.IcebergSink):
+        # expired snapshots are gone: the last two data snapshots give both rates
+        commits = iceberg_commits(table)
+        last_commit = commits[-1][0] if commits else seen
+        sustained = (
+            (total - commits[-1][1]) / max(commits[-2][0] - t0, 1e-3) if len(commits) >= 2 else None
+        )
+    else:
+        versions = delta_visibility(table, storage_options=storage_options)
+        last_commit = max(t for _, t, adds in versions if adds) if versions else seen
+        sustained = sustained_rate(table, t0, storage_options)
     elapsed = max(last_commit - t0, 1e-3)
     readers = status.get("readers", {})
     arrow_bytes = sum(r.get("bytes_read", 0) for r in readers.values())
@@ -127,7 +147,7 @@ def run_backlog(
         "startup_s": startup,
         "seconds": elapsed,
         "records_per_s": total / elapsed,
-        "sustained_records_per_s": sustained_rate(table, t0, storage_options),
+        "sustained_records_per_s": sustained,
         "arrow_mb_per_s": arrow_bytes / elapsed / 1e6,
         "rounds_committed": rounds,
         "round_s_median": status.get("round_s_median"),

@@ -1,6 +1,6 @@
 """rayconnect benchmarks: ceiling vs baseline vs rayconnect, on the embedded broker.
 
-    .venv/bin/python bench/run.py [--quick] [--only a,b,c,d,e,s]
+    .venv/bin/python bench/run.py [--quick] [--only a,b,c,d,e,s,i]
 
 Scenarios (each runs the ceiling, the baseline and rayconnect back to back, same records):
   a  throughput: 2M records of ~200 B, 8 partitions, backlog already in the broker
@@ -237,6 +237,40 @@ def scenario_s(cfg: dict, workdir: str) -> dict:
             log(f"  SeaweedFS ready in {out['s3_start_s']:.1f} s")
             store("s3", "s3://bench/objs", s3.storage_options, (broker.pid, s3.pid))
     out["s3_over_local"] = out["s3"]["records_per_s"] / out["local"]["records_per_s"]
+    return out
+
+
+def scenario_i(cfg: dict, workdir: str) -> dict:
+    """(a)'s backlog, rayconnect only, into a Delta table and then into an Iceberg table
+    (embedded SQL catalog on sqlite, local warehouse): same records, settings, machine."""
+    from rc_runner import run_backlog
+
+    import rayconnect as rc
+
+    out: dict[str, Any] = {"records": cfg["a_records"], "partitions": cfg["a_partitions"]}
+    with Broker() as broker:
+        bs = broker.bootstrap_servers
+        counts = produce_backlog(bs, "kinds", cfg["a_records"], cfg["a_partitions"])
+        tables = {
+            "delta": os.path.join(workdir, "kinds-delta"),
+            "iceberg": rc.IcebergSink("bench.kinds", warehouse=os.path.join(workdir, "wh")),
+        }
+        for kind, table in tables.items():
+            with RaySession():
+                out[kind] = run_backlog(
+                    f"bench-i-{kind}",
+                    bs,
+                    "kinds",
+                    table,
+                    counts,
+                    RC_THROUGHPUT,
+                    exclude_pids=(broker.pid,),
+                )
+            log(
+                f"  {kind:<8} {out[kind]['records_per_s']:>9,.0f} rec/s, commit median "
+                f"{(out[kind]['commit_s_median'] or 0) * 1000:.0f} ms"
+            )
+    out["iceberg_over_delta"] = out["iceberg"]["records_per_s"] / out["delta"]["records_per_s"]
     return out
 
 
@@ -663,6 +697,32 @@ def rows(results: dict) -> list[list[str]]:
         R.append(
             _row(label, "embedded S3 (weed mini) ready, s", rayconnect=s["s3_start_s"], fmt=".1f")
         )
+    i = results.get("i")
+    if i:
+        delta, iceberg = i["delta"], i["iceberg"]
+        label = "i table kinds"
+        R.append(
+            _row(
+                label,
+                f"rayconnect records/s ({i['records']:,}, {i['partitions']} partitions): "
+                "Delta (baseline column) vs Iceberg (rayconnect column)",
+                baseline=delta["records_per_s"],
+                rayconnect=iceberg["records_per_s"],
+            )
+        )
+        for key, what in (
+            ("commit_s_median", "commit latency median, ms"),
+            ("round_s_median", "round START->ACK median, ms"),
+        ):
+            d, ice = delta.get(key), iceberg.get(key)
+            R.append(
+                _row(
+                    label,
+                    f"{what}: Delta vs Iceberg",
+                    baseline=None if d is None else d * 1000,
+                    rayconnect=None if ice is None else ice * 1000,
+                )
+            )
     return R
 
 
@@ -765,7 +825,7 @@ def main() -> None:
     ap.add_argument(
         "--quick", action="store_true", help="small sizes: a smoke test of a few minutes"
     )
-    ap.add_argument("--only", default="a,b,c,d,e,s", help="scenarios to run, e.g. a,c")
+    ap.add_argument("--only", default="a,b,c,d,e,s,i", help="scenarios to run, e.g. a,c")
     ap.add_argument(
         "--report-only",
         action="store_true",
@@ -811,6 +871,8 @@ def main() -> None:
                     results["e"] = scenario_e(cfg, workdir)
                 elif s == "s":
                     results["s"] = scenario_s(cfg, workdir)
+                elif s == "i":
+                    results["i"] = scenario_i(cfg, workdir)
                 else:
                     raise SystemExit(f"unknown scenario {s!r}")
                 results[s]["wall_s"] = round(time.monotonic() - t, 1)

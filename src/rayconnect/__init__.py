@@ -18,6 +18,7 @@ _EXPORTS = {
     "attach": "rayconnect.pipelines.attach",
     "KafkaSource": "rayconnect.pipelines.sink_config",
     "DeltaSink": "rayconnect.pipelines.sink_config",
+    "IcebergSink": "rayconnect.pipelines.sink_config",
     "StaticMetadataService": "rayconnect.metadata",
     "CommitSettings": "rayconnect.protocol.settings",
     "SparkSettings": "rayconnect.spark_bridge.settings",

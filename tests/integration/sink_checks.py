@@ -1,9 +1,10 @@
 """Helpers for sink pipeline tests on real parts: build a pipeline over the embedded broker,
 track what was produced, and check a table exactly (row set, no duplicates, offsets).
 
-A table is given as a local path or as an ``rc.DeltaSink`` (whose ``storage_options``, when
-it has them, are used to read it back), so a test can move its table to object storage by
-changing only where the sink comes from.
+A table is given as a local path (a Delta table), an ``rc.DeltaSink`` (whose
+``storage_options``, when it has them, are used to read it back) or an ``rc.IcebergSink``, so
+a test can move its table to object storage or to another format by changing only where the
+sink comes from.
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ from os import PathLike
 from typing import Any
 
 from deltalake import DeltaTable
+from iceberg_reads import iceberg_rows, load_table
 
 import rayconnect as rc
 from rayconnect.kafka.admin import create_topic, produce_demo_records
 
 CLUSTER = "local"
 
-Table = str | PathLike[str] | rc.DeltaSink
+Table = str | PathLike[str] | rc.DeltaSink | rc.IcebergSink
 
 
-def as_sink(table: Table) -> rc.DeltaSink:
-    return table if isinstance(table, rc.DeltaSink) else rc.DeltaSink(str(table))
+def as_sink(table: Table) -> rc.DeltaSink | rc.IcebergSink:
+    if isinstance(table, rc.DeltaSink | rc.IcebergSink):
+        return table
+    return rc.DeltaSink(str(table))
 
 
 def open_table(table: Table) -> DeltaTable:
@@ -71,6 +75,9 @@ class Produced:
 
 
 def table_rows(table: Table) -> list[tuple[str, str, int, int]]:
+    sink = as_sink(table)
+    if isinstance(sink, rc.IcebergSink):
+        return iceberg_rows(sink)
     t = open_table(table).to_pyarrow_table(columns=["cluster", "topic", "partition", "offset"])
     return list(
         zip(
@@ -119,10 +126,27 @@ def open_round_with_data(status: dict[str, Any]) -> bool:
 def kill_landed_in_round(table: Table, before: dict[str, Any], killed_at: float) -> bool:
     """Did a kill at ``killed_at`` (wall clock) land inside the round ``before`` saw open?
     Yes unless the table's history shows that round (its epoch and txn id) committed first."""
-    for commit in open_table(table).history():
+    for commit in commit_history(table):
         if (commit.get("rayconnect.epoch"), commit.get("rayconnect.txn_id")) == (
             str(before["epoch"]),
             str(before["txn_id"]),
         ):
             return commit["timestamp"] / 1000 > killed_at
     return True
+
+
+def commit_history(table: Table) -> list[dict[str, Any]]:
+    """Every commit the table still knows, as its metadata plus ``timestamp`` (ms) and
+    ``version``: Delta's history, or the summaries of an Iceberg table's (unexpired)
+    snapshots, their sequence number as version."""
+    sink = as_sink(table)
+    if isinstance(sink, rc.IcebergSink):
+        return [
+            {
+                **s.summary.additional_properties,
+                "timestamp": s.timestamp_ms,
+                "version": s.sequence_number,
+            }
+            for s in load_table(sink).metadata.snapshots
+        ]
+    return open_table(table).history()

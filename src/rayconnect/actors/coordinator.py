@@ -3,7 +3,7 @@
 A thin shell around ``protocol.coordinator.Coordinator``. At (re)start it claims a new epoch
 in the table - from then on no older coordinator can commit (I3) - reads the committed
 offsets (I2) and lets the machine send the first START. Table IO (commit, reload, vacuum) runs
-in a worker thread so messages keep flowing while delta-rs works; a commit that does not
+in a worker thread so messages keep flowing while delta-rs or pyiceberg works; a commit that does not
 return within ``write_timeout_s`` is reported as failed, and the machine reloads the table
 rather than guess whether it landed.
 
@@ -62,10 +62,10 @@ STORE_PROBE_TIMEOUT_S = 5.0
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class CoordinatorActor:
     async def __init__(self, config: SinkPipelineConfig, partitions: list[str]) -> None:
-        from rayconnect.spark_bridge.delta import DeltaCommitter
+        from rayconnect.tables.factory import open_committer
 
         self.config = config
-        self.committer = DeltaCommitter(config.sink.location(), config.name)
+        self.committer = open_committer(config.sink, config.name)
         self.machine = Coordinator(
             config.name,
             partitions,

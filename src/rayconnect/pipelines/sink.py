@@ -1,4 +1,4 @@
-"""The sink pipeline (Kafka -> Delta): build it, ``start()`` it, watch it, ``stop()`` it.
+"""The sink pipeline (Kafka -> Delta or Iceberg): build it, ``start()`` it, watch it, ``stop()`` it.
 
 ``start()`` validates everything it can before any actor exists (configuration, Java, every
 cluster reachable, every topic present), then creates the pipeline's named, detached actors in
@@ -18,10 +18,11 @@ from rayconnect.aio import run_sync
 from rayconnect.errors import ConfigError, PipelineError, no_such
 from rayconnect.pipelines.placement import Placement
 from rayconnect.pipelines.sink_config import (
-    DeltaSink,
+    IcebergSink,
     KafkaSource,
     SinkPipelineConfig,
     SparkSettings,
+    TableSink,
 )
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.settings import CommitSettings
@@ -41,7 +42,7 @@ def commit_settings_of(commit: CommitSettings | None, fields: dict[str, Any]) ->
 
 
 class SinkPipeline:
-    """Kafka -> Delta, exactly once (Hudi RFC-32 rounds, KIP-89 flushes).
+    """Kafka -> Delta or Iceberg, exactly once (Hudi RFC-32 rounds, KIP-89 flushes).
 
     >>> rc.SinkPipeline("orders", source=rc.KafkaSource(meta), sink=rc.DeltaSink("/data/t"),
     ...                 commit_interval_s=5).start()
@@ -51,7 +52,7 @@ class SinkPipeline:
         self,
         name: str,
         source: KafkaSource,
-        sink: DeltaSink,
+        sink: TableSink,
         *,
         commit: CommitSettings | None = None,
         spark: SparkSettings | None = None,
@@ -150,7 +151,7 @@ class SinkPipeline:
         return handle
 
 
-def check_sink(sink: DeltaSink) -> None:
+def check_sink(sink: TableSink) -> None:
     """The table's store answers, takes the credentials and has the bucket - or a
     ConfigError naming the setting, before any actor starts."""
     from rayconnect.storage.check import check_table_store
@@ -160,6 +161,20 @@ def check_sink(sink: DeltaSink) -> None:
         check_table_store(sink.location())
     except StorageError as e:
         raise ConfigError(f"sink {sink.path}: {e}") from None
+    if isinstance(sink, IcebergSink):
+        check_catalog(sink)
+
+
+def check_catalog(sink: IcebergSink) -> None:
+    """The Iceberg catalog opens (the embedded one is created): else a ConfigError naming
+    ``sink.catalog``, not a coordinator retrying its recovery for ever."""
+    from rayconnect.tables.factory import open_committer
+
+    try:
+        open_committer(sink, "check").catalog()  # type: ignore[attr-defined]
+    except Exception as e:
+        setting = "sink.catalog" if sink.catalog else "sink.warehouse"
+        raise ConfigError(f"{setting}: cannot open the Iceberg catalog: {e}") from None
 
 
 #: What ``status()["writer"]`` shows of the writer's stats.

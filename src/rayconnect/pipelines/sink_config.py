@@ -125,10 +125,90 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
         return TableLocation.parse(self.path, self.storage_options)
 
 
+class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
+    """An Apache Iceberg table ``table`` (``"namespace.name"``) in a pyiceberg catalog;
+    files are written by Spark into the table's location, committed by pyiceberg, one
+    snapshot per round.
+
+    ``catalog`` is pyiceberg's catalog properties (``{"type": "sql", "uri": ..., "warehouse":
+    ...}``, a REST catalog's ``uri``...). Left empty, the embedded catalog is used: SQL on
+    sqlite in ``warehouse/catalog.db``. ``table_location`` is where the table keeps its files;
+    by default ``<warehouse>/<namespace>/<name>`` (where pyiceberg's SQL catalog puts it).
+    ``vacuum_retention_hours``: as ``DeltaSink``'s - files of an open round are not in the
+    table yet. ``keep_snapshots``: older snapshots are expired as rounds commit.
+    ``storage_options``: as ``DeltaSink``'s, for a table location on S3 (the Spark tasks
+    write there; the catalog's FileIO gets the same endpoint and credentials)."""
+
+    table: str
+    warehouse: str = ""
+    catalog: dict[str, str] = {}
+    catalog_name: str = "rayconnect"
+    table_location: str = ""
+    vacuum_retention_hours: float = 24.0
+    keep_snapshots: int = 10
+    storage_options: dict[str, str] = {}
+
+    __repr__ = redacted_repr  # catalog properties and storage options may hold credentials
+
+    def __post_init__(self) -> None:
+        parts = self.table.split(".")
+        require(
+            len(parts) >= 2 and all(parts),
+            f"sink.table {self.table!r} must be 'namespace.name'",
+        )
+        require(
+            bool(self.warehouse or self.catalog.get("warehouse") or self.table_location),
+            "sink.warehouse is empty (and sink.catalog has no warehouse, sink.table_location "
+            "none): "
+            "say where the table's files go",
+        )
+        require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
+        require(self.keep_snapshots >= 1, "sink.keep_snapshots must be >= 1")
+        try:
+            self.location()
+        except StorageError as e:
+            raise ConfigError(f"sink.table_location: {e}") from None
+
+    @property
+    def path(self) -> str:
+        """What status lines and errors name the table by."""
+        return f"{self.table} (iceberg, {self.location().uri})"
+
+    def catalog_properties(self) -> dict[str, str]:
+        """The catalog's properties: the given ones, or the embedded SQL catalog on sqlite
+        in the warehouse folder."""
+        if self.catalog:
+            return dict(self.catalog)
+        warehouse = TableLocation.parse(self.warehouse)
+        require(
+            warehouse.is_local,
+            f"sink.warehouse {self.warehouse!r}: the embedded catalog (sqlite) needs a local "
+            "folder; give sink.catalog for a warehouse on object storage",
+        )
+        return {
+            "type": "sql",
+            "uri": f"sqlite:///{warehouse.uri}/catalog.db",
+            "warehouse": warehouse.uri,
+        }
+
+    def location(self) -> TableLocation:
+        """Where the table's files are (the writer stages Parquet under it)."""
+        if self.table_location:
+            return TableLocation.parse(self.table_location, self.storage_options)
+        warehouse = self.warehouse or self.catalog["warehouse"]
+        namespace, name = self.table.rsplit(".", 1)
+        return TableLocation.parse(
+            f"{warehouse.rstrip('/')}/{namespace}/{name}", self.storage_options
+        )
+
+
+TableSink = DeltaSink | IcebergSink
+
+
 class SinkPipelineConfig(msgspec.Struct, frozen=True):
     name: str
     source: KafkaSource
-    sink: DeltaSink
+    sink: TableSink
     commit: CommitSettings = CommitSettings()
     spark: SparkSettings = SparkSettings()
     placement: Placement = Placement()

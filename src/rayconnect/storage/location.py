@@ -140,6 +140,22 @@ class TableLocation:
             settings["region"] = env["AWS_DEFAULT_REGION"]
         return settings
 
+    def iceberg_properties(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """pyiceberg FileIO properties (``s3.endpoint``...) for a table on S3, from the
+        same settings as ``delta_options``; {} for any other store."""
+        if self.store != "s3":
+            return {}
+        names = {
+            "endpoint_url": "s3.endpoint",
+            "access_key_id": "s3.access-key-id",
+            "secret_access_key": "s3.secret-access-key",
+            "session_token": "s3.session-token",
+            "region": "s3.region",
+        }
+        settings = self.s3_settings(env)
+        settings.setdefault("region", "us-east-1")
+        return {names[k]: v for k, v in settings.items() if k in names}
+
     def delta_options(self, env: Mapping[str, str] | None = None) -> dict[str, str] | None:
         """delta-rs ``storage_options``: the given ones, the S3 settings found in the
         environment, and the S3 defaults (see the module doc). None for a local table."""

@@ -23,11 +23,11 @@ from rayconnect.actors.writer import start_writer
 from rayconnect.errors import JavaNotFoundError
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.delta import DeltaCommitter
 from rayconnect.spark_bridge.executor_group import no_room, release, reserve_executors
 from rayconnect.spark_bridge.files import STAGING_DIR, schema_differences
 from rayconnect.spark_bridge.parquet_writer import InputSchemaError
 from rayconnect.spark_bridge.session import require_java, spark_configs
+from rayconnect.tables.delta import DeltaCommitter
 
 pytestmark = [pytest.mark.timeout(180)]
 

@@ -24,30 +24,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from test_delta_committer import K0, K1, PIPELINE, records
+from table_files import K0, K1, PIPELINE, records, stage
 
 from rayconnect.pipelines.sink_config import ConfigError, DeltaSink
-from rayconnect.protocol.types import DataFile
-from rayconnect.spark_bridge.delta import (
+from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
+from rayconnect.storage.embedded_s3 import EmbeddedS3
+from rayconnect.storage.location import TableLocation
+from rayconnect.tables.base import (
     CommitConflictError,
-    DeltaCommitter,
     OffsetMismatchError,
     SchemaMismatchError,
     StaleEpochError,
 )
-from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
-from rayconnect.storage.embedded_s3 import EmbeddedS3
-from rayconnect.storage.location import TableLocation
+from rayconnect.tables.delta import DeltaCommitter
 
 pytestmark = [pytest.mark.timeout(120)]
-
-
-def stage(location: TableLocation, table: pa.Table) -> DataFile:
-    """Write a file on the store where the writer would, uncommitted; describe it likewise."""
-    rel = f"{STAGING_DIR}/{uuid.uuid4().hex}/part-0.parquet"
-    pq.write_table(table, location.path(rel), filesystem=location.filesystem())
-    data_file, _ = describe_file(location, rel)
-    return data_file
 
 
 def rows(location: TableLocation) -> list[tuple[int, int]]:

@@ -107,6 +107,31 @@ def test_missing_field_and_failed_check():
     assert e.path == "$.source.starting_offsets"
 
 
+def test_iceberg_sink_decodes_and_its_errors_name_the_field():
+    config = loads_pipeline(
+        GOOD.replace(
+            "sink: {path: /data/orders}",
+            "sink: {type: iceberg, table: db.orders, warehouse: /data/lake}",
+        ),
+        env={},
+    )
+    assert config.sink == rc.IcebergSink("db.orders", warehouse="/data/lake")
+    assert config.sink.location().uri == "/data/lake/db/orders"
+    assert config.sink.catalog_properties() == {
+        "type": "sql",
+        "uri": "sqlite:////data/lake/catalog.db",
+        "warehouse": "/data/lake",
+    }
+    e = _error(GOOD.replace("sink: {path: /data/orders}", "sink: {type: iceberg, table: t}"))
+    assert e.path == "$.sink" and "sink.table 't' must be 'namespace.name'" in e.message
+    e = _error(GOOD.replace("sink: {path: /data/orders}", "sink: {type: iceberg, table: d.t}"))
+    assert "sink.warehouse is empty" in e.message
+    e = _error(GOOD.replace("{path: /data/orders}", "{type: iceberg, table: d.t, warehous: /x}"))
+    assert e.path == "$.sink.warehous" and "did you mean 'warehouse'" in e.message
+    e = _error(GOOD.replace("sink: {path: /data/orders}", "sink: {type: hudi, path: /x}"))
+    assert e.path == "$.sink.type" and "delta, iceberg" in e.message
+
+
 def test_kind_and_metadata_type():
     assert "missing; expected one of: sink" in str(_error(GOOD.replace("kind: sink\n", "")))
     assert _error(GOOD.replace("kind: sink", "kind: sideways")).path == "$.kind"

@@ -41,37 +41,19 @@ from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import STAGING_DIR, delta_stats_json, schema_differences
 from rayconnect.storage.location import TableLocation, as_location
+from rayconnect.tables.base import (
+    COORDINATOR_KEY,
+    CommitConflictError,
+    SchemaMismatchError,
+    check_epoch,
+    check_offsets,
+)
 
-COORDINATOR_KEY = "_coordinator"
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168
 _COMMIT_ID = "rayconnect.commitId"
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
 _COMMIT_JSON = re.compile(r"^(\d{20})\.json$")
-
-
-class OffsetMismatchError(RuntimeError):
-    """The table's offsets are not the ones this round started from: nothing committed."""
-
-    def __init__(self, mismatches: Mapping[str, tuple[int | None, int | None]]) -> None:
-        self.mismatches = dict(mismatches)
-        detail = ", ".join(
-            f"{key}: expected {exp}, table has {cur}"
-            for key, (exp, cur) in sorted(self.mismatches.items())
-        )
-        super().__init__(f"committed offsets changed since the round started ({detail})")
-
-
-class StaleEpochError(OffsetMismatchError):
-    """A newer coordinator epoch was claimed: this coordinator must never commit again."""
-
-
-class SchemaMismatchError(ValueError):
-    """A file (or the existing table) does not have the table's schema."""
-
-
-class CommitConflictError(RuntimeError):
-    """A concurrent commit touched the same partitions or epoch: this commit did not happen."""
 
 
 class DeltaCommitter:
@@ -234,11 +216,7 @@ class DeltaCommitter:
         dt = self._table()
         read_version = dt.version()
         if epoch is not None:
-            # Checked first: a fenced coordinator must learn that it is fenced (and stop),
-            # not that offsets moved (and retry).
-            current = dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0
-            if current != epoch:
-                raise StaleEpochError({COORDINATOR_KEY: (epoch, current)})
+            check_epoch(epoch, dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0)
         self._check_offsets(dt, offsets, expected)
         txns = [Transaction(self.app_id(k), v) for k, v in sorted(offsets.items())]
         if epoch is not None:
@@ -263,21 +241,8 @@ class DeltaCommitter:
     def _check_offsets(
         self, dt: DeltaTable, offsets: Mapping[str, int], expected: Mapping[str, int | None]
     ) -> None:
-        missing = sorted(set(offsets) - set(expected))
-        if missing:
-            raise ValueError(f"no expected offset given for {missing}")
-        if COORDINATOR_KEY in offsets:
-            raise ValueError(f"{COORDINATOR_KEY!r} is not a partition; use epoch=")
-        mismatches: dict[str, tuple[int | None, int | None]] = {}
-        for key, new in offsets.items():
-            start = expected[key]
-            if start is not None and new < start:
-                raise ValueError(f"{key}: offset would go backwards ({start} -> {new})")
-            current = dt.transaction_version(self.app_id(key))
-            if current != start:
-                mismatches[key] = (start, current)
-        if mismatches:
-            raise OffsetMismatchError(mismatches)
+        current = {k: dt.transaction_version(self.app_id(k)) for k in offsets}
+        check_offsets(offsets, expected, current)
 
     def _add_action(self, data_file: DataFile, table_schema: pa.Schema) -> AddAction:
         """Check the file's footer against the table (delta-rs would not) and describe it."""

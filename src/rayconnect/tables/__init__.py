@@ -1,0 +1,1 @@
+"""Table formats the sink commits to: one committer per kind (Delta, Iceberg)."""

@@ -1,0 +1,26 @@
+"""The one place that maps a sink's configuration to the committer of its table kind."""
+
+from __future__ import annotations
+
+from rayconnect.pipelines.sink_config import DeltaSink, IcebergSink, TableSink
+from rayconnect.tables.base import TableCommitter
+
+
+def open_committer(sink: TableSink, pipeline: str) -> TableCommitter:
+    """The committer for ``sink``'s table, for pipeline ``pipeline`` (no IO yet)."""
+    if isinstance(sink, IcebergSink):
+        from rayconnect.tables.iceberg import IcebergCommitter
+
+        return IcebergCommitter(
+            sink.catalog_properties(),
+            sink.table,
+            sink.location(),
+            pipeline,
+            catalog_name=sink.catalog_name,
+            keep_snapshots=sink.keep_snapshots,
+        )
+    if isinstance(sink, DeltaSink):
+        from rayconnect.tables.delta import DeltaCommitter
+
+        return DeltaCommitter(sink.location(), pipeline)
+    raise TypeError(f"no committer for a sink of type {type(sink).__name__}")
