@@ -76,6 +76,7 @@ def test_demo_runs_a_live_pipeline_through_kills_exactly_once(tmp_path: Path) ->
     _assert_table_holds_exactly(tmp_path / "table", 10_000, 3)
 
 
+@pytest.mark.slow  # the chaos demo above covers the same path, plus the kills
 @pytest.mark.timeout(400)
 def test_demo_without_chaos_kills_nothing_and_is_exactly_once(tmp_path: Path) -> None:
     done = _demo_run(

@@ -191,6 +191,7 @@ def _every(period_s: float, until: float) -> Iterator[None]:
         time.sleep(max(0.0, min(period_s, until - time.monotonic())))
 
 
+@pytest.mark.long_outage  # the decision, exit 5 and status lines are unit-tested
 @pytest.mark.timeout(300)
 def test_a_pipeline_gives_up_after_give_up_after_s_with_the_reason(
     ray_session, proxied_broker: TcpProxy, tmp_path: Path
