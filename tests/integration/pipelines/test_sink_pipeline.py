@@ -296,27 +296,29 @@ def test_commit_when_caught_up_ends_rounds_without_waiting_for_the_interval(
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", ["delta", pytest.param("iceberg", marks=pytest.mark.slow)])
 def test_a_dead_participant_holds_the_others_back_no_longer_than_the_write_timeout(
-    ray_session, kafka_broker, tmp_path
+    ray_session, kafka_broker, tmp_path, kind
 ):
     """Partial commit: a participant gone for good (no restart) never reports; the other
     partitions are committed after write_timeout_s, every round, and stay exactly once."""
-    produced = Produced(kafka_broker.bootstrap_servers, "partial", 3)
+    name = f"partial-{kind}"
+    produced = Produced(kafka_broker.bootstrap_servers, name, 3)
     produced.more(3000)
-    table = tmp_path / "t"
+    table = table_of_kind(kind, tmp_path)
     handle = _pipeline(
-        "partial",
+        name,
         kafka_broker.bootstrap_servers,
-        "partial",
+        name,
         table,
         commit_interval_s=1,
         write_timeout_s=3,
     ).start()
     try:
         handle.wait_for(_caught_up(produced), timeout_s=120)
-        dead = f"{CLUSTER}/partial/2"
+        dead = f"{CLUSTER}/{name}/2"
         ray.kill(
-            ray.get_actor(names.participant("partial", dead), namespace="rayconnect"),
+            ray.get_actor(names.participant(name, dead), namespace="rayconnect"),
             no_restart=True,
         )
         before = dict(produced.counts)
