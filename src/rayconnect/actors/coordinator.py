@@ -34,7 +34,7 @@ import ray
 from rayconnect.actors import names
 from rayconnect.metrics import SinkMetrics
 from rayconnect.pipelines.sink_config import SinkPipelineConfig
-from rayconnect.protocol.coordinator import Coordinator
+from rayconnect.protocol.coordinator import Coordinator, CoordinatorStatus
 from rayconnect.protocol.effects import (
     Broadcast,
     CommitTable,
@@ -245,19 +245,15 @@ class CoordinatorActor:
 
     async def _apply(self, step) -> None:
         async with self._lock:
-            before, discarded = self._rounds_finished(), self.machine.status().rounds_discarded
+            before = self.machine.status()
             await self._carry_out(step())
-            if self._rounds_finished() > before:  # committed, partially or fully, or empty
+            after = self.machine.status()  # one status each side: it copies every partition
+            if _rounds_finished(after) > _rounds_finished(before):  # committed or empty
                 self.outages.fine(ROUNDS)
-                turnaround = self.machine.status().last_end_to_start_s
-                if turnaround is not None:
-                    self.end_to_starts.append(turnaround)
-            elif (status := self.machine.status()).rounds_discarded > discarded:
-                self.outages.failing(ROUNDS, status.last_error or "discarded", time.time())
-
-    def _rounds_finished(self) -> int:
-        status = self.machine.status()
-        return status.rounds_committed + status.rounds_empty
+                if after.last_end_to_start_s is not None:
+                    self.end_to_starts.append(after.last_end_to_start_s)
+            elif after.rounds_discarded > before.rounds_discarded:
+                self.outages.failing(ROUNDS, after.last_error or "discarded", time.time())
 
     async def _carry_out(self, ready: Ready) -> None:
         # Messages of one Ready go out as one call per participant, in order: the ACK of a
@@ -382,6 +378,11 @@ class CoordinatorActor:
             started_at=self.started_at,
         )
         return status
+
+
+def _rounds_finished(status: CoordinatorStatus) -> int:
+    """Rounds committed (partially or fully) or found empty."""
+    return status.rounds_committed + status.rounds_empty
 
 
 def _median(values: Iterable[float]) -> float | None:
