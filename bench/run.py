@@ -681,19 +681,12 @@ def rows(results: dict) -> list[list[str]]:
                     ratios=False,
                 )
             )
-        for key, what in (
-            ("commit_s_median", "commit latency median, ms"),
-            ("round_s_median", "round START->ACK median, ms"),
-        ):
-            lo, hi = s["local"].get(key), s["s3"].get(key)
-            R.append(
-                _row(
-                    label,
-                    f"{what}, bench settings: local disk (baseline column) vs S3 (rayconnect)",
-                    baseline=None if lo is None else lo * 1000,
-                    rayconnect=None if hi is None else hi * 1000,
-                )
-            )
+        R += _latency_rows(
+            label,
+            s["local"],
+            s["s3"],
+            ", bench settings: local disk (baseline column) vs S3 (rayconnect)",
+        )
         R.append(
             _row(label, "embedded S3 (weed mini) ready, s", rayconnect=s["s3_start_s"], fmt=".1f")
         )
@@ -710,20 +703,24 @@ def rows(results: dict) -> list[list[str]]:
                 rayconnect=iceberg["records_per_s"],
             )
         )
+        R += _latency_rows(label, delta, iceberg, ": Delta vs Iceberg")
+    return R
+
+
+def _latency_rows(label: str, left: dict, right: dict, compared: str) -> list:
+    """Commit and round latency medians (seconds in the results, ms in the table) of two
+    runs side by side: ``left`` in the baseline column, ``right`` in rayconnect's."""
+
+    def ms(seconds: float | None) -> float | None:
+        return None if seconds is None else seconds * 1000
+
+    return [
+        _row(label, f"{what}{compared}", baseline=ms(left.get(key)), rayconnect=ms(right.get(key)))
         for key, what in (
             ("commit_s_median", "commit latency median, ms"),
             ("round_s_median", "round START->ACK median, ms"),
-        ):
-            d, ice = delta.get(key), iceberg.get(key)
-            R.append(
-                _row(
-                    label,
-                    f"{what}: Delta vs Iceberg",
-                    baseline=None if d is None else d * 1000,
-                    rayconnect=None if ice is None else ice * 1000,
-                )
-            )
-    return R
+        )
+    ]
 
 
 HEADER = [
