@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.tcp_proxy import TcpProxy
+from fixtures.tcp_proxy import TcpProxy, broker_behind_proxy
 from sink_checks import (
     Produced,
     Table,
@@ -101,12 +101,8 @@ _LONG = pytest.mark.long_outage
 
 @pytest.fixture
 def proxied_broker(tmp_path: Path) -> Iterator[TcpProxy]:
-    """A broker that clients reach only through a proxy (it advertises the proxy's port)."""
-    with TcpProxy() as proxy:
-        broker = EmbeddedBroker("local", tmp_path / "kafka", advertised_port=proxy.port)
-        with broker:
-            proxy.target_port = broker.port
-            yield proxy
+    with broker_behind_proxy("local", tmp_path / "kafka") as proxy:
+        yield proxy
 
 
 @pytest.mark.timeout(600)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.tcp_proxy import TcpProxy
+from fixtures.tcp_proxy import TcpProxy, broker_behind_proxy
 from test_source_pipeline import (
     TOPIC,
     assert_exactly_once_in_order,
@@ -75,12 +75,8 @@ _TANSU_LOSES_WRITES = pytest.mark.skip(
 
 @pytest.fixture
 def proxied_target(tmp_path: Path) -> Iterator[TcpProxy]:
-    """A broker that clients reach only through a proxy (it advertises the proxy's port)."""
-    with TcpProxy() as proxy:
-        broker = EmbeddedBroker("target", tmp_path / "kafka", advertised_port=proxy.port)
-        with broker:
-            proxy.target_port = broker.port
-            yield proxy
+    with broker_behind_proxy("target", tmp_path / "kafka") as proxy:
+        yield proxy
 
 
 def _source(bootstrap: str, name: str, **settings: Any) -> rc.SourcePipeline:
