@@ -45,6 +45,7 @@ from rayconnect.tables.base import (
     COORDINATOR_KEY,
     CommitConflictError,
     SchemaMismatchError,
+    TableBrokenError,
     check_epoch,
     check_offsets,
 )
@@ -107,11 +108,35 @@ class DeltaCommitter:
         return dt
 
     def _table(self) -> DeltaTable:
-        """The table at its latest version (the object never sees commits by itself)."""
+        """The table at its latest version (the object never sees commits by itself).
+
+        Raises ``TableBrokenError`` if the table was dropped or its schema changed under
+        a running pipeline (another writer did it): committing on would write into a table
+        that is not the one the offsets came from, or files its readers cannot read."""
         if self._dt is None:
             return self.ensure_table()
         self._dt.update_incremental()
+        self._check_still_ours(self._dt)
         return self._dt
+
+    def _check_still_ours(self, dt: DeltaTable) -> None:
+        """The latest commit this object knows is still in the log (a dropped table keeps
+        no log: delta-rs would go on from its cached snapshot), and the schema is ours.
+        One HEAD request per call."""
+        from pyarrow import fs
+
+        latest = self._log_path(f"{dt.version():020d}.json")
+        if self.filesystem.get_file_info(latest).type == fs.FileType.NotFound:
+            raise TableBrokenError(
+                f"table {self.table_path} is gone: its log has no version {dt.version()} "
+                "any more (dropped or replaced by another writer)"
+            )
+        problems = schema_differences(self._table_arrow_schema(dt), self.schema)
+        if problems:
+            raise TableBrokenError(
+                f"table {self.table_path} changed its schema under the pipeline: "
+                f"{'; '.join(problems)}"
+            )
 
     @staticmethod
     def _table_arrow_schema(dt: DeltaTable) -> pa.Schema:
@@ -154,7 +179,7 @@ class DeltaCommitter:
         Values are read with ``transaction_version`` afterwards; this only finds the ids.
         Classic (single or multi-part) checkpoints only, which is what delta-rs writes.
         """
-        names = self._log_names()
+        names = self.log_names()
         checkpoints: dict[int, list[str]] = {}
         for name in names:
             m = _CHECKPOINT.match(name)
@@ -176,10 +201,14 @@ class DeltaCommitter:
                         app_ids.add(action["txn"]["appId"])
         return app_ids
 
+    def checkpoint_versions(self) -> list[int]:
+        """Versions with a checkpoint in the log, oldest first."""
+        return sorted({int(m.group(1)) for n in self.log_names() if (m := _CHECKPOINT.match(n))})
+
     def _log_path(self, name: str) -> str:
         return self.location.path(f"_delta_log/{name}")
 
-    def _log_names(self) -> list[str]:
+    def log_names(self) -> list[str]:
         """File names in ``_delta_log`` (one LIST on an object store)."""
         from pyarrow import fs
 

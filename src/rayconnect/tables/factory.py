@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rayconnect.pipelines.sink_config import DeltaSink, IcebergSink, TableSink
 from rayconnect.tables.base import TableCommitter
+
+if TYPE_CHECKING:
+    from rayconnect.tables.delta_upkeep import DeltaUpkeep
 
 
 def open_committer(sink: TableSink, pipeline: str) -> TableCommitter:
@@ -24,3 +29,15 @@ def open_committer(sink: TableSink, pipeline: str) -> TableCommitter:
 
         return DeltaCommitter(sink.location(), pipeline)
     raise TypeError(f"no committer for a sink of type {type(sink).__name__}")
+
+
+def open_upkeep(sink: TableSink, pipeline: str) -> DeltaUpkeep | None:
+    """Compaction and log upkeep for ``sink``'s table (no IO yet); None for Iceberg, whose
+    committer expires snapshots and merges manifests as it commits."""
+    if isinstance(sink, DeltaSink):
+        from rayconnect.tables.delta_upkeep import DeltaUpkeep
+
+        return DeltaUpkeep(
+            sink.location(), pipeline, sink.compact, sink.log, sink.vacuum_retention_hours
+        )
+    return None
