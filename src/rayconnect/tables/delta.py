@@ -44,6 +44,7 @@ from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.base import (
     COORDINATOR_KEY,
     CommitConflictError,
+    OffsetMismatchError,
     SchemaMismatchError,
     TableBrokenError,
     check_epoch,
@@ -53,6 +54,8 @@ from rayconnect.tables.base import (
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168
 _COMMIT_ID = "rayconnect.commitId"
+#: a round's commit that another writer's DELETE/UPDATE made conflict is tried this often
+COMMIT_ATTEMPTS = 3
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
 _COMMIT_JSON = re.compile(r"^(\d{20})\.json$")
 
@@ -243,16 +246,40 @@ class DeltaCommitter:
         case nothing is committed. Returns the new table version.
         """
         dt = self._table()
-        read_version = dt.version()
-        if epoch is not None:
-            check_epoch(epoch, dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0)
-        self._check_offsets(dt, offsets, expected)
+        self._check_fence(dt, offsets, expected, epoch)
         txns = [Transaction(self.app_id(k), v) for k, v in sorted(offsets.items())]
         if epoch is not None:
             # Re-asserting the epoch makes a racing claim_epoch conflict with this commit.
             txns.append(Transaction(self.app_id(COORDINATOR_KEY), epoch))
         adds = [self._add_action(f, self._table_arrow_schema(dt)) for f in files]
-        return self._write(dt, read_version, adds, txns, dict(metadata or {}))
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                return self._write(dt, dt.version(), adds, txns, dict(metadata or {}))
+            except CommitConflictError as conflict:
+                # delta-rs also fails a blind append when another writer's DELETE, UPDATE or
+                # MERGE (dataChange=true removes) landed since our read. If the table still
+                # has our epoch and offsets, no rival of ours won: the same commit is as
+                # right on the new snapshot (nothing landed; compare-and-set again).
+                if attempt == COMMIT_ATTEMPTS:
+                    raise
+                dt = self._table()
+                try:
+                    self._check_fence(dt, offsets, expected, epoch)
+                except OffsetMismatchError:
+                    raise conflict from None
+        raise AssertionError("unreachable")
+
+    def _check_fence(
+        self,
+        dt: DeltaTable,
+        offsets: Mapping[str, int],
+        expected: Mapping[str, int | None],
+        epoch: int | None,
+    ) -> None:
+        """Compare-and-set's compare: the epoch (if fenced), then every partition's offset."""
+        if epoch is not None:
+            check_epoch(epoch, dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0)
+        self._check_offsets(dt, offsets, expected)
 
     def claim_epoch(self) -> int:
         """Become the coordinator: bump ``<pipeline>/_coordinator`` and return the new epoch.
@@ -315,8 +342,8 @@ class DeltaCommitter:
             )
         except CommitFailedError as exc:
             raise CommitConflictError(
-                f"concurrent commit to {self.table_path} touched the same app ids "
-                f"({[t.app_id for t in txns]}); nothing committed: {exc}"
+                f"a concurrent commit to {self.table_path} conflicted (this commit's app ids: "
+                f"{[t.app_id for t in txns]}); nothing committed: {exc}"
             ) from exc
         dt.update_incremental()
         return self._find_commit(commit_id, read_version, dt.version())
