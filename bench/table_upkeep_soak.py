@@ -11,7 +11,8 @@ and the epoch, as a restarted coordinator does) and a full read (Polars count), 
 ``--sample-every`` rounds. Ends by checking the row set (every offset once) and the offsets.
 
     .venv/bin/python bench/table_upkeep_soak.py --rounds 1000           # ~8 min, both modes
-    .venv/bin/python bench/table_upkeep_soak.py --modes none --rounds 2000 --interval 0
+    .venv/bin/python bench/table_upkeep_soak.py --modes none,nockpt --rounds 2000 --interval 0 \
+        --partitions 32 --records 1 --sample-every 250     # recovery at 100 vs 2000 versions
 
 Writes ``bench/results/upkeep/soak.json``, ``soak.md`` and ``soak.png``.
 """
@@ -103,7 +104,9 @@ def soak(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     compact = CompactSettings(
         enabled=mode == "compact", min_files=args.compact_min_files, every_s=args.compact_every
     )
-    logs = LogSettings(checkpoint_interval=args.checkpoint_interval, tidy_every_s=args.tidy_every)
+    # mode "nockpt": no compaction and no checkpoints at all, to show what checkpoints save
+    interval = 10**9 if mode == "nockpt" else args.checkpoint_interval
+    logs = LogSettings(checkpoint_interval=interval, tidy_every_s=args.tidy_every)
     upkeep = DeltaUpkeep(str(root), PIPELINE, compact, logs, vacuum_retention_hours=24)
     upkeep.configure_table()
     epoch = committer.claim_epoch()
@@ -269,7 +272,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=32)
     ap.add_argument("--interval", type=float, default=0.2)
     ap.add_argument("--records", type=int, default=20, help="per partition per round")
-    ap.add_argument("--modes", default="compact,none")
+    ap.add_argument("--modes", default="compact,none", help="compact, none, nockpt")
     ap.add_argument("--checkpoint-interval", type=int, default=100)
     ap.add_argument("--compact-min-files", type=int, default=64)
     ap.add_argument("--compact-every", type=float, default=30.0, help="300 s compressed 10x")

@@ -96,7 +96,7 @@ def test_settings_decode_from_a_pipeline_file_block() -> None:
         rc.DeltaSink,
     )
     assert sink.compact == CompactSettings(target_file_mb=64, zorder_by=("partition",))
-    assert sink.log.checkpoint_interval == 50 and sink.log.log_retention_hours == 720.0
+    assert sink.log.checkpoint_interval == 50 and sink.log.log_retention_hours == 168.0
 
 
 def test_offsets_moving_backwards_or_vanishing_break_the_table() -> None:
