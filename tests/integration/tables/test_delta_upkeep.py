@@ -286,12 +286,14 @@ def test_table_properties_checkpoints_and_log_cleanup(table: Path) -> None:
     assert keeper.configure_table() == {}  # once
     for _ in range(25):
         rounds.commit(n=2)
-    assert rounds.committer.checkpoint_versions() == [9, 19]
+    assert rounds.committer.checkpoint_versions()[-2:] == [9, 19]
     time.sleep(1.1)
     done = keeper.tidy()
-    assert done["log_entries_removed"] >= 15 and not done["checkpoint_created"]
+    assert not done["checkpoint_created"]
+    # entries before the last checkpoint, older than retention, are gone (delta-rs may have
+    # removed some itself when it wrote checkpoint 19, on a slow machine)
     names = rounds.committer.log_names()
-    assert "00000000000000000000.json" not in names
+    assert [n for n in names if n.endswith(".json") and int(n[:20]) < 19] == []
     fresh = DeltaCommitter(str(table), PIPELINE)
     assert fresh.committed_offsets() == {K0: 50, K1: 50}
     assert fresh.epoch() == 1
