@@ -33,10 +33,12 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 LOG_RETENTION = "delta.logRetentionDuration"
+#: how long checkpoints keep the remove actions (tombstones) of compacted-away files
+TOMBSTONE_RETENTION = "delta.deletedFileRetentionDuration"
 
 
 def log_retention_value(hours: float) -> str:
-    """``delta.logRetentionDuration`` for ``hours`` (whole seconds, rounded up)."""
+    """A Delta duration property for ``hours`` (whole seconds, rounded up)."""
     return f"interval {math.ceil(hours * 3600)} seconds"
 
 
@@ -64,12 +66,17 @@ class DeltaUpkeep:
         return DeltaTable(self.location.uri, storage_options=self._options)
 
     def configure_table(self) -> dict[str, str]:
-        """Write the log settings into the table's properties, where they differ (one
-        metadata commit, at start-up only). Returns what was changed."""
+        """Write the log settings (and the sink's vacuum retention as the tombstone
+        retention) into the table's properties, where they differ (one metadata commit, at
+        start-up only). Returns what was changed."""
         dt = self._table()
         wanted = {
             CHECKPOINT_INTERVAL: str(self.log_settings.checkpoint_interval),
             LOG_RETENTION: log_retention_value(self.log_settings.log_retention_hours),
+            # a checkpoint keeps a remove action per compacted-away file this long (Delta's
+            # default: a week); vacuum deletes the files after vacuum_retention_hours, so
+            # tombstones kept longer only make every checkpoint - and recovery - bigger
+            TOMBSTONE_RETENTION: log_retention_value(self.vacuum_retention_hours),
         }
         current = dt.metadata().configuration
         changed = {k: v for k, v in wanted.items() if current.get(k) != v}

@@ -19,7 +19,12 @@ from table_files import K0, K1, PIPELINE, records, stage
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 from rayconnect.tables.base import OffsetMismatchError, TableBrokenError
 from rayconnect.tables.delta import DeltaCommitter
-from rayconnect.tables.delta_upkeep import CHECKPOINT_INTERVAL, LOG_RETENTION, DeltaUpkeep
+from rayconnect.tables.delta_upkeep import (
+    CHECKPOINT_INTERVAL,
+    LOG_RETENTION,
+    TOMBSTONE_RETENTION,
+    DeltaUpkeep,
+)
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -282,6 +287,7 @@ def test_table_properties_checkpoints_and_log_cleanup(table: Path) -> None:
     assert keeper.configure_table() == {
         CHECKPOINT_INTERVAL: "10",
         LOG_RETENTION: "interval 1 seconds",
+        TOMBSTONE_RETENTION: "interval 86400 seconds",
     }
     assert keeper.configure_table() == {}  # once
     for _ in range(25):
