@@ -1,0 +1,209 @@
+"""One block of raw records (``RAW_RECORD_SCHEMA``) -> typed rows + dead letters.
+
+The typed table has the ``_kafka_*`` coordinates first (names that cannot clash with data:
+decoded fields may not start with ``_kafka_``), then the decoded fields in the table's
+order, then fields the table does not have yet (schema evolution; ``formats.evolution``
+decides whether the committer may add them). Bad records leave as dead-letter rows: the raw
+key and value, where they came from, and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rayconnect.formats.base import Decoded, ValueDecoder
+from rayconnect.formats.settings import KAFKA_PREFIX, RecordFormat
+from rayconnect.schema import RAW_RECORD_SCHEMA
+
+_RAW_TO_KAFKA = {
+    "cluster": "_kafka_cluster",
+    "topic": "_kafka_topic",
+    "partition": "_kafka_partition",
+    "offset": "_kafka_offset",
+    "timestamp": "_kafka_timestamp",
+}
+
+#: The dead-letter table: one row per bad record, raw bytes kept.
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("_kafka_cluster", pa.string()),
+        pa.field("_kafka_topic", pa.string()),
+        pa.field("_kafka_partition", pa.int32()),
+        pa.field("_kafka_offset", pa.int64()),
+        pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("reason", pa.string()),
+    ]
+)
+
+
+class BadRecordError(ValueError):
+    """A record could not be decoded and the policy is ``errors: stop``."""
+
+    def __init__(self, key: str, offset: int, reason: str) -> None:
+        self.key, self.offset, self.reason = key, offset, reason
+        super().__init__(f"bad record at {key} offset {offset}: {reason}")
+
+    @classmethod
+    def from_text(cls, text: str) -> BadRecordError:
+        """Back from its message (it crosses Spark's JVM as text)."""
+        head, _, reason = text.partition(": ")
+        where = head.removeprefix("bad record at ")
+        key, _, offset = where.rpartition(" offset ")
+        try:
+            return cls(key, int(offset), reason)
+        except ValueError:
+            return cls("?", -1, text)
+
+
+def kafka_schema(fmt: RecordFormat) -> pa.Schema:
+    """The ``_kafka_*`` columns a typed table always has (key/headers on request)."""
+    fields = [pa.field(name, RAW_RECORD_SCHEMA.field(raw).type) for raw, name in _RAW_TO_KAFKA.items()]
+    if fmt.include_key:
+        key_type = pa.string() if fmt.key_format == "string" else pa.binary()
+        fields.append(pa.field("_kafka_key", key_type))
+    if fmt.include_headers:
+        fields.append(pa.field("_kafka_headers", RAW_RECORD_SCHEMA.field("headers").type))
+    return pa.schema(fields)
+
+
+def initial_schema(fmt: RecordFormat) -> pa.Schema:
+    """The schema a new table is created with: coordinates + declared (or string) value
+    columns; an inferred json table starts with the coordinates only and grows."""
+    if not fmt.typed:
+        return RAW_RECORD_SCHEMA
+    base = list(kafka_schema(fmt))
+    declared = fmt.declared_schema()
+    if declared is not None:
+        base += [f.remove_metadata() for f in declared]
+    elif fmt.value_format == "string":
+        base.append(pa.field("value", pa.string()))
+    return pa.schema(base)
+
+
+def decoder(fmt: RecordFormat) -> ValueDecoder:
+    """The decoder of the format (one module each)."""
+    if fmt.value_format == "json":
+        from rayconnect.formats.json import JsonDecoder
+
+        return JsonDecoder(fmt.declared_schema())
+    if fmt.value_format == "string":
+        from rayconnect.formats.string import StringDecoder
+
+        return StringDecoder()
+    from rayconnect.formats.raw import RawDecoder
+
+    return RawDecoder()
+
+
+@dataclass(frozen=True)
+class DecodedBlock:
+    rows: pa.Table
+    dead_letters: pa.Table  # DEAD_LETTER_SCHEMA
+
+
+def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | None) -> DecodedBlock:
+    """Decode one block of raw records. ``table_schema``: the table's current schema (its
+    decoded columns steer the parser; a value contradicting them is a bad record).
+
+    With ``errors: stop`` the first bad record raises ``BadRecordError``.
+    """
+    table_value_cols = None
+    if table_schema is not None:
+        table_value_cols = pa.schema([f for f in table_schema if not f.name.startswith(KAFKA_PREFIX)])
+    values = raw.column("value").combine_chunks()
+    bad: dict[int, str] = {}
+    if fmt.max_value_bytes:
+        too_long = pc.fill_null(pc.greater(pc.binary_length(values), fmt.max_value_bytes), False)
+        for i in pc.indices_nonzero(too_long).to_pylist():
+            bad[i] = f"value over max_value_bytes ({fmt.max_value_bytes})"
+    keep = _mask_without(len(values), bad)
+    candidates = values if not bad else values.filter(keep)
+    decoded: Decoded = decoder(fmt).decode(candidates, table_value_cols)
+    index_of = pc.indices_nonzero(keep).to_numpy() if bad else None
+    for i, reason in decoded.bad.items():
+        bad[int(index_of[i]) if index_of is not None else i] = reason
+    columns = decoded.columns
+    reserved = [c for c in columns.column_names if c.startswith(KAFKA_PREFIX)]
+    if reserved:  # an inferred field that would clash with a coordinate: those records are bad
+        good_idx = pc.indices_nonzero(_mask_without(len(values), bad)).to_numpy()
+        hit = pc.indices_nonzero(
+            pc.or_(*[pc.is_valid(columns.column(c)) for c in reserved])
+            if len(reserved) > 1
+            else pc.is_valid(columns.column(reserved[0]))
+        ).to_numpy()
+        for j in hit:
+            bad[int(good_idx[j])] = f"field {reserved} uses the reserved prefix {KAFKA_PREFIX!r}"
+        columns = columns.drop_columns(reserved)
+        columns = columns.filter(_mask_without(columns.num_rows, {int(j): "" for j in hit}))
+    if bad and fmt.errors == "stop":
+        first = min(bad)
+        row = raw.slice(first, 1).to_pylist()[0]
+        key = f"{row['cluster']}/{row['topic']}/{row['partition']}"
+        raise BadRecordError(key, row["offset"], bad[first])
+    good_raw = raw.filter(_mask_without(raw.num_rows, bad)) if bad else raw
+    rows = _with_coordinates(good_raw, columns, fmt)
+    return DecodedBlock(_conform(rows, table_schema), _dead_letters(raw, bad))
+
+
+def _mask_without(n: int, bad: dict[int, str]) -> pa.Array:
+    import numpy as np
+
+    mask = np.ones(n, dtype=bool)
+    if bad:
+        mask[list(bad)] = False
+    return pa.array(mask)
+
+
+def _with_coordinates(raw: pa.Table, decoded: pa.Table, fmt: RecordFormat) -> pa.Table:
+    arrays = [raw.column(r) for r in _RAW_TO_KAFKA]
+    names = list(_RAW_TO_KAFKA.values())
+    if fmt.include_key:
+        key = raw.column("key")
+        arrays.append(key.cast(pa.string()) if fmt.key_format == "string" else key)
+        names.append("_kafka_key")
+    if fmt.include_headers:
+        arrays.append(raw.column("headers"))
+        names.append("_kafka_headers")
+    out = pa.Table.from_arrays(arrays, names=names)
+    for name, column in zip(decoded.column_names, decoded.columns, strict=True):
+        out = out.append_column(decoded.schema.field(name), column)
+    return out
+
+
+def _conform(rows: pa.Table, table_schema: pa.Schema | None) -> pa.Table:
+    """The table's columns in its order and types (a narrower decoded type - int, float -
+    is written as the table's wider one; a column the block lacks is null), then the
+    block's new columns."""
+    if table_schema is None:
+        return rows
+    arrays, fields = [], []
+    for f in table_schema:
+        if f.name in rows.column_names:
+            column = rows.column(f.name)
+            arrays.append(column if column.type == f.type else column.cast(f.type))
+        else:
+            arrays.append(pa.nulls(rows.num_rows, f.type))
+        fields.append(f.with_nullable(True))
+    for f in rows.schema:
+        if f.name not in table_schema.names:
+            arrays.append(rows.column(f.name))
+            fields.append(f.with_nullable(True))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _dead_letters(raw: pa.Table, bad: dict[int, str]) -> pa.Table:
+    if not bad:
+        return DEAD_LETTER_SCHEMA.empty_table()
+    idx = sorted(bad)
+    picked = raw.take(pa.array(idx))
+    arrays = [picked.column(r) for r in _RAW_TO_KAFKA] + [
+        picked.column("key"),
+        picked.column("value"),
+        pa.array([bad[i] for i in idx], pa.string()),
+    ]
+    return pa.Table.from_arrays(arrays, schema=DEAD_LETTER_SCHEMA)
