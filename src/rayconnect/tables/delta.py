@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
@@ -340,10 +341,8 @@ class DeltaCommitter:
             self._dead.table_path, storage_options=self._dead._options
         ):
             return 0
-        return sum(
-            a["num_records"]
-            for a in self._dead._table().get_add_actions(flatten=True).to_pylist()
-        )
+        adds = pa.table(self._dead._table().get_add_actions(flatten=True))
+        return int(pa.compute.sum(adds.column("num_records")).as_py() or 0)
 
     def claim_epoch(self) -> int:
         """Become the coordinator: bump ``<pipeline>/_coordinator`` and return the new epoch.
