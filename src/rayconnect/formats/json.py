@@ -133,7 +133,9 @@ def _ndjson(values: pa.Array) -> bytes:
     n = len(values)
     if n == 0:
         return b""
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=n + 1, offset=values.offset * 4)
+    offsets = np.frombuffer(
+        values.buffers()[1], dtype=np.int32, count=n + 1, offset=values.offset * 4
+    )
     data = np.frombuffer(values.buffers()[2], dtype=np.uint8, count=int(offsets[-1]))
     start = int(offsets[0])
     lengths = np.diff(offsets)
@@ -148,9 +150,7 @@ def _ndjson(values: pa.Array) -> bytes:
     return out.tobytes()
 
 
-def _parse(
-    data: bytes, explicit: pa.Schema, infer: bool, raise_: bool = False
-) -> pa.Table | None:
+def _parse(data: bytes, explicit: pa.Schema, infer: bool, raise_: bool = False) -> pa.Table | None:
     if not data:
         return pa.Table.from_batches([], schema=explicit)
     try:

@@ -62,7 +62,9 @@ class BadRecordError(ValueError):
 
 def kafka_schema(fmt: RecordFormat) -> pa.Schema:
     """The ``_kafka_*`` columns a typed table always has (key/headers on request)."""
-    fields = [pa.field(name, RAW_RECORD_SCHEMA.field(raw).type) for raw, name in _RAW_TO_KAFKA.items()]
+    fields = [
+        pa.field(name, RAW_RECORD_SCHEMA.field(raw).type) for raw, name in _RAW_TO_KAFKA.items()
+    ]
     if fmt.include_key:
         key_type = pa.string() if fmt.key_format == "string" else pa.binary()
         fields.append(pa.field("_kafka_key", key_type))
@@ -114,7 +116,9 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
     """
     table_value_cols = None
     if table_schema is not None:
-        table_value_cols = pa.schema([f for f in table_schema if not f.name.startswith(KAFKA_PREFIX)])
+        table_value_cols = pa.schema(
+            [f for f in table_schema if not f.name.startswith(KAFKA_PREFIX)]
+        )
     values = raw.column("value").combine_chunks()
     bad: dict[int, str] = {}
     if fmt.max_value_bytes:

@@ -46,7 +46,9 @@ def raw(values: list[bytes], start: int) -> pa.Table:
     )
 
 
-def stage_round(table: Path, values: list[bytes], start: int, fmt: RecordFormat = FMT) -> list[DataFile]:
+def stage_round(
+    table: Path, values: list[bytes], start: int, fmt: RecordFormat = FMT
+) -> list[DataFile]:
     """Decode like an executor (against the table's schema now) and stage the files."""
     location = TableLocation.parse(str(table))
     block = decode_block(raw(values, start), fmt, current_schema(location, fmt))

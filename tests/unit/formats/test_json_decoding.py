@@ -105,7 +105,9 @@ def test_string_decoder_names_invalid_utf8() -> None:
 
 
 def test_rows_have_kafka_coordinates_and_dead_letters_keep_raw_bytes() -> None:
-    fmt = RecordFormat(value_format="json", errors="dead_letter", include_key=True, key_format="string")
+    fmt = RecordFormat(
+        value_format="json", errors="dead_letter", include_key=True, key_format="string"
+    )
     block = decode_block(raw([b'{"a":1}', b"bad", b'{"a":2,"b":"x"}'], start=10), fmt, None)
     assert block.rows.column_names[:6] == [
         "_kafka_cluster",
