@@ -7,13 +7,12 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import duckdb
-import duckdb_ext
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
+from table_files_duckdb import duckdb_delta_rows
 
 from rayconnect.formats.rows import decode_block
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
@@ -62,20 +61,6 @@ def stage_round(
     return files
 
 
-def duckdb_rows(table: Path, sql: str) -> list[tuple]:
-    from pathlib import Path as P
-
-    extensions = P(next(iter(duckdb_ext.__path__))) / "extensions"
-    con = duckdb.connect(
-        config={"extension_directory": str(extensions), "autoinstall_known_extensions": False}
-    )
-    try:
-        con.sql("LOAD delta;")
-        return con.sql(sql.replace("TABLE", f"delta_scan('{table}')")).fetchall()
-    finally:
-        con.close()
-
-
 def test_new_field_adds_a_nullable_column_old_rows_null(tmp_path: Path) -> None:
     table = tmp_path / "typed"
     c = DeltaCommitter(str(table), "p", record_format=FMT)
@@ -85,7 +70,7 @@ def test_new_field_adds_a_nullable_column_old_rows_null(tmp_path: Path) -> None:
     df = pl.read_delta(str(table)).sort("_kafka_offset")
     assert df["id"].to_list() == [1, 2, 3]
     assert df["color"].to_list() == [None, None, "red"]
-    assert duckdb_rows(table, "SELECT id, color FROM TABLE ORDER BY id") == [
+    assert duckdb_delta_rows(table, "SELECT id, color FROM TABLE ORDER BY id") == [
         (1, None),
         (2, None),
         (3, "red"),
