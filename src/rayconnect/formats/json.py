@@ -13,8 +13,6 @@ the good ones are then parsed in bulk again. A null value (a tombstone) is a row
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,37 +69,49 @@ class JsonDecoder:
         return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
     def _decode_one_by_one(self, values: pa.Array, explicit: pa.Schema) -> Decoded:
-        """The error path: find the bad values, then decode the others together."""
+        """The error path: find the bad values by bisection (a parse of each half, down to
+        single values: ~2 log2(n) parses per bad record, not one per record), then decode
+        the others together."""
         infer = self.declared is None
         bad: dict[int, str] = {}
-        pieces: list[pa.Table] = []
-        for i, value in enumerate(values.to_pylist()):
-            reason = None
-            if not value.strip():
-                reason = "empty value"
-            else:
-                try:
-                    one = _parse(value.replace(b"\n", b" ") + b"\n", explicit, infer, raise_=True)
-                    assert one is not None
-                    if one.num_rows != 1:
-                        reason = f"{one.num_rows} JSON objects in one value"
-                    else:
-                        pieces.append(one)
-                except (pa.ArrowInvalid, ValueError) as e:
-                    reason = f"not a JSON object of the table's types: {_first_line(e)}"
-            if reason is not None:
-                bad[i] = reason
-        good_idx = [i for i in range(len(values)) if i not in bad]
-        # Records that parse alone may still disagree among themselves (a new field that
-        # is a number in one and a string in another): the first type wins.
-        schema = pa.schema([])
-        kept = []
-        for i, piece in zip(good_idx, pieces, strict=True):
+        pieces: list[tuple[int, int, pa.Table]] = []
+        stack = [(0, len(values))]
+        while stack:
+            lo, hi = stack.pop()
+            chunk = values.slice(lo, hi - lo)
             try:
-                schema = pa.unify_schemas([schema, _without_null_columns(piece.schema)])
-                kept.append(i)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-                bad[i] = f"a field's type conflicts with earlier records: {_first_line(e)}"
+                table = _parse(_ndjson(chunk), explicit, infer, raise_=True)
+                error = None
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+                table, error = None, e
+            if table is not None and table.num_rows == hi - lo:
+                pieces.append((lo, hi, table))
+            elif hi - lo > 1:
+                mid = (lo + hi) // 2
+                stack += [(mid, hi), (lo, mid)]
+            elif not chunk[0].as_py().strip():
+                bad[lo] = "empty value"
+            elif error is None:
+                bad[lo] = f"{table.num_rows if table is not None else 0} JSON objects in one value"
+            else:
+                bad[lo] = f"not a JSON object of the table's types: {_first_line(error)}"
+        # Pieces that parse alone may still disagree among themselves (a new field that is
+        # a number in one and a string in another): the first type wins, per record.
+        schema = pa.schema([])
+        for lo, hi, table in sorted(pieces, key=lambda p: p[0]):
+            try:
+                schema = pa.unify_schemas([schema, _without_null_columns(table.schema)])
+                continue
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                pass
+            for i in range(lo, hi):
+                one = _parse(_ndjson(values.slice(i, 1)), explicit, infer, raise_=True)
+                assert one is not None
+                try:
+                    schema = pa.unify_schemas([schema, _without_null_columns(one.schema)])
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                    bad[i] = f"a field's type conflicts with earlier records: {_first_line(e)}"
+        kept = [i for i in range(len(values)) if i not in bad]
         if not kept:
             return Decoded(self._finish(pa.table({}), explicit).slice(0, 0), bad)
         good = values.take(pa.array(kept))
@@ -128,26 +138,26 @@ def _without_null_columns(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f for f in schema if not pa.types.is_null(f.type)])
 
 
-def _ndjson(values: pa.Array) -> bytes:
-    """The values as newline-delimited JSON, without a Python object per value."""
-    n = len(values)
-    if n == 0:
-        return b""
+def _ndjson(values: pa.Array) -> pa.Buffer:
+    """The values as newline-delimited JSON, without a Python object per value: Arrow's
+    element-wise join appends the newlines (~0.16 us a 230 B value here)."""
+    if len(values) == 0:
+        return pa.py_buffer(b"")
     offsets = np.frombuffer(
-        values.buffers()[1], dtype=np.int32, count=n + 1, offset=values.offset * 4
+        values.buffers()[1], dtype=np.int32, count=len(values) + 1, offset=values.offset * 4
     )
     data = np.frombuffer(values.buffers()[2], dtype=np.uint8, count=int(offsets[-1]))
-    start = int(offsets[0])
-    lengths = np.diff(offsets)
-    out = np.full(int(offsets[-1]) - start + n, ord("\n"), dtype=np.uint8)
-    # each value i lands at (its offset - start + i): one newline after each value
-    positions = np.repeat(offsets[:-1] - start + np.arange(n), lengths) + (
-        np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    )
-    body = data[start:].copy()
-    body[(body == ord("\n")) | (body == ord("\r"))] = ord(" ")
-    out[positions] = body
-    return out.tobytes()
+    body = data[int(offsets[0]) :]
+    if np.count_nonzero((body == ord("\n")) | (body == ord("\r"))):
+        # a pretty-printed value: its newlines are JSON whitespace (rare: a copy is fine)
+        body = body.copy()
+        body[(body == ord("\n")) | (body == ord("\r"))] = ord(" ")
+        values = pa.Array.from_buffers(
+            pa.binary(), len(values), [None, pa.py_buffer(offsets - offsets[0]), pa.py_buffer(body)]
+        )
+    joined = pc.binary_join_element_wise(values, pa.scalar(b""), pa.scalar(b"\n"))
+    ends = np.frombuffer(joined.buffers()[1], dtype=np.int32, count=len(joined) + 1)
+    return joined.buffers()[2].slice(int(ends[0]), int(ends[-1] - ends[0]))
 
 
 def _parse(data: bytes, explicit: pa.Schema, infer: bool, raise_: bool = False) -> pa.Table | None:
@@ -155,8 +165,8 @@ def _parse(data: bytes, explicit: pa.Schema, infer: bool, raise_: bool = False) 
         return pa.Table.from_batches([], schema=explicit)
     try:
         return pj.read_json(
-            io.BytesIO(data),
-            read_options=pj.ReadOptions(block_size=max(_BLOCK_SIZE, len(data) + 1)),
+            pa.BufferReader(data),
+            read_options=pj.ReadOptions(block_size=max(_BLOCK_SIZE, data.size + 1)),
             parse_options=pj.ParseOptions(
                 explicit_schema=explicit,
                 unexpected_field_behavior="infer" if infer else "ignore",
