@@ -40,7 +40,7 @@ from deltalake.transaction import AddAction, CommitProperties, Transaction
 
 from rayconnect.formats import evolution
 from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema
-from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
+from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, is_dead_letter_file
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import (
@@ -249,8 +249,8 @@ class DeltaCommitter:
         if epoch is not None:
             check_epoch(epoch, dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0)
         self._check_offsets(dt, offsets, expected)
-        dead = [f for f in files if f.path.startswith(DEAD_LETTER_DIR + "/")]
-        files = [f for f in files if not f.path.startswith(DEAD_LETTER_DIR + "/")]
+        dead = [f for f in files if is_dead_letter_file(f)]
+        files = [f for f in files if not is_dead_letter_file(f)]
         if self.typed:
             self._evolve(dt, files)
         txns = [Transaction(self.app_id(k), v) for k, v in sorted(offsets.items())]
@@ -335,14 +335,20 @@ class DeltaCommitter:
         adds = [self._dead._add_action(f, self._dead._table_arrow_schema(ddt)) for f in keep]
         self._dead._write(ddt, read_version, adds, txns, {"rayconnect.deadLetters": "1"})
 
-    def dead_letter_count(self) -> int:
-        """Rows in the dead-letter table (0 if it was never made)."""
+    def dead_letter_counts(self) -> dict[str, int]:
+        """Partition key -> rows in the dead-letter table ({} if it was never made), from
+        the log's file stats alone (a file holds one partition's bad records)."""
         if self._dead is None or not DeltaTable.is_deltatable(
             self._dead.table_path, storage_options=self._dead._options
         ):
-            return 0
-        adds = pa.table(self._dead._table().get_add_actions(flatten=True))
-        return int(pa.compute.sum(adds.column("num_records")).as_py() or 0)
+            return {}
+        adds = pa.table(self._dead._table().get_add_actions(flatten=True)).to_pylist()
+        counts: dict[str, int] = {}
+        for add in adds:
+            parts = [add.get(f"min._kafka_{c}") for c in ("cluster", "topic", "partition")]
+            key = "?" if None in parts else "/".join(str(p) for p in parts)
+            counts[key] = counts.get(key, 0) + int(add["num_records"] or 0)
+        return counts
 
     def claim_epoch(self) -> int:
         """Become the coordinator: bump ``<pipeline>/_coordinator`` and return the new epoch.

@@ -120,6 +120,8 @@ def test_json_inferred_evolution_and_dead_letters_exactly_once_through_a_kill(
     assert by_id[1001]["color"] == "red" and by_id[1002]["color"] == "blue"
     assert str(main.schema["at"]).startswith("Datetime")
     assert status["offsets"] == topic.offsets()
+    per_partition = Counter(f"{CLUSTER}/{topic.topic}/{p}" for p in dead["_kafka_partition"])
+    assert status["dead_letters"] == dict(per_partition)
     assert duckdb_delta_rows(table, "SELECT count(*), count(color) FROM TABLE") == [
         (len(main), main["color"].count())
     ]
