@@ -66,7 +66,7 @@ class CoordinatorActor:
         from rayconnect.tables.factory import open_committer
 
         self.config = config
-        self.committer = open_committer(config.sink, config.name, config.source.record_format())
+        self.committer = open_committer(config.sink, config.name, config.record_format())
         self.machine = Coordinator(
             config.name,
             partitions,

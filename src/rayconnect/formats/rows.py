@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rayconnect.formats import partitioning
 from rayconnect.formats.base import Decoded, ValueDecoder
 from rayconnect.formats.settings import KAFKA_PREFIX, RecordFormat
 from rayconnect.schema import RAW_RECORD_SCHEMA
@@ -75,7 +77,8 @@ def kafka_schema(fmt: RecordFormat) -> pa.Schema:
 
 def initial_schema(fmt: RecordFormat) -> pa.Schema:
     """The schema a new table is created with: coordinates + declared (or string) value
-    columns; an inferred json table starts with the coordinates only and grows."""
+    columns + derived partition columns; an inferred json table starts without value
+    columns and grows."""
     if not fmt.typed:
         return RAW_RECORD_SCHEMA
     base = list(kafka_schema(fmt))
@@ -84,7 +87,16 @@ def initial_schema(fmt: RecordFormat) -> pa.Schema:
         base += [f.remove_metadata() for f in declared]
     elif fmt.value_format == "string":
         base.append(pa.field("value", pa.string()))
-    return pa.schema(base)
+    known = pa.schema(base)
+    return pa.schema(base + partitioning.derived_fields(partition_specs(fmt), known))
+
+
+def partition_specs(fmt: RecordFormat) -> list[partitioning.PartitionSpec]:
+    """The table partitions of ``fmt`` (ConfigError if one names an unknown column)."""
+    if not fmt.partition_by:
+        return []
+    known = initial_schema(msgspec.structs.replace(fmt, partition_by=()))
+    return partitioning.parse(fmt.partition_by, known)
 
 
 def decoder(fmt: RecordFormat) -> ValueDecoder:
@@ -150,7 +162,9 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
         key = f"{row['cluster']}/{row['topic']}/{row['partition']}"
         raise BadRecordError(key, row["offset"], bad[first])
     good_raw = raw.filter(_mask_without(raw.num_rows, bad)) if bad else raw
-    rows = _with_coordinates(good_raw, columns, fmt)
+    rows = partitioning.with_derived(
+        _with_coordinates(good_raw, columns, fmt), partition_specs(fmt)
+    )
     return DecodedBlock(_conform(rows, table_schema), _dead_letters(raw, bad))
 
 

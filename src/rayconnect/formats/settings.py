@@ -44,6 +44,8 @@ class RecordFormat(msgspec.Struct, frozen=True):
     errors: ErrorPolicy = "stop"
     #: a value longer than this is a bad record (0 = no limit)
     max_value_bytes: int = 0
+    #: the table's partition columns (``formats.partitioning``): the sink's ``partition_by``
+    partition_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         require(
@@ -69,6 +71,7 @@ class RecordFormat(msgspec.Struct, frozen=True):
             )
         if self.typed:
             return
+        require(not self.partition_by, "sink.partition_by needs a typed source.value_format")
         require(
             not (self.include_key or self.include_headers or self.max_value_bytes),
             "source.include_key/include_headers/max_value_bytes need a value_format other "

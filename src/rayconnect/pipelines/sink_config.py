@@ -134,6 +134,8 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     path: str
     vacuum_retention_hours: float = 24.0
     storage_options: dict[str, str] = {}
+    #: table partition columns of a typed table: ``col`` or ``name=day(col)``/``hour(col)``
+    partition_by: tuple[str, ...] = ()
 
     __repr__ = redacted_repr  # storage options hold credentials
 
@@ -250,11 +252,21 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         except ValueError as e:
             raise ConfigError(str(e)) from None
         check_give_up(self.give_up_after_s)
+        from rayconnect.formats.rows import partition_specs
+
+        partition_specs(self.record_format())  # ConfigError naming the bad entry
         require(
             not (isinstance(self.sink, IcebergSink) and self.source.record_format().typed),
             f"source.value_format {self.source.value_format!r}: typed tables are Delta-only "
             "so far; an Iceberg sink takes value_format raw",
         )
+
+    def record_format(self) -> RecordFormat:
+        """How records become rows: the source's format, partitioned as the sink says."""
+        fmt = self.source.record_format()
+        if isinstance(self.sink, DeltaSink) and self.sink.partition_by:
+            return msgspec.structs.replace(fmt, partition_by=self.sink.partition_by)
+        return fmt
 
 
 def check_give_up(give_up_after_s: float | None) -> None:

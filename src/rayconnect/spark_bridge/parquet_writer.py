@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import ray
 
-from rayconnect.formats.rows import BadRecordError, decode_block
+from rayconnect.formats.partitioning import split as split_partitions
+from rayconnect.formats.rows import BadRecordError, decode_block, partition_specs
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
@@ -188,21 +189,32 @@ def _block_writer(
         filesystem = location.filesystem()
         attempt = uuid.uuid4().hex  # each task attempt writes files of its own
         written: list[tuple[int, str]] = []
-        current: tuple[int, pq.ParquetWriter] | None = None
+        #: the current group's open files, by table partition folder ("" unpartitioned)
+        current: dict[str, pq.ParquetWriter] = {}
         dead: list[pa.Table] = []
         last_group: int | None = None
+        specs = partition_specs(record_format) if typed else []  # type: ignore[arg-type]
 
-        def open_file(group: int, file_schema: pa.Schema, rel_root: str) -> pq.ParquetWriter:
-            rel = f"{rel_root}/{GROUP_COLUMN}={group}/part-{attempt}-{len(written)}.parquet"
+        def open_file(
+            group: int, file_schema: pa.Schema, rel_root: str, folder: str = ""
+        ) -> pq.ParquetWriter:
+            if folder:  # Hive folders only: readers parse every name=value of the path
+                rel = f"{rel_root}/{folder}/part-{attempt}-g{group}-{len(written)}.parquet"
+            else:
+                rel = f"{rel_root}/{GROUP_COLUMN}={group}/part-{attempt}-{len(written)}.parquet"
             path = location.path(rel)
             location.make_parents(filesystem, path)
             written.append((group, rel[len(staging_rel) + 1 :] if rel_root == staging_rel else rel))
             opts = options if not typed else _parquet_options(file_schema)
             return pq.ParquetWriter(path, file_schema, filesystem=filesystem, **opts)
 
+        def close_all() -> None:
+            for w in current.values():
+                w.close()
+            current.clear()
+
         def flush_dead(group: int) -> None:
             if dead:
-                assert record_format is not None
                 rows = pa.concat_tables(dead)
                 dead.clear()
                 dl_root = f"{DEAD_LETTER_DIR}/{staging_rel}"
@@ -218,9 +230,7 @@ def _block_writer(
                     table = block if isinstance(block, pa.Table) else pa.Table.from_batches([block])
                     group = group_of[index]
                     if last_group is not None and last_group != group:
-                        if current is not None:
-                            current[1].close()
-                            current = None
+                        close_all()
                         flush_dead(last_group)
                     last_group = group
                     if typed:
@@ -235,21 +245,23 @@ def _block_writer(
                         table = _conform(table, schema, index)
                     if table.num_rows == 0:
                         continue
-                    if current is not None and current[1].schema != table.schema:
-                        current[1].close()  # new columns: a file of their own
-                        current = None
-                    if current is None:
-                        current = (group, open_file(group, table.schema, staging_rel))
-                    current[1].write_table(table)
-            if current is not None:
-                current[1].close()
+                    for folder, rows in split_partitions(table, specs):
+                        writer = current.get(folder)
+                        if writer is not None and writer.schema != rows.schema:
+                            writer.close()  # new columns: a file of their own
+                            writer = None
+                        if writer is None:
+                            writer = current[folder] = open_file(
+                                group, rows.schema, staging_rel, folder
+                            )
+                        writer.write_table(rows)
+            close_all()
             if last_group is not None:
                 flush_dead(last_group)
         except BadRecordError as e:
             raise ValueError(f"{_BAD_RECORD_MARK} {e}") from None
         finally:
-            if current is not None:
-                current[1].close()  # idempotent
+            close_all()  # idempotent
         yield pa.RecordBatch.from_arrays(
             [
                 pa.array([g for g, _ in written], pa.int32()),

@@ -38,8 +38,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
-from rayconnect.formats import evolution
-from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema
+from rayconnect.formats import evolution, partitioning
+from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema, partition_specs
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, is_dead_letter_file
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
@@ -89,6 +89,9 @@ class DeltaCommitter:
         #: typed: the table's schema may grow (``formats.evolution``), never shrink
         self.typed = record_format is not None and record_format.typed
         self.schema = initial_schema(record_format) if self.typed else schema  # type: ignore[arg-type]
+        self.partition_by = (
+            [p.name for p in partition_specs(record_format)] if self.typed else []  # type: ignore[arg-type]
+        )
         self._dead: DeltaCommitter | None = None
         if self.typed and not dead_letters:
             # Bad records (errors: dead_letter) go to a Delta table of their own inside this
@@ -120,12 +123,19 @@ class DeltaCommitter:
             nullable = pa.schema([f.with_nullable(True) for f in self.schema])
             # "ignore": another coordinator creating it at the same time is fine.
             DeltaTable.create(
-                self.table_path, nullable, mode="ignore", storage_options=self._options
+                self.table_path,
+                nullable,
+                mode="ignore",
+                partition_by=self.partition_by or None,
+                storage_options=self._options,
             )
         dt = DeltaTable(self.table_path, storage_options=self._options)
         if self.typed:
             # An existing typed table may have more columns; it must not contradict ours.
             _, problems = evolution.merge(self._table_arrow_schema(dt), self.schema)
+            partitions = list(dt.metadata().partition_columns)
+            if partitions != self.partition_by:
+                problems.append(f"partitioned by {partitions}, not {self.partition_by}")
         else:
             problems = schema_differences(self._table_arrow_schema(dt), self.schema)
         if problems:
@@ -391,7 +401,7 @@ class DeltaCommitter:
         return AddAction(
             path=data_file.path,
             size=data_file.size,
-            partition_values={},
+            partition_values=partitioning.values_of(data_file.path),
             modification_time=data_file.modification_time_ms,
             data_change=True,
             stats=delta_stats_json(data_file),

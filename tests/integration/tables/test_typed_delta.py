@@ -4,6 +4,7 @@ tables through a coordinator that dies between the two commits, reads by Polars 
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -123,3 +124,51 @@ def test_dead_letters_exactly_once_when_the_coordinator_dies_between_commits(
     assert DeltaTable(str(table / DEAD_LETTER_DIR)).transaction_version(f"p/{KEY}") == 6
     assert second.committed_offsets() == {KEY: 6}
     assert second.dead_letter_counts() == {KEY: 3}
+
+
+def test_partitioned_table_hive_folders_partition_values_and_pruned_reads(tmp_path: Path) -> None:
+    from rayconnect.formats.partitioning import split
+    from rayconnect.formats.rows import partition_specs
+
+    fmt = RecordFormat(
+        value_format="json",
+        value_schema={"id": "long", "country": "string", "at": "timestamp"},
+        partition_by=("day=day(at)", "country"),
+    )
+    table = tmp_path / "parted"
+    c = DeltaCommitter(str(table), "p", record_format=fmt)
+    c.ensure_table()
+    values = [
+        json.dumps(
+            {"id": i, "country": ("DE", "FR")[i % 2], "at": f"2026-11-{20 + i % 3}T10:00:00Z"}
+        ).encode()
+        for i in range(30)
+    ]
+    location = TableLocation.parse(str(table))
+    block = decode_block(raw(values, 0), fmt, current_schema(location, fmt))
+    files = []
+    for folder, rows in split(block.rows, partition_specs(fmt)):
+        rel = f"{STAGING_DIR}/w/{folder}/part-0-g0.parquet"
+        (table / rel).parent.mkdir(parents=True)
+        pq.write_table(rows, str(table / rel))
+        files.append(describe_file(location, rel)[0])
+    assert len(files) == 6  # 3 days x 2 countries
+    c.commit(files, {KEY: 30}, {KEY: None})
+    dt = DeltaTable(str(table))
+    assert list(dt.metadata().partition_columns) == ["day", "country"]
+    adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    assert {(a["partition.day"].isoformat(), a["partition.country"]) for a in adds} == {
+        (f"2026-11-{d}", cc) for d in (20, 21, 22) for cc in ("DE", "FR")
+    }
+    df = pl.read_delta(str(table))
+    assert sorted(df["id"].to_list()) == list(range(30))
+    one = pl.scan_delta(str(table)).filter(pl.col("country") == "DE").collect()
+    assert sorted(one["id"].to_list()) == list(range(0, 30, 2))
+    got = duckdb_delta_rows(
+        table, "SELECT count(*) FROM TABLE WHERE day = DATE '2026-11-21' AND country = 'FR'"
+    )
+    assert got == [(sum(1 for i in range(30) if i % 3 == 1 and i % 2 == 1),)]
+    plan = duckdb_delta_rows(
+        table, "EXPLAIN ANALYZE SELECT count(*) FROM TABLE WHERE day = DATE '2026-11-21'"
+    )
+    assert "Scanning Files: 2/6" in str(plan) or "2/6" in str(plan), plan

@@ -184,3 +184,69 @@ def test_evolution_rules() -> None:
 def test_format_settings_are_checked(settings: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         RecordFormat(**settings)
+
+
+def test_partition_specs_derived_columns_and_folders() -> None:
+    from rayconnect.formats.partitioning import split, values_of
+    from rayconnect.formats.rows import partition_specs
+
+    fmt = RecordFormat(
+        value_format="json",
+        value_schema={"country": "string", "at": "timestamp"},
+        errors="dead_letter",
+        partition_by=("day=day(at)", "country"),
+    )
+    assert [(s.name, s.source, s.transform) for s in partition_specs(fmt)] == [
+        ("day", "at", "day"),
+        ("country", "country", "identity"),
+    ]
+    assert initial_schema(fmt).field("day").type == pa.date32()
+    block = decode_block(
+        raw(
+            [
+                b'{"country":"DE","at":"2026-11-23T23:59:00Z"}',
+                b'{"country":"DE","at":"2026-11-24T00:00:00Z"}',
+                b'{"at":"2026-11-24T01:00:00Z"}',
+                b'{"country":"a/b"}',
+            ]
+        ),
+        fmt,
+        None,
+    )
+    parts = {folder: rows for folder, rows in split(block.rows, partition_specs(fmt))}
+    assert sorted(parts) == [
+        "day=2026-11-23/country=DE",
+        "day=2026-11-24/country=DE",
+        "day=2026-11-24/country=__HIVE_DEFAULT_PARTITION__",
+        "day=__HIVE_DEFAULT_PARTITION__/country=a%2Fb",
+    ]
+    assert all(
+        "day" not in t.column_names and "country" not in t.column_names for t in parts.values()
+    )
+    assert values_of(
+        "staging/x/_rc_group=0/day=__HIVE_DEFAULT_PARTITION__/country=a%2Fb/p.parquet"
+    ) == {
+        "day": None,
+        "country": "a/b",
+    }
+
+
+@pytest.mark.parametrize(
+    ("partition_by", "message"),
+    [
+        (("nope",), "no column 'nope'"),
+        (("d=day(name)",), "not a timestamp"),
+        (("at",), "cannot be a partition"),
+        (("d=week(at)",), "neither a column"),
+    ],
+)
+def test_partition_by_is_checked(partition_by: tuple[str, ...], message: str) -> None:
+    from rayconnect.formats.rows import partition_specs
+
+    fmt = RecordFormat(
+        value_format="json",
+        value_schema={"name": "string", "at": "timestamp"},
+        partition_by=partition_by,
+    )
+    with pytest.raises(ConfigError, match=message):
+        partition_specs(fmt)
