@@ -87,6 +87,10 @@ def initial_schema(fmt: RecordFormat) -> pa.Schema:
         base += [f.remove_metadata() for f in declared]
     elif fmt.value_format == "string":
         base.append(pa.field("value", pa.string()))
+    elif fmt.value_format == "avro" and fmt.avro_schema is not None:
+        from rayconnect.formats.avro import avro_schema_columns
+
+        base += [f.with_nullable(True) for f in avro_schema_columns(fmt.avro_schema)]
     known = pa.schema(base)
     return pa.schema(base + partitioning.derived_fields(partition_specs(fmt), known))
 
@@ -105,6 +109,11 @@ def decoder(fmt: RecordFormat) -> ValueDecoder:
         from rayconnect.formats.json import JsonDecoder
 
         return JsonDecoder(fmt.declared_schema())
+    if fmt.value_format == "avro":
+        from rayconnect.formats.avro import AvroDecoder
+
+        assert fmt.avro_schema is not None
+        return AvroDecoder(fmt.avro_schema)
     if fmt.value_format == "string":
         from rayconnect.formats.string import StringDecoder
 

@@ -44,13 +44,16 @@ class RecordFormat(msgspec.Struct, frozen=True):
     errors: ErrorPolicy = "stop"
     #: a value longer than this is a bad record (0 = no limit)
     max_value_bytes: int = 0
+    #: avro: the writer schema's JSON text (read from ``value_avro_schema``'s .avsc file)
+    avro_schema: str | None = None
     #: the table's partition columns (``formats.partitioning``): the sink's ``partition_by``
     partition_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         require(
-            self.value_format != "avro",
-            "source.value_format: avro is not implemented yet (see README, Typed tables)",
+            (self.value_format == "avro") == (self.avro_schema is not None),
+            "source.value_format avro needs source.value_avro_schema (an .avsc file), and "
+            "value_avro_schema needs value_format avro",
         )
         require(self.max_value_bytes >= 0, "source.max_value_bytes must be >= 0")
         if self.value_schema is not None:

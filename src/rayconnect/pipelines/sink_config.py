@@ -8,6 +8,7 @@ raised, naming the bad field, before any actor starts.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
@@ -57,6 +58,7 @@ class KafkaSource(msgspec.Struct, frozen=True):
     value_format: ValueFormat = "raw"
     key_format: KeyFormat = "raw"
     value_schema: dict[str, Any] | None = None
+    value_avro_schema: str | None = None
     include_key: bool = False
     include_headers: bool = False
     errors: ErrorPolicy = "stop"
@@ -100,6 +102,7 @@ class KafkaSource(msgspec.Struct, frozen=True):
             value_format=self.value_format,
             key_format=self.key_format,
             value_schema=self.value_schema,
+            avro_schema=_read_avsc(self.value_avro_schema),
             include_key=self.include_key,
             include_headers=self.include_headers,
             errors=self.errors,
@@ -267,6 +270,27 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         if isinstance(self.sink, DeltaSink) and self.sink.partition_by:
             return msgspec.structs.replace(fmt, partition_by=self.sink.partition_by)
         return fmt
+
+
+def _read_avsc(path: str | None) -> str | None:
+    """The writer schema's JSON text from an .avsc file (checked: ConfigError)."""
+    if path is None:
+        return None
+    try:
+        text = open(os.path.expanduser(path), encoding="utf-8").read()  # noqa: SIM115
+    except OSError as e:
+        raise ConfigError(f"source.value_avro_schema: cannot read {path!r}: {e}") from None
+    try:
+        from rayconnect.formats.avro import avro_schema_columns
+
+        avro_schema_columns(text)
+    except ImportError:
+        raise ConfigError(
+            "source.value_format avro needs DuckDB's Avro reader: pip install 'rayconnect[avro]'"
+        ) from None
+    except ValueError as e:
+        raise ConfigError(f"source.value_avro_schema {path!r}: {e}") from None
+    return text
 
 
 def check_give_up(give_up_after_s: float | None) -> None:

@@ -5,18 +5,22 @@ tables while the coordinator is killed mid-round - and ``errors: stop``."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import time
 from collections import Counter
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pytest
 import sink_checks
 from aiokafka import AIOKafkaProducer
+from deltalake import DeltaTable
 from sink_checks import open_round_with_data
 from table_files_duckdb import duckdb_delta_rows
 
+import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.kafka.admin import create_topic
@@ -78,12 +82,17 @@ def test_json_inferred_evolution_and_dead_letters_exactly_once_through_a_kill(
     topic = JsonTopic(kafka_broker.bootstrap_servers, "typed-json")
     topic.send([good(i) for i in range(400)])
     table = tmp_path / "t"
-    pipeline = sink_checks.pipeline(
+    meta = rc.StaticMetadataService(
+        (
+            rc.KafkaStream(
+                "s", {CLUSTER: rc.ClusterMetadata(kafka_broker.bootstrap_servers, (topic.topic,))}
+            ),
+        )
+    )
+    pipeline = rc.SinkPipeline(
         "typed",
-        kafka_broker.bootstrap_servers,
-        topic.topic,
-        table,
-        source={"value_format": "json", "errors": "dead_letter"},
+        rc.KafkaSource(meta, value_format="json", errors="dead_letter"),
+        rc.DeltaSink(str(table), partition_by=("day=day(_kafka_timestamp)", "_kafka_partition")),
         commit_interval_s=2,
     )
     handle = pipeline.start()
@@ -125,6 +134,13 @@ def test_json_inferred_evolution_and_dead_letters_exactly_once_through_a_kill(
     assert duckdb_delta_rows(table, "SELECT count(*), count(color) FROM TABLE") == [
         (len(main), main["color"].count())
     ]
+    # Partitioned by the Kafka timestamp's day and the partition: Hive folders, values in
+    # the add actions, a file never mixing two partitions.
+    dt = DeltaTable(str(table))
+    assert list(dt.metadata().partition_columns) == ["day", "_kafka_partition"]
+    for add in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
+        assert f"_kafka_partition={add['partition._kafka_partition']}/" in add["path"]
+        assert add["partition.day"] == datetime.date.today()
 
 
 @pytest.mark.timeout(600)

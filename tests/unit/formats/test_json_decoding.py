@@ -178,7 +178,7 @@ def test_evolution_rules() -> None:
         ({"value_format": "string", "value_schema": {"a": "long"}}, "for value_format json"),
         ({"value_format": "json", "value_schema": {"_kafka_x": "long"}}, "rayconnect's"),
         ({"errors": "dead_letter"}, "other than raw"),
-        ({"value_format": "avro"}, "avro is not implemented"),
+        ({"value_format": "avro"}, "needs source.value_avro_schema"),
     ],
 )
 def test_format_settings_are_checked(settings: dict, message: str) -> None:
