@@ -15,7 +15,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rayconnect.formats import partitioning
+from rayconnect.formats import evolution, partitioning
 from rayconnect.formats.base import Decoded, ValueDecoder
 from rayconnect.formats.settings import KAFKA_PREFIX, RecordFormat
 from rayconnect.schema import RAW_RECORD_SCHEMA
@@ -135,10 +135,16 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
 
     With ``errors: stop`` the first bad record raises ``BadRecordError``.
     """
+    specs = partition_specs(fmt)
+    derived = {sp.name for sp in specs if sp.transform != "identity"}
     table_value_cols = None
     if table_schema is not None:
         table_value_cols = pa.schema(
-            [f for f in table_schema if not f.name.startswith(KAFKA_PREFIX)]
+            [
+                f
+                for f in table_schema
+                if not f.name.startswith(KAFKA_PREFIX) and f.name not in derived
+            ]
         )
     values = raw.column("value").combine_chunks()
     bad: dict[int, str] = {}
@@ -153,28 +159,101 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
     for i, reason in decoded.bad.items():
         bad[int(index_of[i]) if index_of is not None else i] = reason
     columns = decoded.columns
-    reserved = [c for c in columns.column_names if c.startswith(KAFKA_PREFIX)]
-    if reserved:  # an inferred field that would clash with a coordinate: those records are bad
-        good_idx = pc.indices_nonzero(_mask_without(len(values), bad)).to_numpy()
-        hit = pc.indices_nonzero(
-            pc.or_(*[pc.is_valid(columns.column(c)) for c in reserved])
-            if len(reserved) > 1
-            else pc.is_valid(columns.column(reserved[0]))
-        ).to_numpy()
-        for j in hit:
-            bad[int(good_idx[j])] = f"field {reserved} uses the reserved prefix {KAFKA_PREFIX!r}"
-        columns = columns.drop_columns(reserved)
-        columns = columns.filter(_mask_without(columns.num_rows, {int(j): "" for j in hit}))
+    # Fields that cannot become columns make their records bad (never silently dropped):
+    # a name rayconnect uses (``_kafka_*``, a derived partition column), or a type the
+    # table's column cannot hold (e.g. a struct that gained a nested field).
+    for name in list(columns.column_names):
+        field_type = columns.schema.field(name).type
+        if name.startswith(KAFKA_PREFIX):
+            reason = f"field {name!r} uses the reserved prefix {KAFKA_PREFIX!r}"
+        elif name in derived:
+            reason = f"field {name!r} is the name of a derived partition column"
+        elif (
+            table_value_cols is not None
+            and name in table_value_cols.names
+            and not evolution.compatible(field_type, table_value_cols.field(name).type)
+        ):
+            reason = (
+                f"field {name!r} is {field_type} here, "
+                f"{table_value_cols.field(name).type} in the table"
+            )
+        else:
+            continue
+        table_type = (
+            table_value_cols.field(name).type
+            if table_value_cols is not None and name in table_value_cols.names
+            else None
+        )
+        narrowed = _struct_within(columns.column(name), table_type)
+        if narrowed is not None:  # only records using the new nested fields are bad
+            column, uses_new = narrowed
+            index = columns.column_names.index(name)
+            columns = columns.set_column(index, pa.field(name, table_type), column)
+            columns, bad = _reject_where(columns, uses_new, reason, len(values), bad)
+            continue
+        columns, bad = _reject(columns, name, reason, len(values), bad)
     if bad and fmt.errors == "stop":
         first = min(bad)
         row = raw.slice(first, 1).to_pylist()[0]
         key = f"{row['cluster']}/{row['topic']}/{row['partition']}"
         raise BadRecordError(key, row["offset"], bad[first])
     good_raw = raw.filter(_mask_without(raw.num_rows, bad)) if bad else raw
-    rows = partitioning.with_derived(
-        _with_coordinates(good_raw, columns, fmt), partition_specs(fmt)
-    )
+    rows = partitioning.with_derived(_with_coordinates(good_raw, columns, fmt), specs)
     return DecodedBlock(_conform(rows, table_schema), _dead_letters(raw, bad))
+
+
+def _reject(
+    columns: pa.Table, name: str, reason: str, n: int, bad: dict[int, str]
+) -> tuple[pa.Table, dict[int, str]]:
+    """Records with a value in column ``name`` become bad; the column goes."""
+    good_idx = pc.indices_nonzero(_mask_without(n, bad)).to_numpy()
+    hit = pc.indices_nonzero(pc.is_valid(columns.column(name))).to_numpy()
+    bad = dict(bad)
+    for j in hit:
+        bad[int(good_idx[j])] = reason
+    columns = columns.drop_columns([name])
+    return columns.filter(_mask_without(columns.num_rows, {int(j): "" for j in hit})), bad
+
+
+def _struct_within(
+    column: pa.ChunkedArray, table_type: pa.DataType | None
+) -> tuple[pa.Array, pa.Array] | None:
+    """A struct column with nested fields the table's struct lacks (the table's fields
+    themselves compatible): the column as the table's struct, and which rows have a value
+    in a new nested field. None when that does not apply."""
+    if table_type is None or not (
+        pa.types.is_struct(column.type) and pa.types.is_struct(table_type)
+    ):
+        return None
+    have = {column.type.field(i).name: column.type.field(i) for i in range(column.type.num_fields)}
+    want = [table_type.field(i) for i in range(table_type.num_fields)]
+    if any(f.name in have and not evolution.compatible(have[f.name].type, f.type) for f in want):
+        return None
+    array = column.combine_chunks()
+    new = [name for name in have if name not in {f.name for f in want}]
+    uses_new = pa.array([False] * len(array))
+    for name in new:
+        uses_new = pc.or_(uses_new, pc.fill_null(pc.is_valid(pc.struct_field(array, name)), False))
+    children = [
+        pc.struct_field(array, f.name).cast(f.type)
+        if f.name in have
+        else pa.nulls(len(array), f.type)
+        for f in want
+    ]
+    narrowed = pa.StructArray.from_arrays(children, fields=want, mask=pc.invert(pc.is_valid(array)))
+    return narrowed, uses_new
+
+
+def _reject_where(
+    columns: pa.Table, rows: pa.Array, reason: str, n: int, bad: dict[int, str]
+) -> tuple[pa.Table, dict[int, str]]:
+    """The records of ``columns`` flagged in ``rows`` become bad."""
+    good_idx = pc.indices_nonzero(_mask_without(n, bad)).to_numpy()
+    hit = pc.indices_nonzero(rows).to_numpy()
+    bad = dict(bad)
+    for j in hit:
+        bad[int(good_idx[j])] = reason
+    return columns.filter(_mask_without(columns.num_rows, {int(j): "" for j in hit})), bad
 
 
 def _mask_without(n: int, bad: dict[int, str]) -> pa.Array:

@@ -250,3 +250,22 @@ def test_partition_by_is_checked(partition_by: tuple[str, ...], message: str) ->
     )
     with pytest.raises(ConfigError, match=message):
         partition_specs(fmt)
+
+
+def test_a_struct_that_gained_a_field_is_a_bad_record_not_a_failed_commit() -> None:
+    fmt = RecordFormat(value_format="json", errors="dead_letter")
+    table = pa.schema(list(initial_schema(fmt)) + [("a", pa.struct([("x", pa.int64())]))])
+    block = decode_block(raw([b'{"a":{"x":1}}', b'{"a":{"x":2,"y":"new"}}']), fmt, table)
+    assert block.rows.column("a").to_pylist() == [{"x": 1}]
+    assert "in the table" in block.dead_letters.column("reason")[0].as_py()
+
+
+def test_derived_partition_column_in_the_table_is_not_decoded_twice() -> None:
+    fmt = RecordFormat(
+        value_format="json", errors="dead_letter", partition_by=("day=day(_kafka_timestamp)",)
+    )
+    table = initial_schema(fmt)
+    block = decode_block(raw([b'{"v":1}', b'{"day":"x"}']), fmt, table)
+    assert block.rows.column_names.count("day") == 1
+    assert block.rows.column("v").to_pylist() == [1]
+    assert "derived partition column" in block.dead_letters.column("reason")[0].as_py()
