@@ -140,7 +140,7 @@ def test_json_inferred_evolution_and_dead_letters_exactly_once_through_a_kill(
     assert list(dt.metadata().partition_columns) == ["day", "_kafka_partition"]
     for add in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
         assert f"_kafka_partition={add['partition._kafka_partition']}/" in add["path"]
-        assert add["partition.day"] == datetime.date.today()
+        assert add["partition.day"] == datetime.datetime.now(datetime.UTC).date()
 
 
 @pytest.mark.timeout(600)
