@@ -463,6 +463,13 @@ class DeltaCommitter:
         )
         if not dry_run and self.location.is_local:  # object stores have no folders to drop
             _remove_empty_dirs(os.path.join(self.table_path, STAGING_DIR))
+        if self._dead is not None and DeltaTable.is_deltatable(
+            self._dead.table_path, storage_options=self._dead._options
+        ):
+            # The main table's vacuum skips the dead-letter folder (its leading "_"): the
+            # dead-letter files of aborted rounds go with the dead-letter table's own.
+            dead = self._dead.vacuum(retention_hours, dry_run)
+            removed = [*removed, *(f"{DEAD_LETTER_DIR}/{path}" for path in dead)]
         return removed
 
 
