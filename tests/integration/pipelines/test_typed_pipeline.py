@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import struct
 import time
 from collections import Counter
 from pathlib import Path
@@ -176,3 +177,59 @@ def test_errors_stop_names_the_bad_record_and_commits_nothing_after_it(
     main = pl.read_delta(str(table))
     assert main.columns[5:] == ["id", "name"]
     assert main.filter(pl.col("_kafka_partition") == 0)["_kafka_offset"].max() < 10
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.slow
+def test_avro_values_from_an_avsc_into_an_hour_partitioned_table(
+    ray_session, kafka_broker, tmp_path: Path
+) -> None:
+    from rayconnect.formats.avro import _varint
+
+    def text(s: str) -> bytes:
+        return _varint(len(s.encode())) + s.encode()
+
+    schema = {
+        "type": "record",
+        "name": "Reading",
+        "fields": [
+            {"name": "sensor", "type": "string"},
+            {"name": "value", "type": "double"},
+            {"name": "flags", "type": {"type": "array", "items": "string"}},
+        ],
+    }
+    avsc = tmp_path / "reading.avsc"
+    avsc.write_text(json.dumps(schema))
+    topic = JsonTopic(kafka_broker.bootstrap_servers, "typed-avro")
+    datums = [
+        text(f"s{i % 3}") + struct.pack("<d", i / 4) + _varint(1) + text("ok") + _varint(0)
+        for i in range(300)
+    ]
+    topic.send([*datums[:150], b"\xff\xff", *datums[150:]])
+    table = tmp_path / "t"
+    meta = rc.StaticMetadataService(
+        (
+            rc.KafkaStream(
+                "s", {CLUSTER: rc.ClusterMetadata(kafka_broker.bootstrap_servers, (topic.topic,))}
+            ),
+        )
+    )
+    pipeline = rc.SinkPipeline(
+        "typed-avro",
+        rc.KafkaSource(
+            meta, value_format="avro", value_avro_schema=str(avsc), errors="dead_letter"
+        ),
+        rc.DeltaSink(str(table), partition_by=("hour=hour(_kafka_timestamp)", "sensor")),
+        commit_interval_s=2,
+    )
+    handle = pipeline.start()
+    try:
+        status = handle.wait_for(topic.caught_up(), timeout_s=180)
+    finally:
+        handle.stop(commit=False)
+    main = pl.read_delta(str(table))
+    assert sorted(main["value"].to_list()) == [i / 4 for i in range(300)]
+    assert set(main["sensor"]) == {"s0", "s1", "s2"} and set(main["hour"].str.len_chars()) == {13}
+    dead = pl.read_delta(str(table / DEAD_LETTER_DIR))
+    assert dead["value"].to_list() == [b"\xff\xff"]
+    assert sum(status["dead_letters"].values()) == 1
