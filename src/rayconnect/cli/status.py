@@ -137,6 +137,9 @@ def render_status(s: dict[str, Any]) -> str:
             "since the last compaction"
             + (f"; last error: {upkeep['last_error']}" if upkeep.get("last_error") else "")
         )
+    if dead := s.get("dead_letters"):  # typed tables, errors: dead_letter
+        per = ", ".join(f"{k}={n:,}" for k, n in dead.items())
+        lines.append(f"dead letters {sum(dead.values()):,} ({per})")
     if writer := s.get("writer"):
         lines.append(
             f"spark executors {_n(writer.get('executors'))} of {_n(writer.get('executors_wanted'))}"

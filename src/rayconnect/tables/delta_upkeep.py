@@ -25,6 +25,7 @@ from typing import Any
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
+from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.delta import DeltaCommitter
@@ -52,6 +53,7 @@ class DeltaUpkeep:
         compact: CompactSettings,
         log_settings: LogSettings,
         vacuum_retention_hours: float,
+        record_format: RecordFormat | None = None,
     ) -> None:
         self.location = as_location(table)
         self.compact_settings = compact
@@ -59,7 +61,7 @@ class DeltaUpkeep:
         self.vacuum_retention_hours = vacuum_retention_hours
         # vacuum (and its safety rules) is the committer's; a committer of our own, so
         # that nothing here shares a DeltaTable with the rounds' committer
-        self._committer = DeltaCommitter(self.location, pipeline)
+        self._committer = DeltaCommitter(self.location, pipeline, record_format=record_format)
         self._options = self.location.delta_options()
 
     def _table(self) -> DeltaTable:

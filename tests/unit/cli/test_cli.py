@@ -327,3 +327,15 @@ def test_sink_status_shows_table_upkeep():
         "table upkeep: 3 compactions (1 given up), 2 tidies (0 failed), 40 files since the "
         "last compaction; last error: compact: CommitFailedError: lost to a DELETE"
     ) in text
+
+
+def test_sink_status_counts_dead_letters_per_partition():
+    from rayconnect.cli.status import render_status
+
+    status = {
+        "pipeline": "orders",
+        "partition_status": {},
+        "actors": [],
+        "dead_letters": {"local/orders/0": 3, "local/orders/1": 1200},
+    }
+    assert "dead letters 1,203 (local/orders/0=3, local/orders/1=1,200)" in render_status(status)
