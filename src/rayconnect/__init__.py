@@ -21,6 +21,8 @@ _EXPORTS = {
     "IcebergSink": "rayconnect.pipelines.sink_config",
     "StaticMetadataService": "rayconnect.metadata",
     "CommitSettings": "rayconnect.protocol.settings",
+    "CompactSettings": "rayconnect.protocol.upkeep",
+    "LogSettings": "rayconnect.protocol.upkeep",
     "SparkSettings": "rayconnect.spark_bridge.settings",
     "ConfigError": "rayconnect.errors",
     "Placement": "rayconnect.pipelines.placement",

@@ -13,7 +13,17 @@ writes that hang on a store that is gone say nothing by themselves), claim, comm
 errors, every round discarded - and a broker that cannot be reached is reported by the
 readers (``outage``). ``protocol.outages.OutageWatch``
 decides when one has lasted ``give_up_after_s`` without a break; then the coordinator stops
-its rounds (committing nothing more) and its status says ``gave_up`` with the reason.
+its rounds (committing nothing more) and its status says ``gave_up`` with the reason. A table
+another writer broke under the pipeline (dropped, schema changed, offsets moved backwards:
+``TableBrokenError``) stops the rounds at once, the same way, with that reason.
+
+Table upkeep (compaction, checkpoints, log cleanup, vacuum; ``protocol.upkeep`` says when) runs
+here, in a thread of its own beside the rounds, not in an actor of its own: the coordinator
+is where rounds commit, so it knows how many files arrived and when without asking anyone;
+a compaction needs no fence (it changes no data, and delta-rs lets it and a round pass each
+other in both orders: ``tables.delta_upkeep``), so nothing is gained by placing, restarting
+and fencing one more actor; and a coordinator restart re-creates it with the rounds. The
+thread holds its own table objects; a slow compaction never delays a commit.
 """
 
 from __future__ import annotations
@@ -48,10 +58,13 @@ from rayconnect.protocol.effects import (
 )
 from rayconnect.protocol.messages import Message
 from rayconnect.protocol.outages import OutageWatch
+from rayconnect.protocol.upkeep import CompactSettings, Job, LogSettings, UpkeepSchedule
+from rayconnect.tables.base import TableBrokenError, check_not_behind
 
 log = logging.getLogger(__name__)
 
 MAX_TICK_S = 0.25
+#: how often an Iceberg sink's table is vacuumed (a Delta sink's: ``sink.log.tidy_every_s``)
 VACUUM_EVERY_S = 3600.0
 #: what the outage watch calls the coordinator's own troubles
 TABLE_STORE = "table store"
@@ -63,10 +76,20 @@ STORE_PROBE_TIMEOUT_S = 5.0
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class CoordinatorActor:
     async def __init__(self, config: SinkPipelineConfig, partitions: list[str]) -> None:
-        from rayconnect.tables.factory import open_committer
+        from rayconnect.tables.factory import open_committer, open_upkeep
 
         self.config = config
         self.committer = open_committer(config.sink, config.name, config.record_format())
+        self.upkeep = open_upkeep(config.sink, config.name, config.record_format())
+        sink = config.sink
+        self.schedule = UpkeepSchedule(
+            getattr(sink, "compact", CompactSettings(enabled=False)),
+            getattr(sink, "log", LogSettings(tidy_every_s=VACUUM_EVERY_S)),
+            time.monotonic(),
+        )
+        self.upkeep_log: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
+        # one thread per job kind at most (the schedule runs one of each at a time)
+        self._upkeep_pool = concurrent.futures.ThreadPoolExecutor(2, "table-upkeep")
         self.machine = Coordinator(
             config.name,
             partitions,
@@ -88,7 +111,6 @@ class CoordinatorActor:
         self._error: str | None = None
         self.outages = OutageWatch(config.give_up_after_s)
         self.gave_up: str | None = None
-        self._last_vacuum = time.monotonic()
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
@@ -138,6 +160,10 @@ class CoordinatorActor:
 
     def _claim(self) -> tuple[int, dict[str, int], int]:
         self.committer.ensure_table()
+        if self.upkeep is not None:
+            changed = self.upkeep.configure_table()
+            if changed:
+                log.info("coordinator %s: table properties set: %s", self.config.name, changed)
         epoch = self.committer.claim_epoch()
         # Every partition this pipeline ever committed: one that joins later (a topic added
         # back) must start from the table, not from the starting-offset policy.
@@ -243,6 +269,7 @@ class CoordinatorActor:
         self._main_task.cancel()
         self._probe_task.cancel()
         self._probe_pool.shutdown(wait=False, cancel_futures=True)
+        self._upkeep_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- effects ---------------------------------------------------------------------------
 
@@ -307,6 +334,9 @@ class CoordinatorActor:
             )
         except Exception as e:
             reason = f"{type(e).__name__}: {e}"
+            if isinstance(e, TableBrokenError):
+                await self._stop_broken(reason)
+                return
             log.warning("coordinator %s: commit failed: %s", self.config.name, reason)
             self.outages.failing(TABLE_STORE, f"commit failed: {reason}", time.time())
             await self._apply(lambda: self.machine.commit_failed(reason, time.monotonic()))
@@ -330,15 +360,19 @@ class CoordinatorActor:
             self.commit_latencies[-1],
             duration,
         )
-        if time.monotonic() - self._last_vacuum > VACUUM_EVERY_S:
-            self._last_vacuum = time.monotonic()
-            asyncio.get_running_loop().create_task(self._vacuum())
+        self.schedule.committed(len(commit.files), time.monotonic())
+        for job in self.schedule.due(time.monotonic()):
+            asyncio.get_running_loop().create_task(self._run_upkeep(job))
 
     async def _reload(self) -> None:
         while self.gave_up is None:
             try:
                 offsets, epoch, version = await asyncio.to_thread(self._read_table)
+                check_not_behind(self.machine.offsets, offsets)
                 break
+            except TableBrokenError as e:
+                await self._stop_broken(f"{type(e).__name__}: {e}")
+                return
             except Exception as e:
                 self._error = f"reload failed: {type(e).__name__}: {e}"
                 self.outages.failing(TABLE_STORE, self._error, time.time())
@@ -361,13 +395,43 @@ class CoordinatorActor:
             self.committer.version(),
         )
 
-    async def _vacuum(self) -> None:
-        hours = self.config.sink.vacuum_retention_hours
+    async def _stop_broken(self, reason: str) -> None:
+        """Another writer broke the table's assumptions: no further round, for good."""
+        if self.gave_up is not None:
+            return
+        self.gave_up = f"table broken: {reason}"
+        self._error = self.gave_up
+        log.error("coordinator %s: %s; no further round", self.config.name, self.gave_up)
+        await self._apply(lambda: self.machine.stop(False, time.monotonic()))
+
+    async def _run_upkeep(self, job: Job) -> None:
+        """One upkeep job in the upkeep thread; its outcome goes back to the schedule."""
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
         try:
-            removed = await asyncio.to_thread(self.committer.vacuum, hours)
-            log.info("coordinator %s: vacuum removed %d files", self.config.name, len(removed))
-        except Exception:
-            log.exception("coordinator %s: vacuum failed", self.config.name)
+            if job is Job.COMPACT and self.upkeep is not None:
+                metrics = await loop.run_in_executor(self._upkeep_pool, self.upkeep.compact)
+                result = {
+                    k: metrics.get(k) for k in ("numFilesAdded", "numFilesRemoved", "numBatches")
+                }
+            elif job is Job.TIDY and self.upkeep is not None:
+                result = await loop.run_in_executor(self._upkeep_pool, self.upkeep.tidy)
+            else:  # Iceberg: its committer expires snapshots itself; vacuum here
+                hours = self.config.sink.vacuum_retention_hours
+                removed = await loop.run_in_executor(
+                    self._upkeep_pool, self.committer.vacuum, hours
+                )
+                result = {"files_vacuumed": len(removed)}
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+            log.warning("coordinator %s: %s failed: %s", self.config.name, job.value, error)
+            self.schedule.finished(job, False, time.monotonic(), error)
+            self.upkeep_log.append({"job": job.value, "ok": False, "error": error})
+            return
+        self.schedule.finished(job, True, time.monotonic())
+        result.update(job=job.value, ok=True, s=round(time.monotonic() - started, 3))
+        self.upkeep_log.append(result)
+        log.info("coordinator %s: upkeep %s", self.config.name, result)
 
     # -- status ----------------------------------------------------------------------------
 
@@ -388,6 +452,8 @@ class CoordinatorActor:
             round_s_max=max(durations) if durations else None,
             end_to_start_s_median=_median(self.end_to_starts),
             commit_s_median=_median(self.commit_latencies),
+            upkeep=msgspec.to_builtins(self.schedule.status()),
+            upkeep_recent=list(self.upkeep_log),
             started_at=self.started_at,
         )
         return status

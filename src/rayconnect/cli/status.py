@@ -129,6 +129,14 @@ def render_status(s: dict[str, Any]) -> str:
         if s.get(label):
             lines.append(f"{label}: {s[label]}")
     lines += [f"outage: {o}" for o in s.get("outages") or ()]
+    if upkeep := s.get("upkeep"):
+        lines.append(
+            f"table upkeep: {upkeep['compactions']} compactions "
+            f"({upkeep['compactions_given_up']} given up), {upkeep['tidies']} tidies "
+            f"({upkeep['tidies_failed']} failed), {upkeep['files_since_compaction']} files "
+            "since the last compaction"
+            + (f"; last error: {upkeep['last_error']}" if upkeep.get("last_error") else "")
+        )
     if dead := s.get("dead_letters"):  # typed tables, errors: dead_letter
         per = ", ".join(f"{k}={n:,}" for k, n in dead.items())
         lines.append(f"dead letters {sum(dead.values()):,} ({per})")

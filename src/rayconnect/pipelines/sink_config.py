@@ -30,7 +30,9 @@ from rayconnect.protocol.streams import (
     with_default_properties,
 )
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
+from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 from rayconnect.redact import redacted_repr
+from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.settings import SparkSettings
 from rayconnect.storage.location import StorageError, TableLocation
 
@@ -132,19 +134,29 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     ``storage_options`` are delta-rs's (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``...);
     settings left out come from the environment of each actor (see ``storage.location``).
     ``vacuum_retention_hours`` must outlast the longest round: files of an open round are not
-    in the table yet, and vacuum would delete them."""
+    in the table yet, and vacuum would delete them; files compacted away are deleted after
+    it too (readers of older versions need them until then). ``compact`` and ``log``: table
+    upkeep by the pipeline (``protocol.upkeep``; README "Table upkeep")."""
 
     path: str
     vacuum_retention_hours: float = 24.0
     storage_options: dict[str, str] = {}
     #: table partition columns of a typed table: ``col`` or ``name=day(col)``/``hour(col)``
     partition_by: tuple[str, ...] = ()
+    compact: CompactSettings = CompactSettings()
+    log: LogSettings = LogSettings()
 
     __repr__ = redacted_repr  # storage options hold credentials
 
     def __post_init__(self) -> None:
         require(bool(self.path), "sink.path is empty")
         require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
+        unknown = [c for c in self.compact.zorder_by if c not in RAW_RECORD_SCHEMA.names]
+        require(
+            not unknown,
+            f"sink.compact.zorder_by: no column {unknown} in the table "
+            f"(columns: {RAW_RECORD_SCHEMA.names})",
+        )
         try:
             self.location()
         except StorageError as e:

@@ -41,6 +41,32 @@ class CommitConflictError(RuntimeError):
     """A concurrent commit touched the same partitions or epoch: this commit did not happen."""
 
 
+class TableBrokenError(RuntimeError):
+    """Someone changed the table so that the pipeline's assumptions no longer hold (the
+    table was dropped, its schema changed, its offsets moved backwards): writing on could
+    lose or duplicate records, so the pipeline stops with this reason."""
+
+
+def check_not_behind(known: Mapping[str, int], current: Mapping[str, int | None]) -> None:
+    """After a reload: every partition's offset in the table is at least the one the
+    coordinator last knew the table to have. The pipeline only ever moves its offsets
+    forward, so an offset that went back (or vanished) was moved by hand or the table was
+    replaced; re-reading from there would write records twice. Raises ``TableBrokenError``."""
+    behind = {
+        key: (was, current.get(key))
+        for key, was in known.items()
+        if current.get(key) is None or current[key] < was  # type: ignore[operator]
+    }
+    if behind:
+        detail = ", ".join(
+            f"{key}: was {was}, now {now}" for key, (was, now) in sorted(behind.items())
+        )
+        raise TableBrokenError(
+            f"committed offsets moved backwards in the table ({detail}): someone wrote txn "
+            "versions by hand or replaced the table; stopping rather than writing records twice"
+        )
+
+
 def check_offsets(
     offsets: Mapping[str, int],
     expected: Mapping[str, int | None],

@@ -54,7 +54,9 @@ from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.base import (
     COORDINATOR_KEY,
     CommitConflictError,
+    OffsetMismatchError,
     SchemaMismatchError,
+    TableBrokenError,
     check_epoch,
     check_offsets,
 )
@@ -62,6 +64,8 @@ from rayconnect.tables.base import (
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168
 _COMMIT_ID = "rayconnect.commitId"
+#: a round's commit that another writer's DELETE/UPDATE made conflict is tried this often
+COMMIT_ATTEMPTS = 3
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
 _COMMIT_JSON = re.compile(r"^(\d{20})\.json$")
 
@@ -146,11 +150,38 @@ class DeltaCommitter:
         return dt
 
     def _table(self) -> DeltaTable:
-        """The table at its latest version (the object never sees commits by itself)."""
+        """The table at its latest version (the object never sees commits by itself).
+
+        Raises ``TableBrokenError`` if the table was dropped or its schema changed under
+        a running pipeline (another writer did it): committing on would write into a table
+        that is not the one the offsets came from, or files its readers cannot read."""
         if self._dt is None:
             return self.ensure_table()
         self._dt.update_incremental()
+        self._check_still_ours(self._dt)
         return self._dt
+
+    def _check_still_ours(self, dt: DeltaTable) -> None:
+        """The latest commit this object knows is still in the log (a dropped table keeps
+        no log: delta-rs would go on from its cached snapshot), and the schema is ours.
+        One HEAD request per call."""
+        from pyarrow import fs
+
+        latest = self._log_path(f"{dt.version():020d}.json")
+        if self.filesystem.get_file_info(latest).type == fs.FileType.NotFound:
+            raise TableBrokenError(
+                f"table {self.table_path} is gone: its log has no version {dt.version()} "
+                "any more (dropped or replaced by another writer)"
+            )
+        if self.typed:  # a typed table's schema may grow (evolution), not contradict ours
+            _, problems = evolution.merge(self._table_arrow_schema(dt), self.schema)
+        else:
+            problems = schema_differences(self._table_arrow_schema(dt), self.schema)
+        if problems:
+            raise TableBrokenError(
+                f"table {self.table_path} changed its schema under the pipeline: "
+                f"{'; '.join(problems)}"
+            )
 
     @staticmethod
     def _table_arrow_schema(dt: DeltaTable) -> pa.Schema:
@@ -195,7 +226,7 @@ class DeltaCommitter:
         Values are read with ``transaction_version`` afterwards; this only finds the ids.
         Classic (single or multi-part) checkpoints only, which is what delta-rs writes.
         """
-        names = self._log_names()
+        names = self.log_names()
         checkpoints: dict[int, list[str]] = {}
         for name in names:
             m = _CHECKPOINT.match(name)
@@ -217,10 +248,14 @@ class DeltaCommitter:
                         app_ids.add(action["txn"]["appId"])
         return app_ids
 
+    def checkpoint_versions(self) -> list[int]:
+        """Versions with a checkpoint in the log, oldest first."""
+        return sorted({int(m.group(1)) for n in self.log_names() if (m := _CHECKPOINT.match(n))})
+
     def _log_path(self, name: str) -> str:
         return self.location.path(f"_delta_log/{name}")
 
-    def _log_names(self) -> list[str]:
+    def log_names(self) -> list[str]:
         """File names in ``_delta_log`` (one LIST on an object store)."""
         from pyarrow import fs
 
@@ -255,10 +290,7 @@ class DeltaCommitter:
         case nothing is committed. Returns the new table version.
         """
         dt = self._table()
-        read_version = dt.version()
-        if epoch is not None:
-            check_epoch(epoch, dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0)
-        self._check_offsets(dt, offsets, expected)
+        self._check_fence(dt, offsets, expected, epoch)
         dead = [f for f in files if is_dead_letter_file(f)]
         files = [f for f in files if not is_dead_letter_file(f)]
         if self.typed:
@@ -272,7 +304,34 @@ class DeltaCommitter:
             if self._dead is None:
                 raise SchemaMismatchError(f"dead-letter files for a raw table: {dead[0].path}")
             self._commit_dead_letters(dead, offsets)
-        return self._write(dt, read_version, adds, txns, dict(metadata or {}))
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                return self._write(dt, dt.version(), adds, txns, dict(metadata or {}))
+            except CommitConflictError as conflict:
+                # delta-rs also fails a blind append when another writer's DELETE, UPDATE or
+                # MERGE (dataChange=true removes) landed since our read. If the table still
+                # has our epoch and offsets, no rival of ours won: the same commit is as
+                # right on the new snapshot (nothing landed; compare-and-set again).
+                if attempt == COMMIT_ATTEMPTS:
+                    raise
+                dt = self._table()
+                try:
+                    self._check_fence(dt, offsets, expected, epoch)
+                except OffsetMismatchError:
+                    raise conflict from None
+        raise AssertionError("unreachable")
+
+    def _check_fence(
+        self,
+        dt: DeltaTable,
+        offsets: Mapping[str, int],
+        expected: Mapping[str, int | None],
+        epoch: int | None,
+    ) -> None:
+        """Compare-and-set's compare: the epoch (if fenced), then every partition's offset."""
+        if epoch is not None:
+            check_epoch(epoch, dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0)
+        self._check_offsets(dt, offsets, expected)
 
     def _evolve(self, dt: DeltaTable, files: Sequence[DataFile]) -> None:
         """Add the columns the round's files bring (nullable) before the round's commit.
@@ -426,8 +485,8 @@ class DeltaCommitter:
             )
         except CommitFailedError as exc:
             raise CommitConflictError(
-                f"concurrent commit to {self.table_path} touched the same app ids "
-                f"({[t.app_id for t in txns]}); nothing committed: {exc}"
+                f"a concurrent commit to {self.table_path} conflicted (this commit's app ids: "
+                f"{[t.app_id for t in txns]}); nothing committed: {exc}"
             ) from exc
         dt.update_incremental()
         return self._find_commit(commit_id, read_version, dt.version())

@@ -8,6 +8,7 @@ offsets must equal the high watermarks - after every role was killed mid-round.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -32,6 +33,7 @@ from sink_checks import caught_up as _caught_up
 import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.kafka.admin import create_topic, produce_demo_records
+from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 
 CLUSTER = sink_checks.CLUSTER
 _pipeline = sink_checks.pipeline
@@ -393,5 +395,70 @@ def test_every_codec_and_headers_reach_the_table_byte_for_byte(ray_session, kafk
         }
         assert len(got) == t.num_rows == len(expected) == 2000
         assert got == expected
+    finally:
+        handle.stop(commit=False)
+
+
+# -- table upkeep beside other writers (README "Table upkeep"); forced interleavings of a
+# compaction and a round's commit, both orders, are in tests/integration/tables/
+# test_delta_upkeep.py (no Ray needed). Here so it shares this module's Ray (~15-30 s).
+
+
+@pytest.mark.timeout(400)
+def test_pipeline_keeps_its_table_healthy_beside_a_users_optimize_delete_vacuum(
+    ray_session, kafka_broker, tmp_path: Path
+) -> None:
+    """The pipeline compacts its table, writes and uses checkpoints and tidies its log while
+    a user runs OPTIMIZE, DELETE WHERE and VACUUM on it: every record produced and not
+    deleted by the user is in the table exactly once. Then the table is dropped under it:
+    it stops with the reason instead of writing on."""
+    bootstrap = kafka_broker.bootstrap_servers
+    produced = Produced(bootstrap, "upkeep", 4)
+    produced.more(400)
+    path = tmp_path / "t"
+    sink = rc.DeltaSink(
+        str(path),
+        compact=CompactSettings(min_files=4, every_s=0),
+        log=LogSettings(checkpoint_interval=5, log_retention_hours=1 / 3600, tidy_every_s=2),
+    )
+    handle = sink_checks.pipeline(
+        "upkeep", bootstrap, "upkeep", sink, commit_interval_s=0.5, write_timeout_s=60
+    ).start()
+    deleted = {(CLUSTER, "upkeep", 1, o) for o in range(10)}
+    users_jobs = [
+        lambda: DeltaTable(str(path)).optimize.compact(),
+        lambda: DeltaTable(str(path)).delete("`partition` = 1 AND `offset` < 10"),
+        lambda: DeltaTable(str(path)).vacuum(retention_hours=0, enforce_retention_duration=False),
+    ]
+    try:
+        handle.wait_for(_caught_up(produced), timeout_s=150)
+        for job in users_jobs:  # each while more records arrive and rounds commit
+            produced.more(200)
+            job()
+            handle.wait_for(_caught_up(produced), timeout_s=120)
+        status = handle.wait_for(
+            lambda s: s["upkeep"]["compactions"] >= 2 and s["upkeep"]["tidies"] >= 1,
+            timeout_s=60,
+        )
+        rows = table_rows(path)
+        assert [r for r, n in Counter(rows).items() if n > 1] == []
+        assert set(rows) == produced.rows() - deleted
+        assert status["offsets"] == produced.offsets()
+        assert status["gave_up"] is None, status
+        dt = DeltaTable(str(path))
+        assert dt.metadata().configuration["delta.checkpointInterval"] == "5"
+        log_names = os.listdir(path / "_delta_log")
+        assert any(".checkpoint." in n for n in log_names)
+        assert "00000000000000000000.json" not in log_names  # expired entries cleaned up
+        assert len(dt.file_uris()) < status["rounds_committed"] * 2, "not compacted"
+
+        # the table is dropped under the running pipeline: it stops, with the reason
+        for name in os.listdir(path / "_delta_log"):
+            os.remove(path / "_delta_log" / name)
+        produced.more(100)
+        status = handle.wait_for(lambda s: s["gave_up"] is not None, timeout_s=60)
+        assert "table broken" in status["gave_up"] and "is gone" in status["gave_up"]
+        time.sleep(1.5)
+        assert os.listdir(path / "_delta_log") == []  # nothing written into it
     finally:
         handle.stop(commit=False)

@@ -209,6 +209,31 @@ def _past_the_check(committer: DeltaCommitter, barrier: threading.Barrier) -> No
     committer._check_offsets = check_then_wait  # type: ignore[method-assign]
 
 
+def test_compaction_racing_a_round_and_tidy_on_s3(
+    location: TableLocation, committer: DeltaCommitter
+) -> None:
+    """Upkeep on S3 (conditional put): a compaction planned before a round commits after it,
+    both land; tidy checkpoints, cleans the log and vacuums; offsets and rows exact."""
+    from rayconnect.protocol.upkeep import CompactSettings, LogSettings
+    from rayconnect.tables.delta_upkeep import DeltaUpkeep
+
+    keeper = DeltaUpkeep(
+        location, PIPELINE, CompactSettings(min_files=2), LogSettings(checkpoint_interval=5), 0
+    )
+    keeper.configure_table()
+    for n in range(4):
+        committer.commit(
+            [stage(location, records(K0, n * 3, 3))], {K0: n * 3 + 3}, {K0: n * 3 or None}
+        )
+    snapshot = DeltaTable(location.uri, storage_options=location.delta_options())
+    committer.commit([stage(location, records(K0, 12, 3))], {K0: 15}, {K0: 12})
+    assert keeper._compact_once(snapshot)["numFilesRemoved"] == 4
+    done = keeper.tidy()
+    assert done["files_vacuumed"] == 4 and keeper.last_checkpoint() is not None
+    assert sorted(rows(location)) == [(0, o) for o in range(15)]
+    assert DeltaCommitter(location, PIPELINE).committed_offsets() == {K0: 15}
+
+
 @pytest.mark.timeout(180)
 def test_two_coordinators_racing_on_s3_exactly_one_commits(location: TableLocation) -> None:
     """Five rounds; each time two committers of the same pipeline read the same version,

@@ -310,6 +310,25 @@ def test_sink_status_says_how_many_spark_executors_run(writer, line):
     assert line in render_status(status)
 
 
+def test_sink_status_shows_table_upkeep():
+    from rayconnect.cli.status import render_status
+
+    upkeep = {
+        "compactions": 3,
+        "compactions_given_up": 1,
+        "tidies": 2,
+        "tidies_failed": 0,
+        "files_since_compaction": 40,
+        "running": [],
+        "last_error": "compact: CommitFailedError: lost to a DELETE",
+    }
+    text = render_status({"partition_status": {}, "actors": [], "upkeep": upkeep})
+    assert (
+        "table upkeep: 3 compactions (1 given up), 2 tidies (0 failed), 40 files since the "
+        "last compaction; last error: compact: CommitFailedError: lost to a DELETE"
+    ) in text
+
+
 def test_sink_status_counts_dead_letters_per_partition():
     from rayconnect.cli.status import render_status
 

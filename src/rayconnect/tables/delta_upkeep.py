@@ -1,0 +1,144 @@
+"""Upkeep of a pipeline's Delta table: table properties, compaction, checkpoints, log cleanup,
+vacuum (the *when* is ``protocol.upkeep.UpkeepSchedule``; this is the *how*).
+
+Compaction beside running rounds (measured on delta-rs 1.6.6, ``tests/integration/tables/
+test_delta_upkeep.py``): a compaction is ``OPTIMIZE`` with ``dataChange=false``; a round is a
+blind append with txn actions that reads no files. delta-rs's conflict checker lets each pass
+the other in both orders - a round that commits while a compaction rewrites is kept (the
+compaction commits after it and leaves its files alone), and a round that read the table
+before a compaction committed still commits, exactly once, because the coordinator's
+compare-and-set looks at txn versions, which a compaction never touches. What can make a
+compaction fail is another writer removing a file it rewrote (a user's DELETE): it is then
+tried again on a fresh snapshot, ``retries`` times, and otherwise left until next due.
+
+This object has its own ``DeltaTable``: it runs in the coordinator's upkeep thread, beside
+(not inside) the committer of the rounds, which is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
+
+from rayconnect.formats.settings import RecordFormat
+from rayconnect.protocol.upkeep import CompactSettings, LogSettings
+from rayconnect.storage.location import TableLocation, as_location
+from rayconnect.tables.delta import DeltaCommitter
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+LOG_RETENTION = "delta.logRetentionDuration"
+#: how long checkpoints keep the remove actions (tombstones) of compacted-away files
+TOMBSTONE_RETENTION = "delta.deletedFileRetentionDuration"
+
+
+def log_retention_value(hours: float) -> str:
+    """A Delta duration property for ``hours`` (whole seconds, rounded up)."""
+    return f"interval {math.ceil(hours * 3600)} seconds"
+
+
+class DeltaUpkeep:
+    """Compacts and tidies one Delta table for one pipeline. Not thread-safe; one thread."""
+
+    def __init__(
+        self,
+        table: str | TableLocation,
+        pipeline: str,
+        compact: CompactSettings,
+        log_settings: LogSettings,
+        vacuum_retention_hours: float,
+        record_format: RecordFormat | None = None,
+    ) -> None:
+        self.location = as_location(table)
+        self.compact_settings = compact
+        self.log_settings = log_settings
+        self.vacuum_retention_hours = vacuum_retention_hours
+        # vacuum (and its safety rules) is the committer's; a committer of our own, so
+        # that nothing here shares a DeltaTable with the rounds' committer
+        self._committer = DeltaCommitter(self.location, pipeline, record_format=record_format)
+        self._options = self.location.delta_options()
+
+    def _table(self) -> DeltaTable:
+        return DeltaTable(self.location.uri, storage_options=self._options)
+
+    def configure_table(self) -> dict[str, str]:
+        """Write the log settings (and the sink's vacuum retention as the tombstone
+        retention) into the table's properties, where they differ (one metadata commit, at
+        start-up only). Returns what was changed."""
+        dt = self._table()
+        wanted = {
+            CHECKPOINT_INTERVAL: str(self.log_settings.checkpoint_interval),
+            LOG_RETENTION: log_retention_value(self.log_settings.log_retention_hours),
+            # a checkpoint keeps a remove action per compacted-away file this long (Delta's
+            # default: a week); vacuum deletes the files after vacuum_retention_hours, so
+            # tombstones kept longer only make every checkpoint - and recovery - bigger
+            TOMBSTONE_RETENTION: log_retention_value(self.vacuum_retention_hours),
+        }
+        current = dt.metadata().configuration
+        changed = {k: v for k, v in wanted.items() if current.get(k) != v}
+        if changed:
+            dt.alter.set_table_properties(changed, raise_if_not_exists=False)
+        return changed
+
+    def compact(self) -> dict[str, Any]:
+        """Bin-pack (or Z-order) the table's small files; on a lost race try again on a
+        fresh snapshot, ``retries`` times. Returns delta-rs's metrics (``numFilesRemoved``
+        0: nothing to do). Raises ``CommitFailedError`` once it gives up."""
+        settings = self.compact_settings
+        attempts = settings.retries + 1
+        for attempt in range(1, attempts + 1):
+            dt = self._table()
+            try:
+                return self._compact_once(dt)
+            except CommitFailedError as exc:
+                if attempt == attempts:
+                    raise
+                log.info("compaction lost a race (attempt %d/%d): %s", attempt, attempts, exc)
+        raise AssertionError("unreachable")
+
+    def _compact_once(self, dt: DeltaTable) -> dict[str, Any]:
+        settings = self.compact_settings
+        target = settings.target_file_mb * 1024 * 1024
+        if settings.zorder_by:
+            return dt.optimize.z_order(
+                list(settings.zorder_by),
+                target_size=target,
+                max_concurrent_tasks=settings.max_concurrent_tasks,
+            )
+        return dt.optimize.compact(
+            target_size=target, max_concurrent_tasks=settings.max_concurrent_tasks
+        )
+
+    def tidy(self) -> dict[str, Any]:
+        """Checkpoint if the last one is more than two intervals old (delta-rs writes them
+        after commits; one lost to a crash is made up here), delete expired log entries,
+        vacuum. Returns what it did."""
+        dt = self._table()
+        version = dt.version()
+        last = self.last_checkpoint()
+        checkpointed = False
+        if version - (last if last is not None else -1) > 2 * self.log_settings.checkpoint_interval:
+            dt.create_checkpoint()
+            checkpointed = True
+        log_before = len(self._committer.log_names())
+        dt.cleanup_metadata()
+        log_after = len(self._committer.log_names())
+        started = time.monotonic()
+        removed = self._committer.vacuum(self.vacuum_retention_hours)
+        return {
+            "version": version,
+            "checkpoint_created": checkpointed,
+            "log_entries_removed": log_before - log_after,
+            "files_vacuumed": len(removed),
+            "vacuum_s": round(time.monotonic() - started, 3),
+        }
+
+    def last_checkpoint(self) -> int | None:
+        """The version of the newest checkpoint in the log (None: none yet)."""
+        return max(self._committer.checkpoint_versions(), default=None)
