@@ -75,9 +75,10 @@ def _victims(partitions: int) -> list[tuple[str, str, str]]:
     from rayconnect.actors import names
 
     part = f"{CLUSTER}/{TOPIC}/{min(1, partitions - 1)}"
+    host = names.participant_host(PIPELINE, part, names.DEFAULT_PARTITIONS_PER_HOST)
     return [
         ("coordinator", names.coordinator(PIPELINE), "ray.kill"),
-        (f"participant {part}", names.participant(PIPELINE, part), "sigkill"),
+        (f"participant host {host.split('/participants/')[1]}", host, "sigkill"),
         ("writer", names.writer(PIPELINE), "sigkill"),
     ]
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 import msgspec
 
+from rayconnect.actors.names import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.errors import ConfigError, require
 from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
@@ -216,6 +217,9 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
     #: failing) after which the pipeline gives up, with the reason (``protocol.outages``);
     #: None: wait for ever
     give_up_after_s: float | None = DEFAULT_GIVE_UP_AFTER_S
+    #: partitions of one topic that share a participant host (one actor process): a
+    #: process costs ~57 MB and a worker start, a machine in a host a few KB
+    partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST
 
     __repr__ = redacted_repr
 
@@ -225,6 +229,10 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         except ValueError as e:
             raise ConfigError(str(e)) from None
         check_give_up(self.give_up_after_s)
+        require(
+            self.partitions_per_host >= 1,
+            f"partitions_per_host must be >= 1, not {self.partitions_per_host!r}",
+        )
 
 
 def check_give_up(give_up_after_s: float | None) -> None:
