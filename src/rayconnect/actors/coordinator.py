@@ -72,6 +72,7 @@ class CoordinatorActor:
             config.commit,
         )
         self.hosts: dict[str, Any] = {}  # participant host name -> handle, looked up lazily
+        self._host_names: dict[str, str] = {}  # partition key -> its host's name
         self.started_at = time.time()
         self.table_version: int | None = None
         self.round_durations: collections.deque[float] = collections.deque(maxlen=1000)
@@ -238,7 +239,11 @@ class CoordinatorActor:
         log.info("coordinator %s: retired %s", self.config.name, list(effect.keys))
 
     def _host_name(self, key: str) -> str:
-        return names.participant_host(self.config.name, key, self.config.partitions_per_host)
+        name = self._host_names.get(key)
+        if name is None:
+            pph = self.config.partitions_per_host
+            name = self._host_names[key] = names.participant_host(self.config.name, key, pph)
+        return name
 
     def _host(self, name: str) -> Any:
         handle = self.hosts.get(name)
@@ -397,6 +402,8 @@ class CoordinatorActor:
             end_to_start_s_median=_median(self.end_to_starts),
             commit_s_median=_median(self.commit_latencies),
             started_at=self.started_at,
+            # which participant host (actor) holds each partition
+            participant_hosts={key: self._host_name(key) for key in status["partitions"]},
         )
         return status
 
