@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.25
 IDLE_TICK_S = 1.0
+#: how long a host gathers starting-offset lookups before asking the broker for all of them
+POLICY_GATHER_S = 0.05
 
 #: One batch from a reader: key, first offset, next offset, records, bytes, the Arrow batch's
 #: object ref (nested in the call's list, so Ray passes the ref, not the batch), caught up.
@@ -99,6 +101,7 @@ class ParticipantHostActor:
         self.slots: dict[str, _Slot] = {}
         self._retired: set[str] = set()
         self._outbox: list[Message] = []  # to the coordinator, sent once per input
+        self._policy_batch: dict[str, asyncio.Future[int]] | None = None
         self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
         self._coordinator: Any = None
         self.started_at = time.time()
@@ -390,17 +393,45 @@ class ParticipantHostActor:
         return self._coordinator
 
     async def _policy_offset(self, key: str) -> int:
-        """Where a partition the table never committed starts: explicit, earliest or latest."""
-        from rayconnect.kafka.discovery import beginning_offsets, high_watermarks
-
+        """Where a partition the table never committed starts: explicit, earliest or latest.
+        The lookups of one moment go to the broker together (``_resolve_policies``): a fresh
+        pipeline's first START asks for every partition at once."""
         policy = self.starting_offsets
         if isinstance(policy, dict) and key in policy:
             return policy[key]
-        tp = TopicPartition.from_key(key)
-        cluster = self.clusters[tp.cluster]
-        if policy == "latest":
-            return (await high_watermarks(cluster, [tp]))[key]
-        return (await beginning_offsets(cluster, [tp]))[key]
+        loop = asyncio.get_running_loop()
+        if self._policy_batch is None:
+            self._policy_batch = {}
+            loop.create_task(self._resolve_policies())
+        future = self._policy_batch.get(key)
+        if future is None:
+            future = self._policy_batch[key] = loop.create_future()
+        return await future
+
+    async def _resolve_policies(self) -> None:
+        """One broker lookup per cluster for every key asked for within POLICY_GATHER_S."""
+        from rayconnect.kafka.discovery import beginning_offsets, high_watermarks
+
+        await asyncio.sleep(POLICY_GATHER_S)
+        batch, self._policy_batch = self._policy_batch or {}, None
+        by_cluster: dict[str, list[TopicPartition]] = {}
+        for key in batch:
+            tp = TopicPartition.from_key(key)
+            by_cluster.setdefault(tp.cluster, []).append(tp)
+        lookup = high_watermarks if self.starting_offsets == "latest" else beginning_offsets
+        for cluster_id, tps in by_cluster.items():
+            try:
+                found = await lookup(self.clusters[cluster_id], tps)
+            except Exception as e:
+                found, error = {}, e
+            else:
+                error = KeyError("no offset")
+            for tp in tps:
+                future = batch[tp.key]
+                if tp.key in found:
+                    future.set_result(found[tp.key])
+                else:
+                    future.set_exception(error)
 
 
 def hosts_of(pipeline: str, keys: Iterable[str], partitions_per_host: int) -> dict[str, list[str]]:
