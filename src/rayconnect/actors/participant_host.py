@@ -59,6 +59,8 @@ TICK_S = 0.25
 IDLE_TICK_S = 1.0
 #: how long a host gathers starting-offset lookups before asking the broker for all of them
 POLICY_GATHER_S = 0.05
+#: how long a host gathers its machines' messages before sending them to the coordinator
+SEND_GATHER_S = 0.005
 
 #: One batch from a reader: key, first offset, next offset, records, bytes, the Arrow batch's
 #: object ref (nested in the call's list, so Ray passes the ref, not the batch), caught up.
@@ -101,6 +103,7 @@ class ParticipantHostActor:
         self.slots: dict[str, _Slot] = {}
         self._retired: set[str] = set()
         self._outbox: list[Message] = []  # to the coordinator, sent once per input
+        self._send_scheduled = False
         self._policy_batch: dict[str, asyncio.Future[int]] | None = None
         self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
         self._coordinator: Any = None
@@ -322,7 +325,15 @@ class ParticipantHostActor:
                 raise TypeError(f"participant cannot carry out {effect!r}")
 
     def _send(self) -> None:
-        """What the machines said to the coordinator since the last send: one call, in order."""
+        """Send what the machines said to the coordinator, in order, as one call - a moment
+        later (SEND_GATHER_S), so that the WRITE-STATUS of flushes the writer returns
+        together (one Spark job writes every partition's END flush) share the call too."""
+        if self._outbox and not self._send_scheduled:
+            self._send_scheduled = True
+            asyncio.get_running_loop().call_later(SEND_GATHER_S, self._send_now)
+
+    def _send_now(self) -> None:
+        self._send_scheduled = False
         if not self._outbox:
             return
         messages, self._outbox = self._outbox, []
