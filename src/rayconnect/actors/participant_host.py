@@ -315,7 +315,9 @@ class ParticipantHostActor:
     async def _carry_out(self, slot: _Slot, ready: Ready) -> None:
         for effect in ready:
             if isinstance(effect, SendMessage):
+                # out within SEND_GATHER_S, not after the host's reader calls of this input
                 self._outbox.append(effect.message)
+                self._send()
             elif isinstance(effect, Flush):
                 slot.flushes += 1
                 asyncio.get_running_loop().create_task(self._flush(slot, effect))
