@@ -43,6 +43,27 @@ def to_batch(cluster: str, records: list) -> pa.RecordBatch:
     )
 
 
+def to_batch_json(cluster: str, records: list) -> pa.RecordBatch:
+    """``--json``: what a one-process consumer writes for typed tables - each value parsed
+    with ``json.loads`` (one dict per record), the Kafka coordinates beside it."""
+    rows = []
+    for r in records:
+        row = json.loads(r.value)
+        row.update(
+            _kafka_cluster=cluster,
+            _kafka_topic=r.topic,
+            _kafka_partition=r.partition,
+            _kafka_offset=r.offset,
+            _kafka_timestamp=r.timestamp * 1000,
+        )
+        rows.append(row)
+    batch = pa.RecordBatch.from_pylist(rows)
+    ts = batch.schema.get_field_index("_kafka_timestamp")
+    return batch.set_column(
+        ts, "_kafka_timestamp", batch.column(ts).cast(pa.timestamp("us", tz="UTC"))
+    )
+
+
 #: The table's delta-rs storage options as JSON (a table on object storage), from the
 #: environment rather than the command line, where every process listing would show them.
 STORAGE_ENV = "BENCH_BASELINE_STORAGE_OPTIONS"
@@ -51,7 +72,19 @@ STORAGE_ENV = "BENCH_BASELINE_STORAGE_OPTIONS"
 async def main(a: argparse.Namespace) -> dict:
     storage = json.loads(os.environ.get(STORAGE_ENV) or "{}") or None
     if not DeltaTable.is_deltatable(a.table, storage_options=storage):
-        DeltaTable.create(a.table, SCHEMA, mode="ignore", storage_options=storage)
+        if a.json:  # typed: the table takes the first batch's schema
+            schema = pa.schema(
+                [
+                    pa.field("_kafka_cluster", pa.string()),
+                    pa.field("_kafka_topic", pa.string()),
+                    pa.field("_kafka_partition", pa.int64()),
+                    pa.field("_kafka_offset", pa.int64()),
+                    pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC")),
+                ]
+            )
+        else:
+            schema = SCHEMA
+        DeltaTable.create(a.table, schema, mode="ignore", storage_options=storage)
     dt = DeltaTable(a.table, storage_options=storage)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=a.bootstrap,
@@ -85,17 +118,25 @@ async def main(a: argparse.Namespace) -> dict:
                     continue
                 if t0 is None:
                     t0, t0_wall = time.perf_counter(), time.time()
-                buffered.append(to_batch("local", records))
+                buffered.append((to_batch_json if a.json else to_batch)("local", records))
                 n_buffered += len(records)
                 next_offsets[tp.partition] = records[-1].offset + 1
             now = time.monotonic()
             if n_buffered and (n_buffered >= a.flush_records or now - last_flush >= a.flush_age):
                 w0 = time.perf_counter()
                 moved = {p: o for p, o in next_offsets.items() if o != committed[p]}
+                data = (
+                    pa.concat_tables(
+                        [pa.Table.from_batches([b]) for b in buffered], promote_options="permissive"
+                    )
+                    if a.json
+                    else pa.Table.from_batches(buffered, SCHEMA)
+                )
                 write_deltalake(
                     dt,
-                    pa.Table.from_batches(buffered, SCHEMA),
+                    data,
                     mode="append",
+                    schema_mode="merge" if a.json else None,
                     commit_properties=CommitProperties(
                         app_transactions=[
                             Transaction(f"{a.topic}/{p}", o) for p, o in moved.items()
@@ -129,5 +170,6 @@ if __name__ == "__main__":
     ap.add_argument("table")
     ap.add_argument("expected", type=int)
     ap.add_argument("--flush-records", type=int, default=200_000)
+    ap.add_argument("--json", action="store_true", help="decode JSON values into columns")
     ap.add_argument("--flush-age", type=float, default=5.0)
     print(json.dumps(asyncio.run(main(ap.parse_args()))), flush=True)

@@ -30,7 +30,10 @@ import psutil
 BENCH = Path(__file__).resolve().parent
 PYTHON = sys.executable
 RAY_TMP = Path("/tmp/ray")
-PRIVATE_TMP = Path("/tmp/rcb")  # short: Ray's socket paths must stay under 107 bytes
+# Short (Ray's socket paths must stay under 107 bytes) and one per benchmark run, inherited by
+# the processes it starts: two runs at once shared /tmp/rcb, and one's cleanup of the Spark
+# scratch folder there killed the other's executors mid-job.
+PRIVATE_TMP = Path(os.environ.setdefault("RAYCONNECT_BENCH_TMP", f"/tmp/rcb{os.getpid()}"))
 
 # A private TMPDIR for everything this benchmark starts (Ray workers inherit it): Spark's
 # scratch folder (tempfile.gettempdir()/rayconnect-spark) is otherwise shared with every other
@@ -274,17 +277,12 @@ class RaySession:
 
 
 def cleanup_private_tmp() -> None:
-    """At the end of a benchmark run: drop the private temp dir's leftovers (dangling links,
-    multiprocessing scratch folders); sessions were removed by ``RaySession`` already."""
-    if not PRIVATE_TMP.exists():
-        return
-    scratch = PRIVATE_TMP / "tmp"
-    leftovers = [*scratch.glob("pymp-*"), *scratch.glob("rayconnect-tansu-*")]
-    for path in [*PRIVATE_TMP.iterdir(), *leftovers]:
-        if path.is_symlink() and not path.exists():
-            path.unlink()
-        elif path.name.startswith(("pymp-", "rayconnect-tansu-")) and path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
+    """At the end of a benchmark run: remove its private temp dir (this run's alone; the
+    sessions in it were removed by ``RaySession`` already)."""
+    if os.environ.get("RAYCONNECT_BENCH_TMP") == str(PRIVATE_TMP) and PRIVATE_TMP.name == (
+        f"rcb{os.getpid()}"
+    ):  # only the process that made it: the runs it started share it
+        shutil.rmtree(PRIVATE_TMP, ignore_errors=True)
 
 
 def ensure_session_latest(session_dir: str) -> None:

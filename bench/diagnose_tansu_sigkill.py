@@ -11,7 +11,10 @@ tests/integration/pipelines/test_source_outages.py): one jump of ~48 records per
 partition of one Kafka partition (e.g. seq 851 at offset 1693, then seq 900 at 1802) while the
 offsets topic says those records committed - the broker lost records it had acknowledged.
 
-    .venv/bin/python bench/diagnose_tansu_sigkill.py
+Also with a graceful stop (SIGTERM; tansu exits 0 at once) and start, ``--graceful``:
+the same loss (measured 2026-11-23: see the README's outage section).
+
+    .venv/bin/python bench/diagnose_tansu_sigkill.py [--graceful]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -57,7 +61,7 @@ async def _records(bootstrap: str, topic: str, partition: int) -> list[tuple[int
     return out
 
 
-def main() -> None:
+def main(graceful: bool) -> None:
     with (
         tempfile.TemporaryDirectory(prefix="rayconnect-diag-") as scratch,
         EmbeddedS3() as s3,
@@ -91,7 +95,10 @@ def main() -> None:
         thread.start()
         time.sleep(4)
         assert broker.pid is not None
-        os.kill(broker.pid, signal.SIGKILL)
+        if graceful:
+            broker.stop(grace=5.0)  # SIGTERM: tansu exits 0 within ~40 ms
+        else:
+            os.kill(broker.pid, signal.SIGKILL)
         time.sleep(5)
         broker.start()
         time.sleep(8)
@@ -115,4 +122,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(graceful="--graceful" in sys.argv)

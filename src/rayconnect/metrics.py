@@ -179,6 +179,12 @@ class SinkMetrics:
         if round_duration_s is not None:
             self._do("round_duration_s", "observe", round_duration_s, self._tags)
 
+    def dead_letters(self, key: str, records: int) -> None:
+        """``records`` bad records of partition ``key`` were committed to the dead-letter
+        table (typed tables, ``errors: dead_letter``)."""
+        if records:
+            self._do("dead_letter_records", "inc", records, _partition_tags(self.pipeline, key))
+
     def rounds(self, status: Any) -> None:
         """Turn the coordinator's cumulative round counts into counter increments."""
         counts = {

@@ -32,6 +32,7 @@ import msgspec
 import ray
 
 from rayconnect.actors import names
+from rayconnect.formats.settings import dead_letter_partition, is_dead_letter_file
 from rayconnect.metrics import SinkMetrics
 from rayconnect.pipelines.sink_config import SinkPipelineConfig
 from rayconnect.protocol.coordinator import Coordinator, CoordinatorStatus
@@ -65,7 +66,7 @@ class CoordinatorActor:
         from rayconnect.tables.factory import open_committer
 
         self.config = config
-        self.committer = open_committer(config.sink, config.name)
+        self.committer = open_committer(config.sink, config.name, config.record_format())
         self.machine = Coordinator(
             config.name,
             partitions,
@@ -79,6 +80,8 @@ class CoordinatorActor:
         self.end_to_starts: collections.deque[float] = collections.deque(maxlen=1000)
         self.commit_latencies: collections.deque[float] = collections.deque(maxlen=1000)
         self.records_committed = 0
+        #: partition -> bad records in the dead-letter table (read with the offsets)
+        self.dead_letters: dict[str, int] = {}
         self.fenced: str | None = None
         self._metrics = SinkMetrics(config.name)  # dashboard metrics (rayconnect.metrics)
         self._recovered = asyncio.Event()
@@ -336,14 +339,20 @@ class CoordinatorActor:
             return
         self.commit_latencies.append(time.monotonic() - started)
         self.table_version = version
-        self.records_committed += sum(f.records for f in commit.files)
+        dead = [f for f in commit.files if is_dead_letter_file(f)]
+        records = sum(f.records for f in commit.files) - sum(f.records for f in dead)
+        self.records_committed += records
+        for f in dead:
+            key = dead_letter_partition(f)
+            self.dead_letters[key] = self.dead_letters.get(key, 0) + f.records
+            self._metrics.dead_letters(key, f.records)
         await self._apply(lambda: self.machine.commit_succeeded(version, time.monotonic()))
         duration = self.machine.status().last_round_duration_s
         if duration is not None:
             self.round_durations.append(duration)
         self._metrics.committed(  # dashboard metrics
             commit.offsets,
-            sum(f.records for f in commit.files),
+            records,
             self.commit_latencies[-1],
             duration,
         )
@@ -369,6 +378,9 @@ class CoordinatorActor:
         )
 
     def _read_table(self) -> tuple[dict[str, int], int, int]:
+        counts = getattr(self.committer, "dead_letter_counts", None)
+        if counts is not None:  # typed Delta tables: what earlier incarnations committed
+            self.dead_letters = counts()
         return (
             self.committer.committed_offsets(None),
             self.committer.epoch(),
@@ -392,6 +404,7 @@ class CoordinatorActor:
             table=self.committer.table_path,
             table_version=self.table_version,
             records_committed=self.records_committed,
+            dead_letters=dict(sorted(self.dead_letters.items())),
             fenced=self.fenced,
             error=self._error,
             outages=self.outages.describe(time.time()),

@@ -40,6 +40,7 @@ import pyarrow as pa
 import ray
 
 from rayconnect.actors import names
+from rayconnect.formats.settings import RecordFormat
 from rayconnect.pipelines.placement import Placement
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
@@ -101,11 +102,13 @@ class WriterActor:
         gather_max_s: float = 0.5,
         warm_up_table: TableLocation | None = None,
         placement_group_strategy: str = "SPREAD",
+        record_format: RecordFormat | None = None,
     ) -> None:
         # A fresh Spark app name per actor *incarnation*: RayDP names an actor
         # "<app>_SPARK_MASTER", and a restarted writer must not collide with its predecessor.
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         self._app_name = f"rayconnect-{safe}-{uuid.uuid4().hex[:8]}"
+        self._format = record_format if record_format is not None and record_format.typed else None
         spark = spark or SparkSettings()
         self._executors, self._cores = spark.executors, spark.executor_cores
         self._memory = spark.executor_memory
@@ -345,8 +348,15 @@ class WriterActor:
     async def _spark_write(
         self, table: TableLocation, groups: list[list[ray.ObjectRef]]
     ) -> WriteResult:
+        table_schema = None
+        if self._format is not None:
+            from rayconnect.tables.delta import current_schema
+
+            table_schema = await asyncio.get_running_loop().run_in_executor(
+                None, current_schema, table, self._format
+            )
         result: WriteResult = await self._run_in_spark_thread(
-            write_groups, self._spark, table, groups
+            write_groups, self._spark, table, groups, RAW_RECORD_SCHEMA, self._format, table_schema
         )
         self._stats["spark_writes"] += 1
         self._stats["spark_jobs"] += len(result.job_ids)
@@ -389,6 +399,7 @@ def start_writer(
     timeout_s: float = 180.0,
     warm_up_table: TableLocation | None = None,
     placement: Placement | None = None,
+    record_format: RecordFormat | None = None,
 ) -> ray.actor.ActorHandle:
     """Get or create the named, detached, always-restarted writer actor.
 
@@ -396,6 +407,8 @@ def start_writer(
     started and warmed up (~20-30 s on 2 cores), so the first round pays no start-up cost.
     ``placement`` places the writer and its executors (default: spread over the nodes).
     ``spark``: its executors and their waits (``rc.SparkSettings``; default one executor).
+    ``record_format``: how the source's values are decoded (on the executors, in each
+    write's one job); None or raw: rows are written as read.
     """
     placement = placement or Placement()
     handle = WriterActor.options(
@@ -411,6 +424,7 @@ def start_writer(
         warm_up,
         placement_group_strategy=placement.spark_group_strategy,
         warm_up_table=warm_up_table,
+        record_format=record_format,
     )
     if wait:
         ray.get(handle.ready.remote(), timeout=timeout_s)

@@ -130,6 +130,9 @@ def render_status(s: dict[str, Any]) -> str:
         if s.get(label):
             lines.append(f"{label}: {s[label]}")
     lines += [f"outage: {o}" for o in s.get("outages") or ()]
+    if dead := s.get("dead_letters"):  # typed tables, errors: dead_letter
+        per = ", ".join(f"{k}={n:,}" for k, n in dead.items())
+        lines.append(f"dead letters {sum(dead.values()):,} ({per})")
     if writer := s.get("writer"):
         lines.append(
             f"spark executors {_n(writer.get('executors'))} of {_n(writer.get('executors_wanted'))}"

@@ -1,6 +1,6 @@
 """aiokafka 0.14 fixes needed to run transactions against brokers like tansu.
 
-Three small monkeypatches, installed by :func:`apply` (idempotent) and removed by
+Four small monkeypatches, installed by :func:`apply` (idempotent) and removed by
 :func:`remove` / :func:`disabled` (used by the tests to prove each one is needed). Each
 one speaks the Kafka protocol, not tansu: against a broker that already does the job
 (Apache Kafka) it changes nothing observable.
@@ -39,6 +39,18 @@ c. **read_committed without aborted_transactions** -- a fetch response tells a
    ``max_partition_fetch_bytes`` can never be decided within one fetch and stalls that
    partition; raise ``max_partition_fetch_bytes`` above the largest transaction. This is
    logged as a warning.
+
+d. **Fetch pacing** -- tansu answers a fetch with what it read from its store within the
+   fetch's ``max_wait``; right after a restart (S3 engine, nothing cached) a short wait can end
+   before the first transaction's marker, or before any batch at all, and every fetch from
+   that offset comes back the same, for ever (measured: a read_committed consumer with 50 ms
+   stuck at offset 0 of 30,760 in 1 run of 3 and slow in the others; with 1 ms, stuck every
+   time). So a fetch that left a partition where it was although there is more below its
+   last stable offset (nothing returned, or only an undecided transaction - fix c) doubles
+   that consumer's ``fetch_max_wait_ms``, up to ``STALL_WAIT_MAX_MS`` = 1 s; once no
+   partition is held it halves back to what the consumer was created with. Against Kafka a
+   fetch below the last stable offset always returns data, so the wait never changes.
+   Hook: ``Fetcher._proc_fetch_request``, wrapped.
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -228,7 +241,58 @@ def _scan_markers(records: Any) -> _Scan:
 
 
 _OriginalPartitionRecords = _fetcher.PartitionRecords
+_original_proc_fetch_request = _fetcher.Fetcher._proc_fetch_request
 _stall_warned: set[Any] = set()
+
+#: The longest a held-back partition makes its consumer's fetches wait.
+STALL_WAIT_MAX_MS = 1000
+#: The fetcher whose response is being turned into ``PartitionRecords`` (set per fetch task).
+_fetching: ContextVar[Any] = ContextVar("rayconnect_fetching", default=None)
+
+
+async def _proc_fetch_request(self: Any, assignment: Any, node_id: Any, request: Any) -> Any:
+    token = _fetching.set(self)
+    try:
+        return await _original_proc_fetch_request(self, assignment, node_id, request)
+    finally:
+        _fetching.reset(token)
+        _pace_empty(self, assignment, request)
+
+
+def _pace_empty(fetcher: Any, assignment: Any, request: Any) -> None:
+    """Pace the partitions of ``request`` that got nothing at all (those that got batches
+    were paced as their ``PartitionRecords`` were built)."""
+    for topic, partitions in request.topics:
+        for partition, offset, _ in partitions:
+            tp = _fetcher.TopicPartition(topic, partition)
+            if tp in fetcher._records:
+                continue
+            try:
+                state = assignment.state_value(tp)
+            except (KeyError, AttributeError):  # unassigned meanwhile
+                continue
+            end = state.lso if state.lso is not None and state.lso >= 0 else state.highwater
+            _pace(fetcher, tp, held=end is not None and offset < end)
+
+
+def _pace(fetcher: Any, tp: Any, held: bool) -> None:
+    """Widen the fetcher's wait after a fetch that left ``tp`` where it was, narrow it once
+    no partition is held any more (never below what the consumer was created with)."""
+    if fetcher is None:
+        return
+    state = fetcher.__dict__
+    base = state.setdefault("_rayconnect_base_wait_ms", fetcher._fetch_max_wait_ms)
+    held_tps: set[Any] = state.setdefault("_rayconnect_held", set())
+    now = fetcher._fetch_max_wait_ms
+    if held:
+        held_tps.add(tp)
+        wait = min(max(2 * now, 100), max(STALL_WAIT_MAX_MS, base))
+    else:
+        held_tps.discard(tp)
+        wait = now if held_tps else max(now // 2, base)
+    if wait != now:
+        log.debug("%s: fetch wait %d -> %d ms", tp, now, wait)
+        fetcher._fetch_max_wait_ms = wait
 
 
 class MarkerAwarePartitionRecords(_OriginalPartitionRecords):  # type: ignore[misc,valid-type]
@@ -254,6 +318,7 @@ class MarkerAwarePartitionRecords(_OriginalPartitionRecords):  # type: ignore[mi
             records = _BatchReplay(scan.batches)
             aborted_transactions = scan.aborted
             self._abort_marker_at = scan.abort_marker_at
+            _pace(_fetching.get(), tp, held=scan.held_from == fetch_offset)
             if scan.held_from is not None:
                 if scan.held_from == fetch_offset and tp not in _stall_warned:
                     _stall_warned.add(tp)
@@ -279,7 +344,7 @@ class MarkerAwarePartitionRecords(_OriginalPartitionRecords):  # type: ignore[mi
 # apply / remove
 # --------------------------------------------------------------------------------------
 
-FIXES = ("init_producer_id", "producer_fenced", "read_committed")
+FIXES = ("init_producer_id", "producer_fenced", "read_committed", "fetch_pacing")
 """Names of the fixes, for :func:`disabled` and :func:`applied_fixes`."""
 
 _lock = threading.RLock()
@@ -295,6 +360,8 @@ def _install(name: str) -> None:
         _errors.kafka_errors.setdefault(PRODUCER_FENCED, ProducerFencedError)
     elif name == "read_committed":
         _fetcher.PartitionRecords = MarkerAwarePartitionRecords  # type: ignore[misc]
+    elif name == "fetch_pacing":
+        _fetcher.Fetcher._proc_fetch_request = _proc_fetch_request  # type: ignore[method-assign]
     else:
         raise ValueError(f"unknown compat fix {name!r}; known: {FIXES}")
 
@@ -307,6 +374,8 @@ def _uninstall(name: str) -> None:
             del _errors.kafka_errors[PRODUCER_FENCED]
     elif name == "read_committed":
         _fetcher.PartitionRecords = _OriginalPartitionRecords  # type: ignore[misc]
+    elif name == "fetch_pacing":
+        _fetcher.Fetcher._proc_fetch_request = _original_proc_fetch_request  # type: ignore[method-assign]
     else:
         raise ValueError(f"unknown compat fix {name!r}; known: {FIXES}")
 

@@ -134,6 +134,7 @@ class SinkPipeline:
             warm_up_table=cfg.sink.location(),
             wait=False,
             placement=cfg.placement,
+            record_format=cfg.record_format(),
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.

@@ -8,13 +8,15 @@ raised, naming the bad field, before any actor starts.
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 from rayconnect.actors.names import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.errors import ConfigError, require
+from rayconnect.formats.settings import ErrorPolicy, KeyFormat, RecordFormat, ValueFormat
 from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
 from rayconnect.metadata.static import StaticMetadataService
@@ -39,7 +41,11 @@ StartingOffsets = Literal["earliest", "latest"]
 class KafkaSource(msgspec.Struct, frozen=True):
     """Where a sink pipeline reads: streams of a metadata service, and where new partitions
     start (``earliest``, ``latest`` or an explicit ``{"cluster/topic/partition": offset}``).
-    Offsets committed in the table always win over ``starting_offsets``."""
+    Offsets committed in the table always win over ``starting_offsets``.
+
+    How keys and values are encoded is a property of the stream: ``value_format`` (``raw``,
+    the default: today's raw table; ``string``; ``json`` with a declared ``value_schema`` or
+    inferred) and the rest of ``formats.settings.RecordFormat``'s settings."""
 
     metadata: StaticMetadataService | FileMetadataService | SingleClusterMetadataService
     stream_ids: tuple[str, ...] | None = None
@@ -50,10 +56,19 @@ class KafkaSource(msgspec.Struct, frozen=True):
     properties: dict[str, str] = {}
     discovery_interval_s: float = 30.0
     discovery_failure_threshold: int = 5
+    value_format: ValueFormat = "raw"
+    key_format: KeyFormat = "raw"
+    value_schema: dict[str, Any] | None = None
+    value_avro_schema: str | None = None
+    include_key: bool = False
+    include_headers: bool = False
+    errors: ErrorPolicy = "stop"
+    max_value_bytes: int = 0
 
     __repr__ = redacted_repr
 
     def __post_init__(self) -> None:
+        self.record_format()  # checks the format settings
         require(self.readers_per_cluster >= 1, "source.readers_per_cluster must be >= 1")
         require(self.max_poll_records >= 1, "source.max_poll_records must be >= 1")
         for problem in check_client_properties(self.properties):
@@ -81,6 +96,19 @@ class KafkaSource(msgspec.Struct, frozen=True):
                     f"source.starting_offsets: key {key!r} is not 'cluster/topic/partition'",
                 )
                 require(offset >= 0, f"source.starting_offsets[{key!r}] must be >= 0")
+
+    def record_format(self) -> RecordFormat:
+        """How this source's records are decoded (checked: ConfigError naming the setting)."""
+        return RecordFormat(
+            value_format=self.value_format,
+            key_format=self.key_format,
+            value_schema=self.value_schema,
+            avro_schema=_read_avsc(self.value_avro_schema),
+            include_key=self.include_key,
+            include_headers=self.include_headers,
+            errors=self.errors,
+            max_value_bytes=self.max_value_bytes,
+        )
 
     def streams(self) -> tuple[KafkaStream, ...]:
         """The subscribed streams, as the metadata service has them now, with the
@@ -110,6 +138,8 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     path: str
     vacuum_retention_hours: float = 24.0
     storage_options: dict[str, str] = {}
+    #: table partition columns of a typed table: ``col`` or ``name=day(col)``/``hour(col)``
+    partition_by: tuple[str, ...] = ()
 
     __repr__ = redacted_repr  # storage options hold credentials
 
@@ -233,6 +263,42 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
             self.partitions_per_host >= 1,
             f"partitions_per_host must be >= 1, not {self.partitions_per_host!r}",
         )
+        from rayconnect.formats.rows import partition_specs
+
+        partition_specs(self.record_format())  # ConfigError naming the bad entry
+        require(
+            not (isinstance(self.sink, IcebergSink) and self.source.record_format().typed),
+            f"source.value_format {self.source.value_format!r}: typed tables are Delta-only "
+            "so far; an Iceberg sink takes value_format raw",
+        )
+
+    def record_format(self) -> RecordFormat:
+        """How records become rows: the source's format, partitioned as the sink says."""
+        fmt = self.source.record_format()
+        if isinstance(self.sink, DeltaSink) and self.sink.partition_by:
+            return msgspec.structs.replace(fmt, partition_by=self.sink.partition_by)
+        return fmt
+
+
+def _read_avsc(path: str | None) -> str | None:
+    """The writer schema's JSON text from an .avsc file (checked: ConfigError)."""
+    if path is None:
+        return None
+    try:
+        text = open(os.path.expanduser(path), encoding="utf-8").read()  # noqa: SIM115
+    except OSError as e:
+        raise ConfigError(f"source.value_avro_schema: cannot read {path!r}: {e}") from None
+    try:
+        from rayconnect.formats.avro import avro_schema_columns
+
+        avro_schema_columns(text)
+    except ImportError:
+        raise ConfigError(
+            "source.value_format avro needs DuckDB's Avro reader: pip install 'rayconnect[avro]'"
+        ) from None
+    except ValueError as e:
+        raise ConfigError(f"source.value_avro_schema {path!r}: {e}") from None
+    return text
 
 
 def check_give_up(give_up_after_s: float | None) -> None:

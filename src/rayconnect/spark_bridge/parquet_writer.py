@@ -35,6 +35,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import ray
 
+from rayconnect.formats.partitioning import split as split_partitions
+from rayconnect.formats.rows import BadRecordError, decode_block, partition_specs
+from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import STAGING_DIR, describe_file, schema_differences
@@ -61,6 +64,9 @@ class WriteResult:
     prepare_seconds: float = 0.0  # lend refs to the holder + build the lazy DataFrame
     spark_seconds: float = 0.0  # the Spark job itself
 
+
+#: Marks a bad record (``errors: stop``) raised inside a Spark task.
+_BAD_RECORD_MARK = "rayconnect-bad-record:"
 
 #: Marks an input-schema error raised inside a Spark task, so the driver can re-raise it as
 #: ``InputSchemaError`` instead of Spark's generic PythonException.
@@ -149,6 +155,8 @@ def _block_writer(
     schema: pa.Schema,
     location: TableLocation,
     staging_rel: str,
+    record_format: RecordFormat | None = None,
+    table_schema: pa.Schema | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: block indexes in, (group, file path) rows out.
 
@@ -156,7 +164,14 @@ def _block_writer(
     timestamp[us, UTC], binary, list<struct>. One block in memory at a time: a task's memory
     is one block (one row group), not the whole round. Indexes arrive in order and a group's
     blocks are consecutive, so a task holds one file open at a time.
+
+    With a typed ``record_format`` each block is decoded here (``formats.rows``), on the
+    executor, in the round's one job: the decoded rows go to the group's file (a block that
+    brings new columns starts a new file with its own schema: the committer evolves the
+    table), bad records to a dead-letter file of the group, or - ``errors: stop`` - fail
+    the write with the record's offset and reason.
     """
+    typed = record_format is not None and record_format.typed
 
     def write_blocks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
@@ -174,7 +189,38 @@ def _block_writer(
         filesystem = location.filesystem()
         attempt = uuid.uuid4().hex  # each task attempt writes files of its own
         written: list[tuple[int, str]] = []
-        current: tuple[int, pq.ParquetWriter] | None = None
+        #: the current group's open files, by table partition folder ("" unpartitioned)
+        current: dict[str, pq.ParquetWriter] = {}
+        dead: list[pa.Table] = []
+        last_group: int | None = None
+        specs = partition_specs(record_format) if typed else []  # type: ignore[arg-type]
+
+        def open_file(
+            group: int, file_schema: pa.Schema, rel_root: str, folder: str = ""
+        ) -> pq.ParquetWriter:
+            if folder:  # Hive folders only: readers parse every name=value of the path
+                rel = f"{rel_root}/{folder}/part-{attempt}-g{group}-{len(written)}.parquet"
+            else:
+                rel = f"{rel_root}/{GROUP_COLUMN}={group}/part-{attempt}-{len(written)}.parquet"
+            path = location.path(rel)
+            location.make_parents(filesystem, path)
+            written.append((group, rel[len(staging_rel) + 1 :] if rel_root == staging_rel else rel))
+            opts = options if not typed else _parquet_options(file_schema)
+            return pq.ParquetWriter(path, file_schema, filesystem=filesystem, **opts)
+
+        def close_all() -> None:
+            for w in current.values():
+                w.close()
+            current.clear()
+
+        def flush_dead(group: int) -> None:
+            if dead:
+                rows = pa.concat_tables(dead)
+                dead.clear()
+                dl_root = f"{DEAD_LETTER_DIR}/{staging_rel}"
+                with open_file(group, rows.schema, dl_root) as w:
+                    w.write_table(rows)
+
         try:
             for batch in batches:
                 indexes = batch.column(0).to_pylist()
@@ -182,23 +228,40 @@ def _block_writer(
                 for index, ref in zip(indexes, refs, strict=True):
                     block = ray.get(ref)
                     table = block if isinstance(block, pa.Table) else pa.Table.from_batches([block])
-                    table = _conform(table, schema, index)
+                    group = group_of[index]
+                    if last_group is not None and last_group != group:
+                        close_all()
+                        flush_dead(last_group)
+                    last_group = group
+                    if typed:
+                        assert record_format is not None
+                        decoded = decode_block(
+                            _conform(table, schema, index), record_format, table_schema
+                        )
+                        table = decoded.rows
+                        if decoded.dead_letters.num_rows:
+                            dead.append(decoded.dead_letters)
+                    else:
+                        table = _conform(table, schema, index)
                     if table.num_rows == 0:
                         continue
-                    group = group_of[index]
-                    if current is None or current[0] != group:
-                        if current is not None:
-                            current[1].close()
-                        rel = f"{GROUP_COLUMN}={group}/part-{attempt}-{len(written)}.parquet"
-                        path = location.path(f"{staging_rel}/{rel}")
-                        location.make_parents(filesystem, path)
-                        writer = pq.ParquetWriter(path, schema, filesystem=filesystem, **options)
-                        current = (group, writer)
-                        written.append((group, rel))
-                    current[1].write_table(table)
+                    for folder, rows in split_partitions(table, specs):
+                        writer = current.get(folder)
+                        if writer is not None and writer.schema != rows.schema:
+                            writer.close()  # new columns: a file of their own
+                            writer = None
+                        if writer is None:
+                            writer = current[folder] = open_file(
+                                group, rows.schema, staging_rel, folder
+                            )
+                        writer.write_table(rows)
+            close_all()
+            if last_group is not None:
+                flush_dead(last_group)
+        except BadRecordError as e:
+            raise ValueError(f"{_BAD_RECORD_MARK} {e}") from None
         finally:
-            if current is not None:
-                current[1].close()  # idempotent
+            close_all()  # idempotent
         yield pa.RecordBatch.from_arrays(
             [
                 pa.array([g for g, _ in written], pa.int32()),
@@ -229,6 +292,8 @@ def _blocks_frame(
     schema: pa.Schema,
     location: TableLocation,
     staging_rel: str,
+    record_format: RecordFormat | None = None,
+    table_schema: pa.Schema | None = None,
 ) -> DataFrame:
     """The write of all blocks of all groups as ONE lazy DataFrame of (group, path) rows.
 
@@ -253,6 +318,8 @@ def _blocks_frame(
         schema,
         location,
         staging_rel,
+        record_format,
+        table_schema,
     )
     return spark.range(0, len(refs), 1, slices).mapInArrow(
         writer, from_arrow_schema(_RESULT_SCHEMA)
@@ -266,7 +333,9 @@ def _describe_files(
     files: list[list[DataFile]] = [[] for _ in range(n_groups)]
     filesystem = location.filesystem()
     for group, rel in sorted(written):
-        data_file, _ = describe_file(location, f"{staging_rel}/{rel}", filesystem)
+        # dead-letter files come with their path from the table root
+        full = rel if rel.startswith(DEAD_LETTER_DIR + "/") else f"{staging_rel}/{rel}"
+        data_file, _ = describe_file(location, full, filesystem)
         files[group].append(data_file)
     return files
 
@@ -276,6 +345,8 @@ def write_groups(
     table: str | TableLocation,
     groups: Sequence[Sequence[ray.ObjectRef]],
     schema: pa.Schema = RAW_RECORD_SCHEMA,
+    record_format: RecordFormat | None = None,
+    table_schema: pa.Schema | None = None,
 ) -> WriteResult:
     """Write all groups as Parquet files under the table (a path or a ``TableLocation``) in
     ONE Spark job.
@@ -284,7 +355,9 @@ def write_groups(
     table's schema. ``files[i]`` are the files that hold exactly group i's rows, with paths
     relative to the table root and stats from the Parquet footers, ready to be committed;
     the job ids and timings come beside them. An empty group (or one whose batches have no
-    rows) gets ``[]``.
+    rows) gets ``[]``. ``schema`` is the blocks' (raw) schema; a typed ``record_format``
+    decodes them against ``table_schema`` (the table's now) into typed files, plus
+    dead-letter files whose paths start with ``DEAD_LETTER_DIR/``.
 
     The files are not part of the table until a committer commits them; if nobody does,
     vacuum removes them.
@@ -303,7 +376,18 @@ def write_groups(
     sc = spark.sparkContext
     job_group = f"rayconnect-write-{write_id}"
     try:
-        df = _blocks_frame(spark, holder, write_id, refs, group_of, schema, location, staging_rel)
+        df = _blocks_frame(
+            spark,
+            holder,
+            write_id,
+            refs,
+            group_of,
+            schema,
+            location,
+            staging_rel,
+            record_format,
+            table_schema,
+        )
         prepared = time.perf_counter()
         sc.setJobGroup(job_group, f"rayconnect: {len(non_empty)} groups -> {location.uri}")
         job_files = [(row[0], row[1]) for row in df.collect()]
@@ -312,6 +396,9 @@ def write_groups(
         if _INPUT_SCHEMA_MARK in text:
             detail = text.split(_INPUT_SCHEMA_MARK, 1)[1].splitlines()[0].strip()
             raise InputSchemaError(detail) from None
+        if _BAD_RECORD_MARK in text:
+            detail = text.split(_BAD_RECORD_MARK, 1)[1].splitlines()[0].strip()
+            raise BadRecordError.from_text(detail) from None
         raise
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)

@@ -32,14 +32,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
+from rayconnect.formats import evolution, partitioning
+from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema, partition_specs
+from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, is_dead_letter_file
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.files import STAGING_DIR, delta_stats_json, schema_differences
+from rayconnect.spark_bridge.files import (
+    STAGING_DIR,
+    delta_stats_json,
+    describe_file,
+    normalize_type,
+    schema_differences,
+)
 from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.base import (
     COORDINATOR_KEY,
@@ -66,12 +76,28 @@ class DeltaCommitter:
     """
 
     def __init__(
-        self, table: str | TableLocation, pipeline: str, schema: pa.Schema = RAW_RECORD_SCHEMA
+        self,
+        table: str | TableLocation,
+        pipeline: str,
+        schema: pa.Schema = RAW_RECORD_SCHEMA,
+        record_format: RecordFormat | None = None,
+        dead_letters: bool = False,
     ) -> None:
         self.location = as_location(table)
         self.table_path = self.location.uri
         self.pipeline = pipeline
-        self.schema = schema
+        #: typed: the table's schema may grow (``formats.evolution``), never shrink
+        self.typed = record_format is not None and record_format.typed
+        self.schema = initial_schema(record_format) if self.typed else schema  # type: ignore[arg-type]
+        self.partition_by = (
+            [p.name for p in partition_specs(record_format)] if self.typed else []  # type: ignore[arg-type]
+        )
+        self._dead: DeltaCommitter | None = None
+        if self.typed and not dead_letters:
+            # Bad records (errors: dead_letter) go to a Delta table of their own inside this
+            # one's folder; it carries the same txn app ids (see ``_commit_dead_letters``).
+            dl = TableLocation(self.location.join(DEAD_LETTER_DIR), self.location.options)
+            self._dead = DeltaCommitter(dl, pipeline, DEAD_LETTER_SCHEMA, dead_letters=True)
         self._options = self.location.delta_options()
         self._fs: Any = None
         self._dt: DeltaTable | None = None
@@ -90,15 +116,28 @@ class DeltaCommitter:
         return f"{self.pipeline}/{key}"
 
     def ensure_table(self) -> DeltaTable:
-        """Create the table (all columns nullable) if missing; else check its schema."""
+        """Create the table (all columns nullable) if missing; else check its schema (a
+        typed table's may have grown: it must only not contradict the declared columns).
+        The dead-letter table is made on first use, inside the table's folder."""
         if not DeltaTable.is_deltatable(self.table_path, storage_options=self._options):
             nullable = pa.schema([f.with_nullable(True) for f in self.schema])
             # "ignore": another coordinator creating it at the same time is fine.
             DeltaTable.create(
-                self.table_path, nullable, mode="ignore", storage_options=self._options
+                self.table_path,
+                nullable,
+                mode="ignore",
+                partition_by=self.partition_by or None,
+                storage_options=self._options,
             )
         dt = DeltaTable(self.table_path, storage_options=self._options)
-        problems = schema_differences(self._table_arrow_schema(dt), self.schema)
+        if self.typed:
+            # An existing typed table may have more columns; it must not contradict ours.
+            _, problems = evolution.merge(self._table_arrow_schema(dt), self.schema)
+            partitions = list(dt.metadata().partition_columns)
+            if partitions != self.partition_by:
+                problems.append(f"partitioned by {partitions}, not {self.partition_by}")
+        else:
+            problems = schema_differences(self._table_arrow_schema(dt), self.schema)
         if problems:
             raise SchemaMismatchError(
                 f"existing table {self.table_path} has another schema: {'; '.join(problems)}"
@@ -115,7 +154,9 @@ class DeltaCommitter:
 
     @staticmethod
     def _table_arrow_schema(dt: DeltaTable) -> pa.Schema:
-        return pa.schema(dt.schema().to_arrow())
+        return pa.schema(
+            [pa.field(f.name, normalize_type(f.type)) for f in pa.schema(dt.schema().to_arrow())]
+        )
 
     def version(self) -> int:
         """Latest table version."""
@@ -218,12 +259,106 @@ class DeltaCommitter:
         if epoch is not None:
             check_epoch(epoch, dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0)
         self._check_offsets(dt, offsets, expected)
+        dead = [f for f in files if is_dead_letter_file(f)]
+        files = [f for f in files if not is_dead_letter_file(f)]
+        if self.typed:
+            self._evolve(dt, files)
         txns = [Transaction(self.app_id(k), v) for k, v in sorted(offsets.items())]
         if epoch is not None:
             # Re-asserting the epoch makes a racing claim_epoch conflict with this commit.
             txns.append(Transaction(self.app_id(COORDINATOR_KEY), epoch))
         adds = [self._add_action(f, self._table_arrow_schema(dt)) for f in files]
+        if dead:
+            if self._dead is None:
+                raise SchemaMismatchError(f"dead-letter files for a raw table: {dead[0].path}")
+            self._commit_dead_letters(dead, offsets)
         return self._write(dt, read_version, adds, txns, dict(metadata or {}))
+
+    def _evolve(self, dt: DeltaTable, files: Sequence[DataFile]) -> None:
+        """Add the columns the round's files bring (nullable) before the round's commit.
+
+        delta-rs 1.6.6 cannot put a metaData action into ``create_write_transaction``'s
+        commit (delta-rs issue #3934), so new columns are one schema-only version right
+        before the data's. Crash in between: the table has a column nobody wrote yet (null
+        in every row), the round is retried and commits into it - nothing is lost or
+        doubled. A conflicting file raises ``SchemaMismatchError`` (nothing committed).
+        """
+        table_schema = self._table_arrow_schema(dt)
+        merged = table_schema
+        for f in files:
+            footer = pq.read_schema(self.location.path(f.path), filesystem=self.filesystem)
+            merged, conflicts = evolution.merge(merged, footer)
+            if conflicts:
+                raise SchemaMismatchError(f"{f.path}: {'; '.join(conflicts)}")
+        new = [f for f in merged if f.name not in table_schema.names]
+        if new:
+            from deltalake.schema import Schema as DeltaSchema
+
+            fields = DeltaSchema.from_arrow(pa.schema(new)).fields
+            dt.alter.add_columns(fields)
+            dt.update_incremental()
+
+    def _commit_dead_letters(self, dead: Sequence[DataFile], offsets: Mapping[str, int]) -> None:
+        """Commit the round's dead letters to the dead-letter table, BEFORE the main commit.
+
+        Exactly once across both tables: the dead-letter table carries the same txn app ids,
+        each at ``max(its version, the round's next offset)``, and the round's dead letters
+        below a partition's dead-letter version are dropped first - they were committed by
+        an earlier attempt of this round that died before its main commit (or by a fenced
+        coordinator: decoding is deterministic, so they are the same records). The main
+        commit follows; if it fails, the retry's dead letters dedupe the same way.
+        """
+        assert self._dead is not None
+        ddt = self._dead._table()
+        read_version = ddt.version()
+        done = {k: ddt.transaction_version(self._dead.app_id(k)) or 0 for k in offsets}
+        keep: list[DataFile] = []
+        for f in dead:
+            rel = f.path[len(DEAD_LETTER_DIR) + 1 :]
+            rows = pq.read_table(self.location.path(f.path), filesystem=self.filesystem)
+            keys = [
+                f"{c}/{t}/{p}"
+                for c, t, p in zip(
+                    rows["_kafka_cluster"].to_pylist(),
+                    rows["_kafka_topic"].to_pylist(),
+                    rows["_kafka_partition"].to_pylist(),
+                    strict=True,
+                )
+            ]
+            mask = [
+                off >= done.get(k, 0)
+                for k, off in zip(keys, rows["_kafka_offset"].to_pylist(), strict=True)
+            ]
+            if all(mask):
+                keep.append(DataFile(rel, f.size, f.records, f.modification_time_ms, f.stats))
+            elif any(mask):  # rare: part of it committed by a dead attempt
+                part = rel.rsplit(".", 1)[0] + f"-from-{uuid.uuid4().hex[:8]}.parquet"
+                pq.write_table(
+                    rows.filter(pa.array(mask)),
+                    self._dead.location.path(part),
+                    filesystem=self.filesystem,
+                )
+                keep.append(describe_file(self._dead.location, part, self.filesystem)[0])
+        txns = [
+            Transaction(self._dead.app_id(k), max(done[k], v)) for k, v in sorted(offsets.items())
+        ]
+        adds = [self._dead._add_action(f, self._dead._table_arrow_schema(ddt)) for f in keep]
+        self._dead._write(ddt, read_version, adds, txns, {"rayconnect.deadLetters": "1"})
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        """Partition key -> rows in the dead-letter table ({} if it was never made), from
+        the log's file stats alone (a file holds one partition's bad records)."""
+        if self._dead is None or not DeltaTable.is_deltatable(
+            self._dead.table_path, storage_options=self._dead._options
+        ):
+            return {}
+        adds = pa.table(self._dead._table().get_add_actions(flatten=True)).to_pylist()
+        counts: dict[str, int] = {}
+        for add in adds:
+            parts = [add.get(f"min._kafka_{c}") for c in ("cluster", "topic", "partition")]
+            key = "?" if None in parts else "/".join(str(p) for p in parts)
+            counts[key] = counts.get(key, 0) + int(add["num_records"] or 0)
+        return counts
 
     def claim_epoch(self) -> int:
         """Become the coordinator: bump ``<pipeline>/_coordinator`` and return the new epoch.
@@ -253,7 +388,12 @@ class DeltaCommitter:
             raise SchemaMismatchError(
                 f"{data_file.path}: not a readable Parquet file ({exc})"
             ) from exc
-        problems = schema_differences(file_schema, table_schema)
+        if self.typed:  # a file may lack newer columns (null) or hold a narrower int/float
+            _, problems = evolution.merge(table_schema, file_schema)
+            extra = [n for n in file_schema.names if n not in table_schema.names]
+            problems += [f"column {n!r} is not in the table" for n in extra]
+        else:
+            problems = schema_differences(file_schema, table_schema)
         if problems:
             raise SchemaMismatchError(
                 f"{data_file.path} does not match the table schema: {'; '.join(problems)}"
@@ -261,7 +401,7 @@ class DeltaCommitter:
         return AddAction(
             path=data_file.path,
             size=data_file.size,
-            partition_values={},
+            partition_values=partitioning.values_of(data_file.path),
             modification_time=data_file.modification_time_ms,
             data_change=True,
             stats=delta_stats_json(data_file),
@@ -323,6 +463,13 @@ class DeltaCommitter:
         )
         if not dry_run and self.location.is_local:  # object stores have no folders to drop
             _remove_empty_dirs(os.path.join(self.table_path, STAGING_DIR))
+        if self._dead is not None and DeltaTable.is_deltatable(
+            self._dead.table_path, storage_options=self._dead._options
+        ):
+            # The main table's vacuum skips the dead-letter folder (its leading "_"): the
+            # dead-letter files of aborted rounds go with the dead-letter table's own.
+            dead = self._dead.vacuum(retention_hours, dry_run)
+            removed = [*removed, *(f"{DEAD_LETTER_DIR}/{path}" for path in dead)]
         return removed
 
 
@@ -334,3 +481,13 @@ def _remove_empty_dirs(root: str) -> None:
         if dirpath != root:
             with contextlib.suppress(OSError):  # only succeeds when empty
                 os.rmdir(dirpath)
+
+
+def current_schema(table: TableLocation, record_format: RecordFormat) -> pa.Schema:
+    """A typed table's schema now (its initial one if it does not exist yet): what the
+    writer decodes against, so a value contradicting a column is a bad record."""
+    options = table.delta_options()
+    if not DeltaTable.is_deltatable(table.uri, storage_options=options):
+        return initial_schema(record_format)
+    dt = DeltaTable(table.uri, storage_options=options)
+    return DeltaCommitter._table_arrow_schema(dt)

@@ -44,6 +44,7 @@ class Recorder:
         m.read("c0/orders/1", 7, 280, high_watermark=10, next_offset=7)
         m.committed({"c0/orders/0": 150, "c0/orders/1": 7}, 157, 0.02, 3.0)
         m.dead_letter("c0/orders/1", 2)
+        m.outage(12.5)  # the coordinator sets it from its status every step
         fields = CoordinatorStatus.__struct_fields__
         base = dict.fromkeys(fields, 0)
         base.update(
@@ -89,6 +90,7 @@ def test_metrics_reach_prometheus_with_their_values_and_tags():
         "ray_rayconnect_rounds_committed": {pipe: 3},
         "ray_rayconnect_rounds_discarded": {pipe: 1},
         "ray_rayconnect_dead_letter_records": {p1: 2},
+        "ray_rayconnect_outage_s": {pipe: 12.5},
         "ray_rayconnect_round_duration_s_count": {pipe: 1},
         "ray_rayconnect_commit_latency_s_count": {pipe: 1},
     }

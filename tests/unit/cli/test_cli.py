@@ -308,3 +308,15 @@ def test_sink_status_says_how_many_spark_executors_run(writer, line):
         "writer": writer,
     }
     assert line in render_status(status)
+
+
+def test_sink_status_counts_dead_letters_per_partition():
+    from rayconnect.cli.status import render_status
+
+    status = {
+        "pipeline": "orders",
+        "partition_status": {},
+        "actors": [],
+        "dead_letters": {"local/orders/0": 3, "local/orders/1": 1200},
+    }
+    assert "dead letters 1,203 (local/orders/0=3, local/orders/1=1,200)" in render_status(status)

@@ -1,4 +1,4 @@
-"""rayconnect.kafka.compat without a broker: request versions and the marker scan.
+"""rayconnect.kafka.compat without a broker: request versions, the marker scan, fetch pacing.
 
 The embedded broker never returns a transaction cut before its marker (it respects the
 LSO and ignores fetch size limits), so the hold-back path of fix c is proven here on
@@ -150,3 +150,37 @@ def test_apply_is_idempotent_and_disabled_restores() -> None:
     assert sender.InitProducerIdRequest is InitProducerIdRequestCompat
     with pytest.raises(ValueError):
         compat.apply("nope")
+
+
+class _Fetcher:
+    """What fix d reads and sets on aiokafka's Fetcher."""
+
+    def __init__(self, wait_ms: int) -> None:
+        self._fetch_max_wait_ms = wait_ms
+
+
+def test_fetch_pacing_widens_while_held_and_narrows_back_once_nothing_is() -> None:
+    other = TopicPartition("t", 1)
+    fetcher = _Fetcher(50)
+    waits = []
+    for tp, held in [(TP, True), (TP, True), (other, True), (TP, False), (TP, True)] + [
+        (TP, True)
+    ] * 5:
+        compat._pace(fetcher, tp, held)
+        waits.append(fetcher._fetch_max_wait_ms)
+    assert waits == [100, 200, 400, 400, 800, 1000, 1000, 1000, 1000, 1000]
+    compat._pace(fetcher, TP, held=False)
+    assert fetcher._fetch_max_wait_ms == 1000  # `other` is still held: unchanged
+    compat._pace(fetcher, other, held=False)
+    assert fetcher._fetch_max_wait_ms == 500  # none held: halves back per fetch, never below 50
+    for _ in range(6):
+        compat._pace(fetcher, TP, held=False)
+    assert fetcher._fetch_max_wait_ms == 50
+
+
+def test_fetch_pacing_keeps_a_wait_longer_than_its_ceiling() -> None:
+    fetcher = _Fetcher(5000)
+    compat._pace(fetcher, TP, held=True)
+    assert fetcher._fetch_max_wait_ms == 5000
+    compat._pace(fetcher, TP, held=False)
+    assert fetcher._fetch_max_wait_ms == 5000

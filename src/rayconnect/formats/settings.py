@@ -1,0 +1,117 @@
+"""``RecordFormat``: how a source's keys and values are encoded, and what bad records do.
+
+Built from the source's settings (``value_format``, ``key_format``, ``value_schema``,
+``errors``...) and checked when built, so a wrong type name or a reserved column name is a
+``ConfigError`` before any actor starts. It travels to the writer and its Spark executors,
+which decode each block with it (``formats.rows``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+import pyarrow as pa
+
+from rayconnect.errors import ConfigError, require
+from rayconnect.formats.types import TypeNameError, declared_fields
+from rayconnect.protocol.types import DataFile
+
+ValueFormat = Literal["raw", "string", "json", "avro"]
+KeyFormat = Literal["raw", "string"]
+ErrorPolicy = Literal["stop", "dead_letter"]
+
+#: Where dead letters are staged and committed: a Delta table of its own inside the table's
+#: folder. Its leading ``_`` hides it from the main table's vacuum; the main table's log
+#: never names its files, so readers of the main table never see them.
+DEAD_LETTER_DIR = "_dead_letters"
+
+#: Prefix of the columns rayconnect adds; a decoded field may not start with it.
+KAFKA_PREFIX = "_kafka_"
+
+
+class RecordFormat(msgspec.Struct, frozen=True):
+    """The decoding of one source. ``value_format="raw"`` (default) keeps today's raw table
+    (cluster, topic, partition, offset, timestamp, key, value, headers) unchanged; any other
+    format gives a typed table: the decoded fields plus ``_kafka_*`` coordinates."""
+
+    value_format: ValueFormat = "raw"
+    key_format: KeyFormat = "raw"
+    #: json: column -> type name (``formats.types``); None = inferred from the data
+    value_schema: dict[str, Any] | None = None
+    include_key: bool = False
+    include_headers: bool = False
+    errors: ErrorPolicy = "stop"
+    #: a value longer than this is a bad record (0 = no limit)
+    max_value_bytes: int = 0
+    #: avro: the writer schema's JSON text (read from ``value_avro_schema``'s .avsc file)
+    avro_schema: str | None = None
+    #: the table's partition columns (``formats.partitioning``): the sink's ``partition_by``
+    partition_by: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        require(
+            (self.value_format == "avro") == (self.avro_schema is not None),
+            "source.value_format avro needs source.value_avro_schema (an .avsc file), and "
+            "value_avro_schema needs value_format avro",
+        )
+        require(self.max_value_bytes >= 0, "source.max_value_bytes must be >= 0")
+        if self.value_schema is not None:
+            require(
+                self.value_format == "json",
+                f"source.value_schema is for value_format json, not {self.value_format!r}",
+            )
+            require(bool(self.value_schema), "source.value_schema is empty")
+            try:
+                fields = declared_fields(self.value_schema, "source.value_schema")
+            except TypeNameError as e:
+                raise ConfigError(str(e)) from None
+            reserved = [f.name for f in fields if f.name.startswith(KAFKA_PREFIX)]
+            require(
+                not reserved,
+                f"source.value_schema: column names starting with {KAFKA_PREFIX!r} are "
+                f"rayconnect's ({reserved})",
+            )
+        if self.typed:
+            return
+        require(not self.partition_by, "sink.partition_by needs a typed source.value_format")
+        require(
+            not (self.include_key or self.include_headers or self.max_value_bytes),
+            "source.include_key/include_headers/max_value_bytes need a value_format other "
+            "than raw (the raw table has them all)",
+        )
+        require(
+            self.errors == "stop" and self.key_format == "raw",
+            "source.errors/key_format need a value_format other than raw (nothing in a raw "
+            "record can be bad)",
+        )
+
+    @property
+    def typed(self) -> bool:
+        """Whether rows are decoded (False: today's raw table)."""
+        return self.value_format != "raw"
+
+    def declared_schema(self) -> pa.Schema | None:
+        """The declared value columns (json with ``value_schema``), else None."""
+        if self.value_schema is None:
+            return None
+        return pa.schema(declared_fields(self.value_schema, "source.value_schema"))
+
+
+def is_dead_letter_file(data_file: DataFile) -> bool:
+    """Whether a written file holds dead letters (it is staged in the dead-letter table)."""
+    return data_file.path.startswith(DEAD_LETTER_DIR + "/")
+
+
+def dead_letter_partition(data_file: DataFile) -> str:
+    """The partition key (cluster/topic/partition) of a dead-letter file, from its stats:
+    a file holds one partition's bad records. "?" when the stats leave it out (a cluster or
+    topic name longer than the 32 characters Delta keeps)."""
+    low, high = data_file.stats.min_values, data_file.stats.max_values
+    parts = [low.get(f"{KAFKA_PREFIX}{c}") for c in ("cluster", "topic", "partition")]
+    if any(p is None for p in parts) or any(
+        high.get(f"{KAFKA_PREFIX}{c}") != low.get(f"{KAFKA_PREFIX}{c}")
+        for c in ("cluster", "topic", "partition")
+    ):
+        return "?"
+    return "/".join(str(p) for p in parts)
