@@ -162,6 +162,54 @@ def plot_source(e, out: Path) -> Path:
     return _save(fig, out, "e_source.png")
 
 
+def plot_hosts(h, out: Path) -> Path:
+    """(h) throughput, peak PSS and start-up against partitions: participant hosts (default)
+    and one process per partition, ceiling and baseline beside the throughput."""
+    points = sorted(h["points"], key=int)
+    ps = [int(p) for p in points]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    runs = (
+        ("rayconnect", "hosts", COLORS["rayconnect"]),
+        ("one_per_partition", "1 per partition", "#ff7f0e"),
+    )
+    for key, label, color in (
+        ("ceiling", "ceiling", COLORS["ceiling"]),
+        ("baseline", "baseline", COLORS["baseline"]),
+        *runs,
+    ):
+        have = [p for p in points if key in h["points"][p]]
+        axes[0].plot(
+            [int(p) for p in have],
+            [h["points"][p][key]["records_per_s"] for p in have],
+            "o-",
+            color=color,
+            label=label,
+        )
+    for key, label, color in runs:
+        have = [p for p in points if key in h["points"][p]]
+        xs = [int(p) for p in have]
+        axes[1].plot(
+            xs,
+            [h["points"][p][key]["memory"]["peak_pss_mb"] for p in have],
+            "o-",
+            color=color,
+            label=label,
+        )
+        axes[2].plot(
+            xs, [h["points"][p][key]["startup_s"] for p in have], "o-", color=color, label=label
+        )
+    for ax, title, unit in zip(
+        axes, ("records/s", "peak PSS", "start-up"), ("records/s", "MB", "s"), strict=True
+    ):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ps, [str(p) for p in ps])
+        ax.set_xlabel("partitions")
+        ax.set_ylabel(unit)
+        ax.set_title(f"(h) {title}")
+        ax.legend(fontsize=7)
+    return _save(fig, out, "h_hosts.png")
+
+
 def plot_all(doc: dict, out: Path) -> list[Path]:
     sc = doc["scenarios"]
     made = []
@@ -171,6 +219,7 @@ def plot_all(doc: dict, out: Path) -> list[Path]:
         ("c", plot_scaling),
         ("d", plot_memory),
         ("e", plot_source),
+        ("h", plot_hosts),
     ):
         if key in sc:
             try:

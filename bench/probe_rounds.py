@@ -49,7 +49,13 @@ def main() -> None:
     with EmbeddedBroker("probe") as broker, RaySession(), tempfile.TemporaryDirectory() as tmp:
         bs = broker.bootstrap_servers
         asyncio.run(create_topic(bs, "probe", 8))
-        handle = start_live("probe", bs, "probe", f"{tmp}/t", {"commit_interval_s": a.interval, "commit_when_caught_up": a.caught_up})
+        handle = start_live(
+            "probe",
+            bs,
+            "probe",
+            f"{tmp}/t",
+            {"commit_interval_s": a.interval, "commit_when_caught_up": a.caught_up},
+        )
         writer = ray.get_actor(names.writer("probe"), namespace=names.NAMESPACE)
         coord = ray.get_actor(names.coordinator("probe"), namespace=names.NAMESPACE)
         writes: dict[int, tuple[float, float, float]] = {}

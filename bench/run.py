@@ -8,6 +8,9 @@ Scenarios (each runs the ceiling, the baseline and rayconnect back to back, same
   c  scaling: 8, 32, 64 partitions: records/s, round time with data and idle
   d  memory: peak memory of every pipeline process during (a) and with a 10M backlog
   e  source: exactly-once vs plain produce records/s (GeneratorSource)
+  h  participant hosts: 8, 64, 256 partitions (1,024 with >= 14 GB available), default
+     partitions_per_host against one process per partition (partitions_per_host=1, up to
+     64): start-up s, peak PSS, records/s, idle round END->next START
   s  object storage: (a)'s backlog through rayconnect into a table on local disk, then into
      one on the embedded S3 (SeaweedFS), same run: S3/local ratio, commit latency on S3
 
@@ -59,8 +62,13 @@ FULL = {
     "d_records": 10_000_000,
     "e_records": 100_000,
     "e_batches": [1000, 5000],
+    "h_records": 1_000_000,
+    "h_partitions": [8, 64, 256],
+    # one process per partition costs ~7.5 GB at 64 (scenario c): same-run comparison at 8
+    "h_one_per_partition_max": 8,
 }
 QUICK = {
+    "quick": True,
     "a_records": 200_000,
     "a_partitions": 8,
     "b_rate": 10_000,
@@ -71,6 +79,9 @@ QUICK = {
     "d_records": 1_000_000,
     "e_records": 20_000,
     "e_batches": [1000],
+    "h_records": 100_000,
+    "h_partitions": [8, 64],
+    "h_one_per_partition_max": 8,
 }
 
 # rayconnect settings per scenario (what a user would pick for the job)
@@ -120,7 +131,7 @@ def backlog_trio(
     log(
         f"  produced {n:,} records into {topic} ({partitions} partitions) in {time.monotonic() - t:.0f} s"
     )
-    out: dict[str, Any] = {"records": n, "partitions": partitions}
+    out: dict[str, Any] = {"records": n, "partitions": partitions, "want": counts}
     out["ceiling"] = run_helper("ceiling.py", bs, topic, n)
     log(f"  ceiling   {out['ceiling']['records_per_s']:>10,.0f} rec/s")
     if baseline:
@@ -379,6 +390,62 @@ def scenario_c(cfg: dict, workdir: str) -> dict:
     return out
 
 
+def _available_gb() -> float:
+    """MemAvailable now (the machine is shared: 1,024 partitions only with room to spare)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024 / 1024
+    return 0.0
+
+
+def scenario_h(cfg: dict, workdir: str) -> dict:
+    """Participant hosts: the default grouping (``partitions_per_host`` 64) against one
+    process per partition (1), same backlog, same broker; ceiling and baseline beside."""
+    from rc_runner import run_backlog
+
+    partitions = list(cfg["h_partitions"])
+    if _available_gb() >= 14 and 1024 not in partitions and not cfg.get("quick"):
+        partitions.append(1024)
+    partitions = [p for p in partitions if p in cfg.get("h_only", partitions)]
+    out: dict[str, Any] = {"records": cfg["h_records"], "points": {}}
+    for p in partitions:
+        log(f" hosts: {p} partitions ({_available_gb():.1f} GB available)")
+        with Broker() as broker:
+            point = backlog_trio(
+                broker,
+                f"hosts{p}",
+                cfg["h_records"],
+                p,
+                f"bench-h{p}",
+                RC_SCALING,
+                idle_s=cfg["c_idle_s"],
+                workdir=workdir,
+            )
+            if p <= cfg["h_one_per_partition_max"]:
+                with RaySession():
+                    point["one_per_partition"] = run_backlog(
+                        f"bench-h{p}-1",
+                        broker.bootstrap_servers,
+                        f"hosts{p}",
+                        os.path.join(workdir, f"hosts{p}-rc1"),
+                        point["want"],
+                        RC_SCALING | {"partitions_per_host": 1},
+                        exclude_pids=(broker.pid,),
+                        idle_s=cfg["c_idle_s"],
+                    )
+        out["points"][str(p)] = point
+        for k in ("rayconnect", "one_per_partition"):
+            r = point.get(k)
+            if r:
+                log(
+                    f"  {k:<18} {r['records_per_s']:>9,.0f} rec/s, start-up {r['startup_s']:.1f} s, "
+                    f"peak PSS {r['memory']['peak_pss_mb']} MB, idle END->START "
+                    f"{(r.get('idle') or {}).get('overhead_s')}"
+                )
+    out["uptime"] = os.getloadavg()
+    return out
+
+
 def scenario_d(cfg: dict, workdir: str, a_result: dict | None) -> dict:
     out: dict[str, Any] = {}
     if a_result is not None:
@@ -577,6 +644,7 @@ def rows(results: dict) -> list[list[str]]:
                         met=("yes" if r[p] < limit else "NO") if p == "p99" else "",
                     )
                 )
+    R.extend(_host_rows(results.get("h")))
     cc = results.get("c")
     if cc:
         points = cc["points"]
@@ -707,6 +775,52 @@ def rows(results: dict) -> list[list[str]]:
     return R
 
 
+def _host_rows(h: dict | None) -> list:
+    """Scenario (h): per partition count, participant hosts (default) and one process per
+    partition: records/s (ceiling and baseline beside), start-up, peak PSS, idle round."""
+    if not h:
+        return []
+    R = []
+    for p, pt in h["points"].items():
+        for k, label in (("rayconnect", "hosts"), ("one_per_partition", "1 per partition")):
+            r = pt.get(k)
+            if not r:
+                continue
+            idle = (r.get("idle") or {}).get("overhead_s")
+            R.append(
+                _row(
+                    "h hosts",
+                    f"records/s, {p} partitions, {label} ({h['records']:,})",
+                    pt["ceiling"]["records_per_s"],
+                    pt["baseline"]["records_per_s"],
+                    r["records_per_s"],
+                )
+            )
+            R.append(
+                _row(
+                    "h hosts",
+                    f"start-up, {p} partitions, {label}, s",
+                    rayconnect=r["startup_s"],
+                    fmt=".1f",
+                )
+            )
+            R.append(
+                _row(
+                    "h hosts",
+                    f"peak PSS, {p} partitions, {label}, MB",
+                    rayconnect=r["memory"]["peak_pss_mb"],
+                )
+            )
+            R.append(
+                _row(
+                    "h hosts",
+                    f"idle round END->next START, {p} partitions, {label}, ms",
+                    rayconnect=None if idle is None else idle * 1000,
+                )
+            )
+    return R
+
+
 def _latency_rows(label: str, left: dict, right: dict, compared: str) -> list:
     """Commit and round latency medians (seconds in the results, ms in the table) of two
     runs side by side: ``left`` in the baseline column, ``right`` in rayconnect's."""
@@ -833,8 +947,13 @@ def main() -> None:
         default=None,
         help="results folder (default bench/results, --quick: bench/results/quick)",
     )
+    ap.add_argument(
+        "--h-partitions", default=None, help="scenario h: only these partition counts, e.g. 1024"
+    )
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
+    if args.h_partitions:
+        cfg = cfg | {"h_only": [int(p) for p in args.h_partitions.split(",")]}
     out_dir = Path(args.out) if args.out else (RESULTS / "quick" if args.quick else RESULTS)
     out_dir.mkdir(parents=True, exist_ok=True)
     only = [s.strip() for s in args.only.split(",") if s.strip()] if not args.report_only else []
@@ -866,6 +985,8 @@ def main() -> None:
                     )  # (a) of this run, or the last one kept
                 elif s == "e":
                     results["e"] = scenario_e(cfg, workdir)
+                elif s == "h":
+                    results["h"] = scenario_h(cfg, workdir)
                 elif s == "s":
                     results["s"] = scenario_s(cfg, workdir)
                 elif s == "i":

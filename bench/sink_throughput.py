@@ -38,7 +38,9 @@ def main() -> None:
         asyncio.run(create_topic(bootstrap, "bench", args.partitions))
         p = Progress("produce", args.records)
         counts = asyncio.run(
-            produce_demo_records(bootstrap, "bench", args.records, args.partitions, progress=p.update)
+            produce_demo_records(
+                bootstrap, "bench", args.records, args.partitions, progress=p.update
+            )
         )
         p.done(args.records)
         want = {f"local/bench/{k}": v for k, v in counts.items()}
@@ -48,15 +50,19 @@ def main() -> None:
         )
         t0 = time.monotonic()
         handle = rc.SinkPipeline(
-            "bench", rc.KafkaSource(meta), rc.DeltaSink(table),
-            commit_interval_s=args.commit_interval, flush_max_records=args.flush_max_records,
+            "bench",
+            rc.KafkaSource(meta),
+            rc.DeltaSink(table),
+            commit_interval_s=args.commit_interval,
+            flush_max_records=args.flush_max_records,
         ).start()
         startup = time.monotonic() - t0
         t0 = time.monotonic()
         progress = Progress("commit ", args.records)
         status = handle.wait_for(
             lambda s: progress.update(s["records_committed"]) or s["offsets"] == want,
-            timeout_s=1800, poll_s=0.2,
+            timeout_s=1800,
+            poll_s=0.2,
         )
         elapsed = time.monotonic() - t0
         progress.done(status["records_committed"])
@@ -75,7 +81,10 @@ def main() -> None:
         ("records/s", f"{args.records / elapsed:,.0f}"),
         ("MB/s (Arrow bytes read)", f"{nbytes / elapsed / 1e6:,.1f}"),
         ("rounds committed", rounds),
-        ("round time median / worst", f"{status['round_s_median']:.2f} / {status['round_s_max']:.2f} s"),
+        (
+            "round time median / worst",
+            f"{status['round_s_median']:.2f} / {status['round_s_max']:.2f} s",
+        ),
         ("commit latency median", f"{status['commit_s_median'] * 1000:.0f} ms"),
         ("Spark jobs (writes)", f"{wstats['spark_jobs']} ({wstats['spark_writes']})"),
         ("Spark jobs per committed round", f"{wstats['spark_jobs'] / max(rounds, 1):.2f}"),

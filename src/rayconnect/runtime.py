@@ -17,7 +17,7 @@ import ray
 from rayconnect.actors import names
 
 #: Where a sink pipeline's roles sort in listings: the order ``stop`` ends them in.
-_ROLE_ORDER = {"enumerator": 0, "coordinator": 1, "reader": 2, "participant": 3, "writer": 4}
+_ROLE_ORDER = {"enumerator": 0, "coordinator": 1, "reader": 2, "participants": 3, "writer": 4}
 
 
 def ensure_ray(address: str | None = None) -> None:

@@ -95,7 +95,8 @@ class CoordinatorActor:
             partitions,
             config.commit,
         )
-        self.participants: dict[str, Any] = {}  # key -> handle, looked up by name lazily
+        self.hosts: dict[str, Any] = {}  # participant host name -> handle, looked up lazily
+        self._host_names: dict[str, str] = {}  # partition key -> its host's name
         self.started_at = time.time()
         self.table_version: int | None = None
         self.round_durations: collections.deque[float] = collections.deque(maxlen=1000)
@@ -224,10 +225,22 @@ class CoordinatorActor:
 
     # -- inputs ----------------------------------------------------------------------------
 
-    async def deliver(self, message: Message) -> None:
-        """WRITE-STATUS or REQUEST-COMMIT from a participant."""
+    async def deliver(self, *messages: Message) -> None:
+        """WRITE-STATUS, REQUEST-COMMIT, ROUND-LOST or PARTICIPANT-STARTED from the
+        participants of one host, in order: one step of the actor for all of them."""
         await self._recovered.wait()
-        await self._apply(lambda: self.machine.step(message, time.monotonic()))
+        await self._apply(lambda: self._step_all(messages))
+
+    def _step_all(self, messages: Iterable[Message]) -> Ready:
+        """Each message stepped in order; one the machine rejects is logged, and does not
+        cost the others their effects."""
+        ready: Ready = []
+        for message in messages:
+            try:
+                ready += self.machine.step(message, time.monotonic())
+            except Exception:
+                log.exception("coordinator %s: %r rejected", self.config.name, message)
+        return ready
 
     async def add_partitions(self, keys: list[str]) -> None:
         """Partitions join (their participants exist): they are in the next START."""
@@ -240,20 +253,31 @@ class CoordinatorActor:
         await self._recovered.wait()
         await self._apply(lambda: self.machine.retire_partitions(keys, time.monotonic()))
 
-    def _retire(self, effect: PartitionsRetired) -> None:
-        """The machine let these partitions go: their participants end."""
+    async def _retire(self, effect: PartitionsRetired) -> None:
+        """The machine let these partitions go: their hosts drop them, and a host left with
+        none ends."""
+        by_host: dict[str, list[str]] = {}
         for key in effect.keys:
+            by_host.setdefault(self._host_name(key), []).append(key)
+        for name, keys in by_host.items():
             with contextlib.suppress(Exception):
-                handle = self.participants.pop(key, None) or self._participant(key)
-                ray.kill(handle, no_restart=True)
+                handle = self._host(name)
+                if await handle.retire.remote(keys) == 0:
+                    self.hosts.pop(name, None)
+                    ray.kill(handle, no_restart=True)
         log.info("coordinator %s: retired %s", self.config.name, list(effect.keys))
 
-    def _participant(self, key: str) -> Any:
-        handle = self.participants.get(key)
+    def _host_name(self, key: str) -> str:
+        name = self._host_names.get(key)
+        if name is None:
+            pph = self.config.partitions_per_host
+            name = self._host_names[key] = names.participant_host(self.config.name, key, pph)
+        return name
+
+    def _host(self, name: str) -> Any:
+        handle = self.hosts.get(name)
         if handle is None:
-            handle = self.participants[key] = ray.get_actor(
-                names.participant(self.config.name, key), namespace=names.NAMESPACE
-            )
+            handle = self.hosts[name] = ray.get_actor(name, namespace=names.NAMESPACE)
         return handle
 
     async def last_round(self, commit: bool = True, timeout_s: float = 60.0) -> dict[str, Any]:
@@ -286,15 +310,17 @@ class CoordinatorActor:
                 self.outages.failing(ROUNDS, after.last_error or "discarded", time.time())
 
     async def _carry_out(self, ready: Ready) -> None:
-        # Messages of one Ready go out as one call per participant, in order: the ACK of a
-        # round and the next round's START share a call (a round then costs each partition
-        # three Ray calls: START+ACK, END, WRITE-STATUS). Nothing in a Ready waits on them.
-        outbox: dict[str, list[Message]] = {}
+        # Messages of one Ready go out as one call per participant host, carrying every
+        # partition's messages in order: the ACK of a round and the next round's START share
+        # a call (a round then costs each host three Ray calls: START+ACK, END, and the
+        # WRITE-STATUS back). Nothing in a Ready waits on them.
+        outbox: dict[str, dict[str, list[Message]]] = {}
         retired: list[PartitionsRetired] = []  # after the messages: the ACK goes out first
         for effect in ready:
             if isinstance(effect, Broadcast | SendMessage):
                 for key in effect.to if isinstance(effect, Broadcast) else (effect.to,):
-                    outbox.setdefault(key, []).append(effect.message)
+                    host = outbox.setdefault(self._host_name(key), {})
+                    host.setdefault(key, []).append(effect.message)
             elif isinstance(effect, CommitTable):
                 asyncio.get_running_loop().create_task(self._commit(effect))
             elif isinstance(effect, ReloadTable):
@@ -310,13 +336,13 @@ class CoordinatorActor:
                 self._main_task.cancel()
             else:
                 raise TypeError(f"coordinator cannot carry out {effect!r}")
-        for key, messages in outbox.items():
+        for name, messages in outbox.items():
             try:
-                self._participant(key).deliver.remote(*messages)
+                self._host(name).deliver.remote(messages)
             except ValueError:  # not created yet, or retired: the round copes
-                log.warning("coordinator %s: no participant %s", self.config.name, key)
+                log.warning("coordinator %s: no participant host %s", self.config.name, name)
         for effect in retired:
-            self._retire(effect)
+            asyncio.get_running_loop().create_task(self._retire(effect))
 
     async def _commit(self, commit: CommitTable) -> None:
         started = time.monotonic()
@@ -455,6 +481,8 @@ class CoordinatorActor:
             upkeep=msgspec.to_builtins(self.schedule.status()),
             upkeep_recent=list(self.upkeep_log),
             started_at=self.started_at,
+            # which participant host (actor) holds each partition
+            participant_hosts={key: self._host_name(key) for key in status["partitions"]},
         )
         return status
 

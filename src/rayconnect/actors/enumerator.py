@@ -107,6 +107,20 @@ class EnumeratorActor:
                 return names.reader_of(self.config.name, reader_id)
         return None
 
+    async def partitions_of_host(self, host: str) -> tuple[list[str], dict[str, Any]]:
+        """The partitions participant host ``host`` holds now and their clusters' metadata:
+        a restarted host asks (partitions that joined later are not in its arguments)."""
+        pph = self.config.partitions_per_host
+        keys = sorted(
+            key
+            for split_keys in self.machine.splits().values()
+            for key in split_keys
+            if names.participant_host(self.config.name, key, pph) == host
+        )
+        clusters = self._clusters()
+        wanted = {key.rsplit("/", 2)[0] for key in keys}
+        return keys, {cid: clusters[cid] for cid in wanted if cid in clusters}
+
     async def status(self) -> dict[str, Any]:
         status = msgspec.to_builtins(self.machine.status())
         status.update(failed=self.failed, restored=self.restored, started_at=self.started_at)
@@ -194,12 +208,11 @@ class EnumeratorActor:
             log.info("enumerator %s: stopped %s", self.config.name, name)
 
     async def _assign(self, effect: AssignPartitions) -> None:
-        from rayconnect.actors.participant import start_participants
+        from rayconnect.actors.participant_host import start_participants
 
         coordinator = ray.get_actor(names.coordinator(self.config.name), namespace=names.NAMESPACE)
         if effect.added:
-            handles = start_participants(self.config, effect.added, self._clusters())
-            await asyncio.gather(*(h.status.remote() for h in handles))
+            await asyncio.gather(*start_participants(self.config, effect.added, self._clusters()))
             await coordinator.add_partitions.remote(list(effect.added))
         if effect.retired:
             await coordinator.retire_partitions.remote(list(effect.retired))
@@ -222,6 +235,7 @@ class EnumeratorActor:
                 effect.cluster,
                 reader_id,
                 self.config.source.max_poll_records,
+                self.config.partitions_per_host,
             )
             # Under the lock already (this runs inside _apply): carry its Ready out here.
             await self._carry_out(

@@ -17,9 +17,20 @@ def writer(pipeline: str) -> str:
     return f"{pipeline}/writer"
 
 
-def participant(pipeline: str, key: str) -> str:
-    """``key`` is a partition key, ``cluster/topic/partition``."""
-    return f"{pipeline}/participant/{key}"
+#: partitions of one topic per participant host, unless the pipeline says otherwise
+DEFAULT_PARTITIONS_PER_HOST = 64
+
+
+def participant_host(pipeline: str, key: str, partitions_per_host: int) -> str:
+    """The participant host of partition ``key`` (``cluster/topic/partition``):
+    ``<pipeline>/participants/<cluster>/<topic>/<n>`` holds the partitions
+    ``n * partitions_per_host ... (n + 1) * partitions_per_host - 1`` of that topic.
+
+    A pure function of the key, so every actor (coordinator, readers, enumerator, a restarted
+    host) finds a partition's host without asking anyone, and a partition that joins later
+    (a topic that grows) lands in the host its number says."""
+    cluster, topic, partition = key.rsplit("/", 2)
+    return f"{pipeline}/participants/{cluster}/{topic}/{int(partition) // partitions_per_host}"
 
 
 def reader(pipeline: str, cluster: str, index: int) -> str:

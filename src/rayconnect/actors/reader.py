@@ -9,7 +9,8 @@ has. Participants steer each split (``seek``, ``pause``, ``resume``): a partitio
 until its participant, which knows the round's offsets, resumes it.
 
 Each poll becomes one Arrow batch per partition in the object store, handed to the
-participant as a ref. The reader owns those objects (Ray 2.56 removed
+partition's participant host as a ref: one call per host per poll, carrying all its
+partitions' batches (``participant_host``). The reader owns those objects (Ray 2.56 removed
 ``ray.put(_owner=...)``): when it dies, the refs its participants buffered die too, their
 flushes fail and those partitions' open round is not reported - the next START re-reads them
 from the table's offsets, so nothing is lost or doubled. A (re)started reader asks each
@@ -44,14 +45,6 @@ log = logging.getLogger(__name__)
 FETCH_MIN_BYTES = 512 * 1024
 
 
-class _NotHanded(Exception):
-    """A piece of a fetch did not reach its participant; ``first`` is where it starts."""
-
-    def __init__(self, first: int) -> None:
-        super().__init__(first)
-        self.first = first
-
-
 FETCH_MAX_WAIT_MS = 100
 
 
@@ -64,12 +57,14 @@ class ReaderActor:
         cluster: ClusterMetadata,
         reader_id: str,
         max_poll_records: int = 50_000,
+        partitions_per_host: int = names.DEFAULT_PARTITIONS_PER_HOST,
     ) -> None:
         self.pipeline = pipeline
         self.cluster_id = cluster_id
         self.cluster = cluster
         self.reader_id = reader_id
         self.max_poll_records = max_poll_records
+        self.partitions_per_host = partitions_per_host
         self.started_at = time.time()
         self.records_read = 0
         self.bytes_read = 0
@@ -78,7 +73,8 @@ class ReaderActor:
         self._metrics = SinkMetrics(pipeline)  # dashboard metrics (rayconnect.metrics)
         self._consumer: Any = None
         self._tps: dict[str, Any] = {}
-        self._participants: dict[str, Any] = {}
+        self._host_of: dict[str, str] = {}  # split key -> its participant host's name
+        self._hosts: dict[str, Any] = {}  # participant host name -> handle
         # Each split's position, pause flag and seeks: the rules are in the pure model.
         self._positions = ReaderPositions()
         self._ready = asyncio.Event()
@@ -176,29 +172,39 @@ class ReaderActor:
             while self._consumer is None:
                 await asyncio.sleep(0.1)
             wanted = {s.partition.key for s in event.splits}
-            participants = {  # first: a lookup that fails leaves everything as it was
-                key: ray.get_actor(names.participant(self.pipeline, key), namespace=names.NAMESPACE)
+            host_of = {
+                key: names.participant_host(self.pipeline, key, self.partitions_per_host)
                 for key in wanted - set(self._tps)
+            }
+            hosts = {  # first: a lookup that fails leaves everything as it was
+                name: self._hosts.get(name) or ray.get_actor(name, namespace=names.NAMESPACE)
+                for name in set(host_of.values())
             }
             plan = self._positions.assign(wanted)
             for key in plan.dropped:  # the metadata no longer has it
-                del self._tps[key], self._participants[key]
+                del self._tps[key], self._host_of[key]
             for key in plan.added:
                 tp = TopicPartition.from_key(key)
                 self._tps[key] = KafkaTP(tp.topic, tp.partition)
-                self._participants[key] = participants[key]
+                self._host_of[key] = host_of[key]
+            self._hosts.update(hosts)
             # assign() forgets the positions and pause flags of the splits it keeps: the
             # plan restores them (new splits get a placeholder position).
             self._consumer.assign([self._tps[key] for key in plan.splits])
             for key in plan.pause:
                 self._consumer.pause(self._tps[key])
             self._apply(*plan.seek)
-            added = plan.added
             me = ray.get_runtime_context().current_actor
-            answers = await asyncio.gather(
-                *(self._participants[k].reader_attached.remote(me) for k in added)
-            )
-            for key, (offset, resume) in zip(added, answers, strict=True):
+            by_host: dict[str, list[str]] = {}
+            for key in plan.added:  # one call per host, for all its new splits
+                by_host.setdefault(self._host_of[key], []).append(key)
+            answers: dict[str, tuple[int | None, bool]] = {}
+            for found in await asyncio.gather(
+                *(self._hosts[h].reader_attached.remote(me, keys) for h, keys in by_host.items())
+            ):
+                answers.update(found)
+            for key in plan.added:
+                offset, resume = answers[key]
                 if offset is not None:
                     await self.seek(key, offset)
                 if resume:
@@ -244,7 +250,7 @@ class ReaderActor:
                 # Each partition's fetch comes as one item (kafka/arrow_fetch.py), so
                 # max_records would count partitions: pieces are cut in _hand instead.
                 fetched = await self._consumer.getmany(timeout_ms=200)
-                handed: list[tuple[str, Any]] = []
+                fetches: list[tuple[str, Any, pa.RecordBatch, int]] = []
                 for tp, items in fetched.items():
                     key = TopicPartition(self.cluster_id, tp.topic, tp.partition).key
                     if not items or not self._positions.owns(key):
@@ -252,17 +258,10 @@ class ReaderActor:
                     batch = fetched_to_batch(self.cluster_id, tp.topic, tp.partition, items)
                     first = self._positions.fetched(token, key, batch.column("offset")[0].as_py())
                     if isinstance(first, int):
-                        handed.append((key, self._hand(token, key, tp, batch, first)))
+                        fetches.append((key, tp, batch, first))
                     else:
                         self._apply(first)
-                results = await asyncio.gather(*(c for _, c in handed), return_exceptions=True)
-                for (key, _), result in zip(handed, results, strict=True):
-                    if isinstance(result, BaseException) and self._positions.owns(key):
-                        # Not handed over (the participant is restarting): read it again.
-                        cause = result.__cause__ or result
-                        self._error = f"{key}: {type(cause).__name__}: {cause}"
-                        if isinstance(result, _NotHanded):
-                            self._apply(self._positions.not_handed(token, key, result.first))
+                await self._hand(token, fetches)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # keep reading; the participant/coordinator recover
@@ -272,29 +271,42 @@ class ReaderActor:
                 await asyncio.sleep(0.5)
 
     async def _hand(
-        self, token: PollToken, key: str, tp: Any, batch: pa.RecordBatch, first: int
+        self, token: PollToken, fetches: list[tuple[str, Any, pa.RecordBatch, int]]
     ) -> None:
-        """Hand one partition's fetch to its participant: one Ray call (the batch by
-        reference) per piece of at most ``max_poll_records`` records, in offset order,
-        while the model allows (until the participant pauses or moves the split).
-
-        Raises ``_NotHanded(first)`` with where the piece that failed starts.
-        """
-        high_watermark = self._consumer.highwater(tp)
+        """Hand one poll's fetches to the participant hosts: one Ray call per host carrying
+        all its partitions' batches (by reference). A partition's fetch goes in pieces of at
+        most ``max_poll_records`` records, in offset order: a fetch longer than that takes
+        several waves of calls, each piece decided by the model just before its wave goes
+        (until the participant pauses or moves the split). A piece that did not arrive is
+        read again, and its partition's later pieces are not sent."""
         size = self.max_poll_records
-        offsets = batch.column("offset")
-        for start in range(0, batch.num_rows, size):
-            end = min(start + size, batch.num_rows)
-            decision = self._positions.piece(token, key, first, offsets[end - 1].as_py() + 1)
-            if not isinstance(decision, Hand):
-                self._apply(decision)  # paused: put back; moved or dropped: nothing
-                return
-            next_offset = decision.stop
-            try:
-                # A piece is copied out (take): a slice would carry its whole batch's
-                # buffers into the object store.
-                piece = batch if batch.num_rows <= size else batch.take(np.arange(start, end))
-                ref = ray.put(piece)
+        # key -> [tp, batch, first offset of the next piece, first row of the next piece, hw]
+        pending = {
+            key: [tp, batch, first, 0, self._consumer.highwater(tp)]
+            for key, tp, batch, first in fetches
+        }
+        while pending:
+            waves: dict[str, list[tuple]] = {}
+            sent: dict[str, int] = {}  # key -> first offset of its piece in this wave
+            for key, entry in list(pending.items()):
+                tp, batch, first, start, high_watermark = entry
+                end = min(start + size, batch.num_rows)
+                stop = batch.column("offset")[end - 1].as_py() + 1
+                decision = self._positions.piece(token, key, first, stop)
+                if not isinstance(decision, Hand):
+                    self._apply(decision)  # paused: put back; moved or dropped: nothing
+                    del pending[key]
+                    continue
+                next_offset = decision.stop
+                try:
+                    # A piece is copied out (take): a slice would carry its whole batch's
+                    # buffers into the object store.
+                    piece = batch if batch.num_rows <= size else batch.take(np.arange(start, end))
+                    ref = ray.put(piece)
+                except Exception as e:
+                    self._not_handed(token, key, first, e)
+                    del pending[key]
+                    continue
                 self.records_read += piece.num_rows
                 self.bytes_read += piece.nbytes
                 self._metrics.read(  # dashboard metrics
@@ -305,12 +317,33 @@ class ReaderActor:
                     next_offset=next_offset,
                 )
                 caught_up = high_watermark is not None and next_offset >= high_watermark
-                await self._participants[key].records.remote(
-                    first, next_offset, piece.num_rows, piece.nbytes, [ref], caught_up
+                waves.setdefault(self._host_of[key], []).append(
+                    (key, first, next_offset, piece.num_rows, piece.nbytes, ref, caught_up)
                 )
-            except Exception as e:  # this piece and the rest are read again
-                raise _NotHanded(first) from e
-            first = next_offset
+                sent[key] = first
+                if end < batch.num_rows:
+                    entry[2], entry[3] = next_offset, end
+                else:
+                    del pending[key]
+            results = await asyncio.gather(
+                *(self._hosts[h].records.remote(pieces) for h, pieces in waves.items()),
+                return_exceptions=True,
+            )
+            for pieces, result in zip(waves.values(), results, strict=True):
+                if isinstance(result, BaseException):  # the host is restarting
+                    failed = {p[0]: result for p in pieces}
+                else:
+                    failed = {key: RuntimeError("batch not taken") for key in result}
+                for key, cause in failed.items():
+                    pending.pop(key, None)
+                    self._not_handed(token, key, sent[key], cause)
+
+    def _not_handed(self, token: PollToken, key: str, first: int, e: BaseException) -> None:
+        """The piece of ``key`` starting at ``first`` did not reach its host: read it again."""
+        if self._positions.owns(key):
+            cause = e.__cause__ or e
+            self._error = f"{key}: {type(cause).__name__}: {cause}"
+            self._apply(self._positions.not_handed(token, key, first))
 
     async def status(self) -> dict[str, Any]:
         lag: dict[str, dict[str, int | None]] = {}

@@ -1,11 +1,11 @@
 """``rayconnect demo``: the product working, end to end, on real parts, in under two minutes.
 
 An embedded broker (tansu), a producer writing demo records at a steady rate, and a real sink
-pipeline (``rc.SinkPipeline(...).start()``: coordinator, one participant per partition,
-readers, the Spark-on-Ray writer) committing a round every ``interval_s`` seconds. A live
-view shows rounds, records committed vs produced, lag per partition. Midway the demo kills
-the coordinator, a participant and the writer (Ray restarts each) and says so. At the end it
-stops the producer, waits until the committed offsets reach the high watermarks, stops the
+pipeline (``rc.SinkPipeline(...).start()``: coordinator, a participant host with every
+partition's participant, readers, the Spark-on-Ray writer) committing a round every
+``interval_s`` seconds. A live view shows rounds, records committed vs produced, lag per
+partition. Midway the demo kills the coordinator, the participant host and the writer (Ray
+restarts each) and says so. At the end it stops the producer, waits until the committed offsets reach the high watermarks, stops the
 pipeline, and checks exactly once from the table alone: every produced (partition, offset)
 exactly once, and each partition's Delta txn version (the committed offset) equal to its
 high watermark. The exit status says whether that held.
@@ -75,9 +75,10 @@ def _victims(partitions: int) -> list[tuple[str, str, str]]:
     from rayconnect.actors import names
 
     part = f"{CLUSTER}/{TOPIC}/{min(1, partitions - 1)}"
+    host = names.participant_host(PIPELINE, part, names.DEFAULT_PARTITIONS_PER_HOST)
     return [
         ("coordinator", names.coordinator(PIPELINE), "ray.kill"),
-        (f"participant {part}", names.participant(PIPELINE, part), "sigkill"),
+        (f"participant host {host.split('/participants/')[1]}", host, "sigkill"),
         ("writer", names.writer(PIPELINE), "sigkill"),
     ]
 

@@ -93,6 +93,7 @@ def pipeline_status(name: str) -> dict[str, Any]:
             "committed_offset": status.get("offsets", {}).get(key),
             "high_watermark": hws.get(key),
             "lag": status.get("lag", {}).get(key),
+            "host": (status.get("participant_hosts") or {}).get(key),
         }
     status["partition_status"] = partitions
     status["actors"] = _actors(name)
@@ -147,11 +148,14 @@ def render_status(s: dict[str, Any]) -> str:
         )
     lines.append("")
     width = max([len(k) for k in s["partition_status"]] + [9])
-    lines.append(f"{'partition':<{width}}  {'committed':>12}  {'high water':>12}  {'lag':>10}")
+    lines.append(
+        f"{'partition':<{width}}  {'committed':>12}  {'high water':>12}  {'lag':>10}  host"
+    )
     for key, p in s["partition_status"].items():
+        host = (p.get("host") or "-").split("/participants/")[-1]
         lines.append(
             f"{key:<{width}}  {_n(p['committed_offset']):>12}  {_n(p['high_watermark']):>12}  "
-            f"{_n(p['lag']):>10}"
+            f"{_n(p['lag']):>10}  {host}"
         )
     lines.append("")
     lines += _render_actors(s["actors"])

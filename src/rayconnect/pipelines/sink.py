@@ -14,6 +14,7 @@ from typing import Any
 import ray
 
 from rayconnect.actors import names
+from rayconnect.actors.names import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.aio import run_sync
 from rayconnect.errors import ConfigError, PipelineError, no_such
 from rayconnect.pipelines.placement import Placement
@@ -58,11 +59,13 @@ class SinkPipeline:
         spark: SparkSettings | None = None,
         placement: Placement | None = None,
         give_up_after_s: float | None = DEFAULT_GIVE_UP_AFTER_S,
+        partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST,
         **commit_settings: Any,
     ) -> None:
         """``commit_settings``: any field of ``rc.CommitSettings`` by name (its defaults are
         the defaults), or a whole ``commit=rc.CommitSettings(...)``; not both.
-        ``give_up_after_s``: see ``SinkPipelineConfig`` (None: wait out any outage)."""
+        ``give_up_after_s``: see ``SinkPipelineConfig`` (None: wait out any outage).
+        ``partitions_per_host``: partitions of one topic per participant host process."""
         self.config = SinkPipelineConfig(
             name=name,
             source=source,
@@ -71,6 +74,7 @@ class SinkPipeline:
             spark=spark or SparkSettings(),
             placement=placement or Placement(),
             give_up_after_s=give_up_after_s,
+            partitions_per_host=partitions_per_host,
         )
 
     @classmethod
@@ -104,7 +108,7 @@ class SinkPipeline:
         starts the readers); returns once every reader reads."""
         from rayconnect.actors.coordinator import CoordinatorActor
         from rayconnect.actors.enumerator import EnumeratorActor
-        from rayconnect.actors.participant import start_participants
+        from rayconnect.actors.participant_host import start_participants
         from rayconnect.actors.writer import start_writer
         from rayconnect.spark_bridge.session import require_java
 
@@ -134,10 +138,8 @@ class SinkPipeline:
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.
-        participants = start_participants(cfg, keys, cfg.source.clusters())
-        ray.get(
-            [p.status.remote() for p in participants] + [writer.ready.remote()], timeout=timeout_s
-        )
+        hosts_ready = start_participants(cfg, keys, cfg.source.clusters())
+        ray.get(hosts_ready + [writer.ready.remote()], timeout=timeout_s)
         coordinator = CoordinatorActor.options(
             name=names.coordinator(cfg.name),
             **detached,

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from rayconnect.actors.names import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.errors import ConfigError, require
 from rayconnect.formats.settings import ErrorPolicy, KeyFormat, RecordFormat, ValueFormat
 from rayconnect.metadata.file_service import FileMetadataService
@@ -258,6 +259,9 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
     #: failing) after which the pipeline gives up, with the reason (``protocol.outages``);
     #: None: wait for ever
     give_up_after_s: float | None = DEFAULT_GIVE_UP_AFTER_S
+    #: partitions of one topic that share a participant host (one actor process): a
+    #: process costs ~57 MB and a worker start, a machine in a host a few KB
+    partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST
 
     __repr__ = redacted_repr
 
@@ -267,6 +271,10 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         except ValueError as e:
             raise ConfigError(str(e)) from None
         check_give_up(self.give_up_after_s)
+        require(
+            self.partitions_per_host >= 1,
+            f"partitions_per_host must be >= 1, not {self.partitions_per_host!r}",
+        )
         from rayconnect.formats.rows import partition_specs
 
         partition_specs(self.record_format())  # ConfigError naming the bad entry

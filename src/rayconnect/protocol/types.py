@@ -24,9 +24,7 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 def check_name(kind: str, value: str) -> str:
     """Return ``value`` if it is a valid cluster id / topic / pipeline name, else raise."""
     if not _CLUSTER_ID.match(value) or (kind == "topic" and not _TOPIC.match(value)):
-        raise ValueError(
-            f"invalid {kind} {value!r}: use letters, digits, '.', '_' or '-' (no '/')"
-        )
+        raise ValueError(f"invalid {kind} {value!r}: use letters, digits, '.', '_' or '-' (no '/')")
     return value
 
 

@@ -62,10 +62,10 @@ def test_demo_runs_a_live_pipeline_through_kills_exactly_once(tmp_path: Path) ->
     assert "dashboard http://127.0.0.1:" in out
     # every kill happened, was said, and was recovered from
     assert "CHAOS   ray.kill coordinator" in out
-    assert re.search(r"CHAOS   SIGKILL participant local/demo-events/1 \(pid \d+\)", out)
+    assert re.search(r"CHAOS   SIGKILL participant host local/demo-events/0 \(pid \d+\)", out)
     assert re.search(r"CHAOS   SIGKILL writer \(pid \d+\)", out)
     assert out.count("RECOVERED from the ") == 3, out
-    assert "killed             coordinator (ray.kill), participant local/demo-events/1 " in out
+    assert "killed             coordinator (ray.kill), participant host local/demo-events/0 " in out
     # the demo's own verdict, from the table: rows, distinct offsets, txn versions = watermarks
     assert "rows in table      30,000 (30,000 distinct" in out
     offsets = ", ".join(f"local/demo-events/{p}=10000" for p in range(3))

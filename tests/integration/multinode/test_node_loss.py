@@ -3,7 +3,7 @@ under it mid-round (``Cluster.remove_node``: raylet, actors and Spark JVMs SIGKI
 
 One cluster and one pipeline for the module, in order (each test leaves the cluster and the
 pipeline for the next): the actors start where the placement pins them; then the node of
-the readers, the participants and one Spark executor is removed, then the node of the
+the readers, the participant host and one Spark executor is removed, then the node of the
 coordinator and the writer (with RayDP's masters), each while records flow and a round
 holds uncommitted data. After each, Ray restarts the lost actors on the nodes left; the
 table must hold exactly the produced records, with the committed offsets equal to the high
@@ -134,9 +134,9 @@ def test_actors_start_where_the_placement_puts_them(ray_cluster, running):
     executor on each spark node: files come from two nodes."""
     placed = ray_cluster.placement(NAME)
     print("\nplacement:", placed)
-    assert {placed[n] for n in placed if "/reader/" in n or "/participant/" in n} == {"spark1"}
+    assert {placed[n] for n in placed if "/reader/" in n or "/participants/" in n} == {"spark1"}
     assert len([n for n in placed if "/reader/" in n]) == 2
-    assert len([n for n in placed if "/participant/" in n]) == PARTITIONS
+    assert len([n for n in placed if "/participants/" in n]) == 1  # one host: 4 partitions
     for role in (f"{NAME}/coordinator", f"{NAME}/enumerator", f"{NAME}/writer", "spark/master"):
         assert placed[role] == "control", role
     assert placed["spark/app-master"] == "control"
@@ -150,13 +150,13 @@ def test_actors_start_where_the_placement_puts_them(ray_cluster, running):
 def test_losing_the_node_of_the_readers_participants_and_an_executor(ray_cluster, running):
     assert _roles_on(ray_cluster.placement(NAME), "spark1") == {
         "reader",
-        "participant",
+        "participants",
         "executor",
     }
     after = _lose_node_mid_round(ray_cluster, running, "spark1")
     # The lost executor was reported until RayDP (or a Spark restart) replaced it.
     assert any(p.startswith(f"degraded: 1 of {EXECUTORS}") for p in running.seen), running.seen
-    assert len([n for n in after if "/participant/" in n]) == PARTITIONS
+    assert len([n for n in after if "/participants/" in n]) == 1
     assert len([n for n in after if "/reader/" in n]) == 2
 
 

@@ -87,7 +87,9 @@ def test_exactly_once_while_every_role_is_killed_mid_round(
     handle = pipeline.start()
     by_role = {
         "coordinator": names.coordinator(name),
-        "participant": names.participant(name, f"{CLUSTER}/{topic}/1"),
+        "participant": names.participant_host(
+            name, f"{CLUSTER}/{topic}/1", names.DEFAULT_PARTITIONS_PER_HOST
+        ),
         "reader": names.reader(name, CLUSTER, 0),
         "writer": names.writer(name),
     }
@@ -261,11 +263,16 @@ def test_a_full_buffer_flushes_and_asks_for_an_early_commit(ray_session, kafka_b
     try:
         status = handle.wait_for(_caught_up(produced), timeout_s=240)
         assert status["rounds_requested"] >= 2  # ended early, more than once
-        participants = [
-            ray.get(ray.get_actor(n, namespace="rayconnect").status.remote())
-            for n in (names.participant("kip89", k) for k in produced.offsets())
-        ]
-        assert all(p["flushes"] >= 6 for p in participants)  # 6000 records each, by 1000
+        hosts = {names.participant_host("kip89", k, 64) for k in produced.offsets()}
+        participants = {
+            key: p
+            for n in hosts
+            for key, p in ray.get(ray.get_actor(n, namespace="rayconnect").status.remote())[
+                "partitions"
+            ].items()
+        }
+        assert set(participants) == set(produced.offsets())
+        assert all(p["flushes"] >= 6 for p in participants.values())  # 6000 each, by 1000
         assert_exactly_once(tmp_path / "t", produced, status)
     finally:
         handle.stop(commit=False)
@@ -303,7 +310,8 @@ def test_a_dead_participant_holds_the_others_back_no_longer_than_the_write_timeo
     ray_session, kafka_broker, tmp_path, kind
 ):
     """Partial commit: a participant gone for good (no restart) never reports; the other
-    partitions are committed after write_timeout_s, every round, and stay exactly once."""
+    partitions are committed after write_timeout_s, every round, and stay exactly once.
+    One partition per host here, so that one partition can die alone."""
     name = f"partial-{kind}"
     produced = Produced(kafka_broker.bootstrap_servers, name, 3)
     produced.more(3000)
@@ -315,12 +323,13 @@ def test_a_dead_participant_holds_the_others_back_no_longer_than_the_write_timeo
         table,
         commit_interval_s=1,
         write_timeout_s=3,
+        partitions_per_host=1,
     ).start()
     try:
         handle.wait_for(_caught_up(produced), timeout_s=120)
         dead = f"{CLUSTER}/{name}/2"
         ray.kill(
-            ray.get_actor(names.participant(name, dead), namespace="rayconnect"),
+            ray.get_actor(names.participant_host(name, dead, 1), namespace="rayconnect"),
             no_restart=True,
         )
         before = dict(produced.counts)

@@ -1,0 +1,487 @@
+"""Participant host ``<pipeline>/participants/<cluster>/<topic>/<n>``: many participants in
+one actor process.
+
+One actor process per partition cost ~57 MB and a Ray worker start each (64 partitions:
+7.5 GB, +30 s at start-up). A host keeps one ``protocol.participant.Participant`` machine per
+partition - the protocol, its invariants and its simulation stay per partition - and is a
+thin shell around all of them: Ray calls and one timer become machine inputs, and each
+machine's effects are carried out in order, one Ready at a time (a lock per machine keeps two
+Readies of one partition from interleaving at an ``await``; different partitions proceed
+side by side). Which partitions share a host is a pure function of the key
+(``names.participant_host``: ``partitions_per_host`` partitions of one topic), so nobody has to
+remember it.
+
+Peers talk to a host once per message for all its partitions: the coordinator's START/END/ACK
+arrive as one ``deliver`` carrying every partition's messages, the WRITE-STATUS and other
+messages its machines emit while handling one input go back to the coordinator as one call,
+and a reader hands one ``records`` call per fetch carrying all the host's batches.
+
+Ray restarts a dead host. Its machines are fresh: paused, waiting for the coordinator's next
+START, which carries the table's offsets (I2) - so nothing the dead incarnation buffered is
+ever reported. The restarted host learns its partitions from the enumerator (partitions that
+joined after it was created are not in its constructor's arguments), stops their readers and
+tells the coordinator (PARTICIPANT-STARTED), which re-sends a running round's START.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+import ray
+
+from rayconnect.actors import names
+from rayconnect.pipelines.sink_config import StartingOffsets
+from rayconnect.protocol.effects import (
+    Flush,
+    Pause,
+    Ready,
+    Resume,
+    Seek,
+    SeekToPolicy,
+    SendMessage,
+)
+from rayconnect.protocol.messages import Message, ParticipantStarted
+from rayconnect.protocol.participant import Participant
+from rayconnect.protocol.settings import CommitSettings
+from rayconnect.protocol.types import ClusterMetadata, TopicPartition
+from rayconnect.storage.location import TableLocation
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.25
+IDLE_TICK_S = 1.0
+#: how long a host gathers starting-offset lookups before asking the broker for all of them
+POLICY_GATHER_S = 0.05
+#: how long a host gathers its machines' messages before sending them to the coordinator
+SEND_GATHER_S = 0.005
+
+#: One batch from a reader: key, first offset, next offset, records, bytes, the Arrow batch's
+#: object ref (nested in the call's list, so Ray passes the ref, not the batch), caught up.
+Piece = tuple[str, int, int, int, int, Any, bool]
+
+
+class _Slot:
+    """One partition in a host: its machine, its lock, its counters and its reader."""
+
+    __slots__ = ("machine", "lock", "records_in", "flushes", "reader")
+
+    def __init__(self, key: str, commit: CommitSettings) -> None:
+        self.machine = Participant(key, commit)
+        self.lock = asyncio.Lock()
+        self.records_in = 0
+        self.flushes = 0
+        self.reader: Any = None
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
+class ParticipantHostActor:
+    async def __init__(
+        self,
+        pipeline: str,
+        name: str,
+        keys: list[str],
+        table: TableLocation,
+        commit: CommitSettings,
+        clusters: dict[str, ClusterMetadata],
+        starting_offsets: StartingOffsets | dict[str, int] = "earliest",
+        partitions_per_host: int = names.DEFAULT_PARTITIONS_PER_HOST,
+    ) -> None:
+        self.pipeline = pipeline
+        self.name = name
+        self.table = table
+        self.commit = commit
+        self.clusters = dict(clusters)
+        self.starting_offsets = starting_offsets
+        self.partitions_per_host = partitions_per_host
+        self.slots: dict[str, _Slot] = {}
+        self._retired: set[str] = set()
+        self._outbox: list[Message] = []  # to the coordinator, sent once per input
+        self._send_scheduled = False
+        self._policy_batch: dict[str, asyncio.Future[int]] | None = None
+        self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
+        self._coordinator: Any = None
+        self.started_at = time.time()
+        loop = asyncio.get_running_loop()
+        self._ticker = loop.create_task(self._tick_forever())
+        restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        loop.create_task(self._join(keys, learn=restarted))
+
+    # -- membership ------------------------------------------------------------------------
+
+    def _owns(self, key: str) -> bool:
+        return names.participant_host(self.pipeline, key, self.partitions_per_host) == self.name
+
+    def _slot(self, key: str) -> _Slot | None:
+        """The partition's slot. A key this host holds by name but has not heard of - a
+        partition that joined while the host restarted - gets a fresh, paused machine, and
+        the coordinator hears PARTICIPANT-STARTED for it (before anything the machine says).
+        None for a key that is not ours or that retired."""
+        slot = self.slots.get(key)
+        if slot is None and self._may_hold(key):
+            slot = self._create(key)
+            self._outbox.append(ParticipantStarted(key))
+        return slot
+
+    def _may_hold(self, key: str) -> bool:
+        return key not in self._retired and self._owns(key)
+
+    def _create(self, key: str) -> _Slot:
+        slot = self.slots[key] = _Slot(key, self.commit)
+        return slot
+
+    async def add(self, keys: list[str], clusters: dict[str, ClusterMetadata]) -> int:
+        """Partitions join this host (the enumerator found them, or the pipeline starts).
+        Idempotent. Returns how many partitions the host holds."""
+        self.clusters.update(clusters)
+        self._retired.difference_update(keys)
+        await self._join(keys)
+        return len(self.slots)
+
+    async def retire(self, keys: list[str]) -> int:
+        """The coordinator let these partitions go. Returns how many the host still holds
+        (none: the caller ends the host)."""
+        for key in keys:
+            self._retired.add(key)
+            self.slots.pop(key, None)
+        return len(self.slots)
+
+    async def _join(self, keys: Iterable[str], learn: bool = False) -> None:
+        """Fresh machines are paused until START: stop their readers pushing batches they
+        would drop, then tell the coordinator (PARTICIPANT-STARTED), which sends a running
+        round's START again or stops waiting for an ended one. ``learn``: a restarted host
+        also asks the enumerator which partitions it holds now."""
+        new = [
+            self._create(k).machine.key for k in keys if k not in self.slots and self._may_hold(k)
+        ]
+        if learn:
+            learned = await self._learn_keys()
+            new += [
+                self._create(k).machine.key
+                for k in learned
+                if k not in self.slots and self._may_hold(k)
+            ]
+        if not new:
+            return
+        await asyncio.gather(*(self._pause_new(key) for key in new))
+        self._outbox.extend(ParticipantStarted(k) for k in new)
+        self._send()
+
+    async def _pause_new(self, key: str) -> None:
+        reader = await self._reader(key)
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await reader.pause.remote(key)
+
+    async def _learn_keys(self) -> list[str]:
+        try:
+            enumerator = ray.get_actor(names.enumerator(self.pipeline), namespace=names.NAMESPACE)
+            keys, clusters = await enumerator.partitions_of_host.remote(self.name)
+        except (ValueError, ray.exceptions.RayError) as e:
+            log.warning("participant host %s: no enumerator to ask: %s", self.name, e)
+            return []
+        self.clusters.update(clusters)
+        return list(keys)
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    async def deliver(self, messages: dict[str, list[Message]]) -> None:
+        """Coordinator messages, in order per partition: START-COMMIT, END-COMMIT, ACK-COMMIT."""
+        now = time.monotonic
+
+        async def one(slot: _Slot, batch: list[Message]) -> None:
+            for message in batch:
+                await self._apply(slot, lambda m=message: slot.machine.step(m, now()))
+
+        await self._for_each(messages.items(), one)
+
+    async def records(self, pieces: list[Piece]) -> list[str]:
+        """A reader's fetch: the batches of this host's partitions, in offset order per
+        partition. Returns the keys whose batches were not taken (the reader reads them
+        again)."""
+        by_key: dict[str, list[Piece]] = {}
+        for piece in pieces:
+            by_key.setdefault(piece[0], []).append(piece)
+        failed: list[str] = []
+
+        async def one(slot: _Slot, batch: list[Piece]) -> None:
+            for key, first, next_offset, count, nbytes, ref, caught_up in batch:
+                slot.records_in += count
+                try:
+                    await self._apply(
+                        slot,
+                        lambda f=first, n=next_offset, c=count, b=nbytes, r=ref, u=caught_up: (
+                            slot.machine.records(f, n, c, b, r, time.monotonic(), caught_up=u)
+                        ),
+                    )
+                except Exception:
+                    log.exception("participant host %s: batch of %s not taken", self.name, key)
+                    failed.append(key)
+                    return
+
+        await self._for_each(by_key.items(), one)
+        return failed
+
+    async def reader_attached(
+        self, reader: Any, keys: list[str]
+    ) -> dict[str, tuple[int | None, bool]]:
+        """A reader (new, or restarted by Ray) serves ``keys``. Returns per key where it must
+        seek (None: nowhere yet) and whether to resume - the reader applies both itself, so
+        this call never calls back into a reader that is still starting."""
+        answers: dict[str, tuple[int | None, bool]] = {}
+        for key in keys:
+            slot = self._slot(key)
+            if slot is None:
+                answers[key] = (None, False)
+                continue
+            slot.reader = reader
+            machine = slot.machine
+            answers[key] = (
+                machine.position,
+                machine.is_reading and machine.position is not None,
+            )
+        return answers
+
+    async def status(self) -> dict[str, Any]:
+        """Every partition's machine status, its counters and this host's name."""
+        partitions = {}
+        for key, slot in sorted(self.slots.items()):
+            status = msgspec.to_builtins(slot.machine.status())
+            status.update(records_in=slot.records_in, flushes=slot.flushes, host=self.name)
+            partitions[key] = status
+        return {
+            "host": self.name,
+            "pid": os.getpid(),
+            "started_at": self.started_at,
+            "partitions": partitions,
+        }
+
+    async def close(self) -> None:
+        self._ticker.cancel()
+
+    # -- effects ---------------------------------------------------------------------------
+
+    async def _for_each(self, items: Iterable[tuple[str, Any]], one: Callable) -> None:
+        """Run ``one(slot, batch)`` for every partition side by side, then send what the
+        machines said to the coordinator, in one call."""
+        work = []
+        for key, batch in items:
+            slot = self._slot(key)
+            if slot is not None:
+                work.append(one(slot, batch))
+        try:
+            await asyncio.gather(*work)
+        finally:
+            self._send()
+
+    async def _tick_forever(self) -> None:
+        """One timer for every machine: tick those whose deadline (flush by age) passed, at
+        most every TICK_S; every machine at least every IDLE_TICK_S. Idle partitions cost
+        a comparison per tick, not a process waking up."""
+        longest = min(IDLE_TICK_S, self.commit.flush_max_age_s)
+        last_sweep = time.monotonic()
+        while True:
+            now = time.monotonic()
+            deadlines = [d for s in self.slots.values() if (d := s.machine.next_deadline())]
+            wait = min(deadlines, default=now + longest) - now
+            await asyncio.sleep(min(max(wait, TICK_S), longest))
+            now = time.monotonic()
+            sweep = now - last_sweep >= longest
+            if sweep:
+                last_sweep = now
+            due = [
+                slot
+                for slot in list(self.slots.values())
+                if sweep or ((d := slot.machine.next_deadline()) is not None and d <= now)
+            ]
+            try:
+                await asyncio.gather(
+                    *(self._apply(s, lambda s=s: s.machine.tick(time.monotonic())) for s in due)
+                )
+            except Exception:
+                log.exception("participant host %s: tick failed", self.name)
+            self._send()
+
+    async def _apply(self, slot: _Slot, step: Callable[[], Ready]) -> None:
+        async with slot.lock:
+            await self._carry_out(slot, step())
+
+    async def _carry_out(self, slot: _Slot, ready: Ready) -> None:
+        for effect in ready:
+            if isinstance(effect, SendMessage):
+                # out within SEND_GATHER_S, not after the host's reader calls of this input
+                self._outbox.append(effect.message)
+                self._send()
+            elif isinstance(effect, Flush):
+                slot.flushes += 1
+                asyncio.get_running_loop().create_task(self._flush(slot, effect))
+            elif isinstance(effect, Seek | SeekToPolicy | Pause | Resume):
+                await self._steer_reader(slot, effect)
+            else:
+                raise TypeError(f"participant cannot carry out {effect!r}")
+
+    def _send(self) -> None:
+        """Send what the machines said to the coordinator, in order, as one call - a moment
+        later (SEND_GATHER_S), so that the WRITE-STATUS of flushes the writer returns
+        together (one Spark job writes every partition's END flush) share the call too."""
+        if self._outbox and not self._send_scheduled:
+            self._send_scheduled = True
+            asyncio.get_running_loop().call_later(SEND_GATHER_S, self._send_now)
+
+    def _send_now(self) -> None:
+        self._send_scheduled = False
+        if not self._outbox:
+            return
+        messages, self._outbox = self._outbox, []
+        try:
+            self._coordinator_handle().deliver.remote(*messages)
+        except ValueError:  # no coordinator (restarting): it re-sends START when it is back
+            log.warning(
+                "participant host %s: no coordinator for %d messages", self.name, len(messages)
+            )
+
+    async def _steer_reader(
+        self, slot: _Slot, effect: Seek | SeekToPolicy | Pause | Resume
+    ) -> None:
+        key = slot.machine.key
+        reader = await self._reader(key)
+        if isinstance(effect, SeekToPolicy):
+            offset = await self._policy_offset(key)
+            if reader is not None:
+                await reader.seek.remote(key, offset)
+            await self._carry_out(slot, slot.machine.position_resolved(offset, time.monotonic()))
+        elif reader is None:
+            return  # no reader yet: it asks where to start when it attaches
+        elif isinstance(effect, Seek):
+            await reader.seek.remote(key, effect.offset)
+        elif isinstance(effect, Pause):
+            await reader.pause.remote(key)
+        else:
+            await reader.resume.remote(key)
+
+    async def _reader(self, key: str) -> Any:
+        slot = self.slots.get(key)
+        if slot is None:
+            return None
+        if slot.reader is None:
+            try:
+                enumerator = ray.get_actor(
+                    names.enumerator(self.pipeline), namespace=names.NAMESPACE
+                )
+                name = await enumerator.reader_of.remote(key)
+                if name is not None:
+                    slot.reader = ray.get_actor(name, namespace=names.NAMESPACE)
+            except (ValueError, ray.exceptions.RayError):
+                return None  # no reader yet: it will attach itself when it starts
+        return slot.reader
+
+    async def _flush(self, slot: _Slot, flush: Flush) -> None:
+        machine = slot.machine
+        try:
+            files = await self.writer.write.remote(self.table, list(flush.batches))
+        except Exception as e:
+            reason = f"{type(e).__name__}: {e}"
+            log.warning("participant %s: flush %d failed: %s", machine.key, flush.flush_id, reason)
+            step = lambda: machine.flush_failed(flush.flush_id, reason, time.monotonic())  # noqa: E731
+        else:
+            step = lambda: machine.flushed(flush.flush_id, files, time.monotonic())  # noqa: E731
+        if self.slots.get(machine.key) is not slot:
+            return  # retired meanwhile
+        try:
+            await self._apply(slot, step)
+        finally:
+            self._send()
+
+    def _coordinator_handle(self) -> Any:
+        if self._coordinator is None:
+            self._coordinator = ray.get_actor(
+                names.coordinator(self.pipeline), namespace=names.NAMESPACE
+            )
+        return self._coordinator
+
+    async def _policy_offset(self, key: str) -> int:
+        """Where a partition the table never committed starts: explicit, earliest or latest.
+        The lookups of one moment go to the broker together (``_resolve_policies``): a fresh
+        pipeline's first START asks for every partition at once."""
+        policy = self.starting_offsets
+        if isinstance(policy, dict) and key in policy:
+            return policy[key]
+        loop = asyncio.get_running_loop()
+        if self._policy_batch is None:
+            self._policy_batch = {}
+            loop.create_task(self._resolve_policies())
+        future = self._policy_batch.get(key)
+        if future is None:
+            future = self._policy_batch[key] = loop.create_future()
+        return await future
+
+    async def _resolve_policies(self) -> None:
+        """One broker lookup per cluster for every key asked for within POLICY_GATHER_S."""
+        from rayconnect.kafka.discovery import beginning_offsets, high_watermarks
+
+        await asyncio.sleep(POLICY_GATHER_S)
+        batch, self._policy_batch = self._policy_batch or {}, None
+        by_cluster: dict[str, list[TopicPartition]] = {}
+        for key in batch:
+            tp = TopicPartition.from_key(key)
+            by_cluster.setdefault(tp.cluster, []).append(tp)
+        lookup = high_watermarks if self.starting_offsets == "latest" else beginning_offsets
+        for cluster_id, tps in by_cluster.items():
+            try:
+                found = await lookup(self.clusters[cluster_id], tps)
+            except Exception as e:
+                found, error = {}, e
+            else:
+                error = KeyError("no offset")
+            for tp in tps:
+                future = batch[tp.key]
+                if tp.key in found:
+                    future.set_result(found[tp.key])
+                else:
+                    future.set_exception(error)
+
+
+def hosts_of(pipeline: str, keys: Iterable[str], partitions_per_host: int) -> dict[str, list[str]]:
+    """Host name -> its partitions among ``keys`` (in the order given)."""
+    hosts: dict[str, list[str]] = {}
+    for key in keys:
+        hosts.setdefault(names.participant_host(pipeline, key, partitions_per_host), []).append(key)
+    return hosts
+
+
+def start_participants(
+    config: Any, keys: Iterable[str], clusters: dict[str, ClusterMetadata]
+) -> list[Any]:
+    """Create (or find) the named, detached participant hosts of ``keys`` for the sink
+    pipeline ``config`` (a SinkPipelineConfig) and add the partitions to them; ``clusters``
+    is the current metadata per cluster id. Returns one object ref per host, ready once the
+    host holds its partitions; callers wait for them as suits them."""
+    pph = config.partitions_per_host
+    refs = []
+    for name, host_keys in hosts_of(config.name, keys, pph).items():
+        wanted = {TopicPartition.from_key(k).cluster for k in host_keys}
+        host_clusters = {cid: clusters[cid] for cid in wanted}
+        handle = ParticipantHostActor.options(
+            name=name,
+            namespace=names.NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            **config.placement.actor_options("participant"),
+        ).remote(
+            config.name,
+            name,
+            host_keys,
+            config.sink.location(),
+            config.commit,
+            host_clusters,
+            config.source.starting_offsets,
+            pph,
+        )
+        refs.append(handle.add.remote(host_keys, host_clusters))
+    return refs
