@@ -193,6 +193,7 @@ def committed_at_stop(lines: list[str]) -> int:
     return int(stopped.rsplit("offsets ", 1)[1].split()[0].replace(",", ""))
 
 
+@pytest.mark.slow  # `rayconnect run` itself is in the job-submit test; this is its Ctrl-C path
 @pytest.mark.timeout(300)
 def test_run_in_the_foreground_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     """``rayconnect run FILE --embedded-broker`` in a terminal: Ctrl-C signals the whole

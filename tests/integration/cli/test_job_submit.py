@@ -207,6 +207,10 @@ def test_ray_job_submit_status_dashboard_metrics_stop(tmp_path):
                 and _total(m, "ray_rayconnect_rounds_committed") >= 1
                 and _total(m, "ray_rayconnect_round_duration_s_count") >= 1
                 and _total(m, "ray_rayconnect_commit_latency_s_count") >= 1
+                # gauges arrive with their worker's own report (seen missing while every
+                # counter was in): wait for them too, not only for the totals
+                and len(m.get("ray_rayconnect_high_watermark", {})) == PARTITIONS
+                and len(m.get("ray_rayconnect_read_lag", {})) == PARTITIONS
             )
             if ok or time.monotonic() > deadline:
                 break
