@@ -123,6 +123,22 @@ def open_round_with_data(status: dict[str, Any]) -> bool:
     return status["state"] == "started" and in_flight(status) > 0
 
 
+def produce_into_an_open_round(
+    handle: Any, produced: Produced, n: int, *, attempts: int = 6, wait_s: float = 10.0
+) -> dict[str, Any]:
+    """Produce ``n`` records and return the status of a round that holds some of them
+    uncommitted. With a short commit interval (or a slow status call) a round can read and
+    commit them between two polls, so produce again, up to ``attempts`` times."""
+    for attempt in range(attempts):
+        produced.more(n)
+        try:
+            return handle.wait_for(open_round_with_data, timeout_s=wait_s, poll_s=0.05)
+        except TimeoutError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def kill_landed_in_round(table: Table, before: dict[str, Any], killed_at: float) -> bool:
     """Did a kill at ``killed_at`` (wall clock) land inside the round ``before`` saw open?
     Yes unless the table's history shows that round (its epoch and txn id) committed first."""

@@ -6,7 +6,10 @@ data, unix sockets, log - under one temp folder of its own, removed on stop. A s
 crashed keeps its log (the data is removed either way). Started ~1-10 s; readiness is an S3
 request signed with its credentials that sees every bucket asked for, not an open port.
 ``kill()`` ends the process and keeps its data and ports; ``start()`` then brings the same
-store back on them (how the tests take a table's store away mid-commit).
+store back on them (how the tests take a table's store away mid-commit), and returns only
+once an object stored before the kill reads back: its S3 gateway answers before its volume
+server has re-registered, and a read in that moment fails ("Failed to flush response
+stream", seen in CI).
 
 Credentials are made per instance (or given) and passed to ``weed`` through its
 environment; clients get them from ``storage_options`` / ``env()``. They never show in
@@ -34,6 +37,11 @@ _START_TIMEOUT_S = 60.0
 _STOP_GRACE_S = 10.0
 _PORT_ATTEMPTS = 3
 REGION = "us-east-1"
+#: An object written once the store first is ready; a restarted store is ready when it reads
+#: back. In the first bucket asked for, else in a bucket of its own.
+_CANARY_BUCKET = "rayconnect-ready"
+_CANARY_KEY = ".rayconnect-ready"
+_CANARY = b"ready"
 
 #: The servers ``weed mini`` runs and their ports: each gets a free one (http and grpc).
 _PORT_FLAGS = (
@@ -150,7 +158,7 @@ class EmbeddedS3(ChildProcess):
         if self._root is not None and self._ports:  # killed: the same store comes back
             self._remove_sockets()
             self._launch_weed(fresh=False)
-            self._wait_ready(self._not_ready, timeout)
+            self._wait_ready(self._not_ready_after_restart, timeout)
             self.start_seconds = time.monotonic() - started
             return self
         failed: list[Path] = []
@@ -158,6 +166,7 @@ class EmbeddedS3(ChildProcess):
         def attempt() -> None:
             self._launch_weed()
             self._wait_ready(self._not_ready, timeout)
+            self._write_canary()
 
         def clean_up() -> None:
             self.stop(keep_log=True)
@@ -205,6 +214,29 @@ class EmbeddedS3(ChildProcess):
             self._list_buckets()
         except OSError as exc:
             return str(exc)
+        return None
+
+    @property
+    def _canary_path(self) -> str:
+        return f"{self.buckets[0] if self.buckets else _CANARY_BUCKET}/{_CANARY_KEY}"
+
+    def _write_canary(self) -> None:
+        if not self.buckets:
+            self.create_bucket(_CANARY_BUCKET)
+        with self.filesystem().open_output_stream(self._canary_path) as out:
+            out.write(_CANARY)
+
+    def _not_ready_after_restart(self) -> str | None:
+        """None once the buckets are there and the canary written at first start reads back."""
+        not_ready = self._not_ready()
+        if not_ready is not None:
+            return not_ready
+        try:
+            with self.filesystem().open_input_stream(self._canary_path) as got:
+                if got.read() != _CANARY:
+                    return "the canary object reads back wrong"
+        except OSError as exc:
+            return f"stored objects do not read back yet: {exc}"
         return None
 
     def stop(self, grace: float = _STOP_GRACE_S, keep_log: bool = False) -> None:

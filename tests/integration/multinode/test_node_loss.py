@@ -17,7 +17,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sink_checks import Produced, assert_exactly_once, caught_up, open_round_with_data, pipeline
+from sink_checks import (
+    Produced,
+    assert_exactly_once,
+    caught_up,
+    pipeline,
+    produce_into_an_open_round,
+)
 
 import rayconnect as rc
 
@@ -85,8 +91,7 @@ def _lose_node_mid_round(ray_cluster, running: Running, node: str) -> dict[str, 
     produced, handle = running.produced, running.handle
     print(f"\nbefore removing {node}: {ray_cluster.placement(NAME)}")
     app = handle.status()["writer"]["app_name"]
-    produced.more(3000)
-    before = handle.wait_for(open_round_with_data, timeout_s=30, poll_s=0.1)
+    before = produce_into_an_open_round(handle, produced, 3000)
     removed_at = time.monotonic()
     ray_cluster.remove(node)
     produced.more(2000)
