@@ -17,10 +17,11 @@ Row = tuple[str, str, int, int]
 _COLUMNS = ("cluster", "topic", "partition", "offset")
 
 
-def load_table(sink: rc.IcebergSink) -> Any:
-    """The table at its latest metadata, through a catalog connection of its own."""
+def load_table(sink: rc.IcebergSink, table: str | None = None) -> Any:
+    """The table (``table``, default the sink's) at its latest metadata, through a catalog
+    connection of its own."""
     committer = open_committer(sink, "reader")
-    return committer.catalog().load_table(sink.table)
+    return committer.catalog().load_table(table or sink.table)
 
 
 def iceberg_rows(sink: rc.IcebergSink) -> list[Row]:
@@ -31,6 +32,11 @@ def iceberg_rows(sink: rc.IcebergSink) -> list[Row]:
 
 def duckdb_rows(sink: rc.IcebergSink) -> list[Row]:
     """The same rows by DuckDB's ``iceberg_scan`` of the current metadata file."""
+    return duckdb_query(sink, 'SELECT "cluster", "topic", "partition", "offset" FROM TABLE')
+
+
+def duckdb_query(sink: rc.IcebergSink, sql: str) -> list[tuple[Any, ...]]:
+    """``sql`` by DuckDB, ``TABLE`` standing for ``iceberg_scan`` of the current metadata."""
     extensions = Path(next(iter(duckdb_ext.__path__))) / "extensions"
     con = duckdb.connect(
         config={"extension_directory": str(extensions), "autoinstall_known_extensions": False}
@@ -38,7 +44,7 @@ def duckdb_rows(sink: rc.IcebergSink) -> list[Row]:
     try:
         con.sql("LOAD avro; LOAD iceberg;")
         metadata = load_table(sink).metadata_location
-        query = 'SELECT "cluster", "topic", "partition", "offset" FROM iceberg_scan(?)'
+        query = sql.replace("TABLE", "iceberg_scan(?)")
         return [tuple(r) for r in con.execute(query, [metadata]).fetchall()]
     finally:
         con.close()

@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,12 +103,16 @@ class WriterActor:
         warm_up_table: TableLocation | None = None,
         placement_group_strategy: str = "SPREAD",
         record_format: RecordFormat | None = None,
+        table_schema: Callable[[], pa.Schema] | None = None,
     ) -> None:
         # A fresh Spark app name per actor *incarnation*: RayDP names an actor
         # "<app>_SPARK_MASTER", and a restarted writer must not collide with its predecessor.
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         self._app_name = f"rayconnect-{safe}-{uuid.uuid4().hex[:8]}"
         self._format = record_format if record_format is not None and record_format.typed else None
+        if self._format is not None and table_schema is None:
+            raise ValueError("a typed record_format needs table_schema (the table's reader)")
+        self._table_schema = table_schema
         spark = spark or SparkSettings()
         self._executors, self._cores = spark.executors, spark.executor_cores
         self._memory = spark.executor_memory
@@ -349,11 +353,9 @@ class WriterActor:
         self, table: TableLocation, groups: list[list[ray.ObjectRef]]
     ) -> WriteResult:
         table_schema = None
-        if self._format is not None:
-            from rayconnect.tables.delta import current_schema
-
+        if self._table_schema is not None:
             table_schema = await asyncio.get_running_loop().run_in_executor(
-                None, current_schema, table, self._format
+                None, self._table_schema
             )
         result: WriteResult = await self._run_in_spark_thread(
             write_groups, self._spark, table, groups, RAW_RECORD_SCHEMA, self._format, table_schema
@@ -400,6 +402,7 @@ def start_writer(
     warm_up_table: TableLocation | None = None,
     placement: Placement | None = None,
     record_format: RecordFormat | None = None,
+    table_schema: Callable[[], pa.Schema] | None = None,
 ) -> ray.actor.ActorHandle:
     """Get or create the named, detached, always-restarted writer actor.
 
@@ -408,7 +411,9 @@ def start_writer(
     ``placement`` places the writer and its executors (default: spread over the nodes).
     ``spark``: its executors and their waits (``rc.SparkSettings``; default one executor).
     ``record_format``: how the source's values are decoded (on the executors, in each
-    write's one job); None or raw: rows are written as read.
+    write's one job); None or raw: rows are written as read. ``table_schema``: reads the
+    table's schema now (``TableCommitter.current_schema``), which a typed write decodes
+    against; required with a typed ``record_format``.
     """
     placement = placement or Placement()
     handle = WriterActor.options(
@@ -425,6 +430,7 @@ def start_writer(
         placement_group_strategy=placement.spark_group_strategy,
         warm_up_table=warm_up_table,
         record_format=record_format,
+        table_schema=table_schema,
     )
     if wait:
         ray.get(handle.ready.remote(), timeout=timeout_s)

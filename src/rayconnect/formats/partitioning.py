@@ -1,4 +1,4 @@
-"""``DeltaSink(partition_by=[...])``: table partitions of a typed table, and derived columns.
+"""``partition_by=[...]`` of a Delta or Iceberg sink: table partitions of a typed table.
 
 An entry is a column (``country``, ``_kafka_partition``) or a derived one,
 ``name=day(col)`` (a date) or ``name=hour(col)`` (``YYYY-MM-DD-HH``, a string) of a
@@ -6,6 +6,10 @@ timestamp column (``_kafka_timestamp`` or a declared ``timestamp``). The executo
 derived columns to each block and write one file per table partition per group, in
 Hive-style folders (``name=value/``); the partition columns are not in the files - Delta
 keeps their values in the add actions, which the committer reads back from the folders.
+Iceberg (``RecordFormat.partition_values_in_files``) gets the same entries as a partition
+spec (``day``/``hour``/``identity`` transforms of the source column): its files keep every
+data column, derived values only choose the folder, and the table reads each file's
+partition from its column statistics.
 """
 
 from __future__ import annotations
@@ -104,21 +108,26 @@ def with_derived(rows: pa.Table, specs: list[PartitionSpec]) -> pa.Table:
     return rows
 
 
-def split(rows: pa.Table, specs: list[PartitionSpec]) -> list[tuple[str, pa.Table]]:
+def split(
+    rows: pa.Table, specs: list[PartitionSpec], values_in_files: bool = False
+) -> list[tuple[str, pa.Table]]:
     """``rows`` per table partition: (Hive folder path ``a=1/b=x``, rows without the
-    partition columns). One pass over the unique values, not one per row."""
+    partition columns - or, ``values_in_files`` (Iceberg), without the derived ones only:
+    the table derives every partition value from the file's own columns). One pass over
+    the unique values, not one per row."""
     if not specs:
         return [("", rows)]
     texts = [_as_text(rows.column(s.name)) for s in specs]
     key = texts[0] if len(texts) == 1 else pc.binary_join_element_wise(*texts, "\x00")
     encoded = pc.dictionary_encode(key).combine_chunks()
     names = [s.name for s in specs]
+    drop = [s.name for s in specs if s.transform != "identity"] if values_in_files else names
     out = []
     for code, value in enumerate(encoded.dictionary.to_pylist()):
         parts = value.split("\x00") if len(texts) > 1 else [value]
         folder = "/".join(f"{n}={_escape(v)}" for n, v in zip(names, parts, strict=True))
         picked = rows.filter(pc.equal(encoded.indices, code))
-        out.append((folder, picked.drop_columns(names)))
+        out.append((folder, picked.drop_columns(drop)))
     return out
 
 

@@ -91,15 +91,18 @@ def initial_schema(fmt: RecordFormat) -> pa.Schema:
         from rayconnect.formats.avro import avro_schema_columns
 
         base += [f.with_nullable(True) for f in avro_schema_columns(fmt.avro_schema)]
-    known = pa.schema(base)
-    return pa.schema(base + partitioning.derived_fields(partition_specs(fmt), known))
+    if fmt.partition_values_in_files:  # derived from columns by the table, not stored
+        return pa.schema(base)
+    return pa.schema(base + partitioning.derived_fields(partition_specs(fmt), pa.schema(base)))
 
 
 def partition_specs(fmt: RecordFormat) -> list[partitioning.PartitionSpec]:
     """The table partitions of ``fmt`` (ConfigError if one names an unknown column)."""
     if not fmt.partition_by:
         return []
-    known = initial_schema(msgspec.structs.replace(fmt, partition_by=()))
+    known = initial_schema(
+        msgspec.structs.replace(fmt, partition_by=(), partition_values_in_files=False)
+    )
     return partitioning.parse(fmt.partition_by, known)
 
 

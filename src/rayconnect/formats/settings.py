@@ -48,6 +48,12 @@ class RecordFormat(msgspec.Struct, frozen=True):
     avro_schema: str | None = None
     #: the table's partition columns (``formats.partitioning``): the sink's ``partition_by``
     partition_by: tuple[str, ...] = ()
+    #: where a partitioned table keeps its partition values. False (Delta): in the log and
+    #: the Hive folders; files lack the partition columns and a derived one (``day(ts)``) is
+    #: a column of the table. True (Iceberg): the table derives them from the files' own
+    #: columns (``day(ts)`` from ``ts``'s statistics), so files keep every data column and
+    #: derived values only steer which file a row goes to.
+    partition_values_in_files: bool = False
 
     def __post_init__(self) -> None:
         require(

@@ -29,6 +29,7 @@ from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import TopicPartition
 from rayconnect.runtime import Handle, ensure_ray, get_actor, pipeline_actor_names
+from rayconnect.tables.factory import open_committer
 
 
 def commit_settings_of(commit: CommitSettings | None, fields: dict[str, Any]) -> CommitSettings:
@@ -128,13 +129,19 @@ class SinkPipeline:
         detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
         # Spark's start-up (~20-30 s) and the participants' start overlap: both must be up
         # before the coordinator's first START.
+        record_format = cfg.record_format()
         writer = start_writer(
             names.writer(cfg.name),
             spark=cfg.spark,
             warm_up_table=cfg.sink.location(),
             wait=False,
             placement=cfg.placement,
-            record_format=cfg.record_format(),
+            record_format=record_format,
+            table_schema=(
+                open_committer(cfg.sink, cfg.name, record_format).current_schema
+                if record_format.typed
+                else None
+            ),
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.

@@ -190,6 +190,8 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     vacuum_retention_hours: float = 24.0
     keep_snapshots: int = 10
     storage_options: dict[str, str] = {}
+    #: partition spec of a typed table: ``col`` (identity) or ``name=day(col)``/``hour(col)``
+    partition_by: tuple[str, ...] = ()
 
     __repr__ = redacted_repr  # catalog properties and storage options may hold credentials
 
@@ -278,18 +280,17 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         from rayconnect.formats.rows import partition_specs
 
         partition_specs(self.record_format())  # ConfigError naming the bad entry
-        require(
-            not (isinstance(self.sink, IcebergSink) and self.source.record_format().typed),
-            f"source.value_format {self.source.value_format!r}: typed tables are Delta-only "
-            "so far; an Iceberg sink takes value_format raw",
-        )
 
     def record_format(self) -> RecordFormat:
         """How records become rows: the source's format, partitioned as the sink says."""
         fmt = self.source.record_format()
-        if isinstance(self.sink, DeltaSink) and self.sink.partition_by:
-            return msgspec.structs.replace(fmt, partition_by=self.sink.partition_by)
-        return fmt
+        if not self.sink.partition_by:
+            return fmt
+        return msgspec.structs.replace(
+            fmt,
+            partition_by=self.sink.partition_by,
+            partition_values_in_files=isinstance(self.sink, IcebergSink),
+        )
 
 
 def _read_avsc(path: str | None) -> str | None:

@@ -194,6 +194,7 @@ def _block_writer(
         dead: list[pa.Table] = []
         last_group: int | None = None
         specs = partition_specs(record_format) if typed else []  # type: ignore[arg-type]
+        in_files = typed and record_format.partition_values_in_files  # type: ignore[union-attr]
 
         def open_file(
             group: int, file_schema: pa.Schema, rel_root: str, folder: str = ""
@@ -245,7 +246,7 @@ def _block_writer(
                         table = _conform(table, schema, index)
                     if table.num_rows == 0:
                         continue
-                    for folder, rows in split_partitions(table, specs):
+                    for folder, rows in split_partitions(table, specs, in_files):
                         writer = current.get(folder)
                         if writer is not None and writer.schema != rows.schema:
                             writer.close()  # new columns: a file of their own

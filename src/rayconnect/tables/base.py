@@ -116,6 +116,11 @@ class TableCommitter(Protocol):
         (``SchemaMismatchError``)."""
         ...
 
+    def current_schema(self) -> Any:
+        """The table's schema now (``pa.Schema``; its first one if it does not exist yet):
+        what the writer decodes typed records against."""
+        ...
+
     def claim_epoch(self) -> int:
         """Bump the coordinator epoch in the table and return it: from then on commits of
         older epochs fail. Two racing claims: one raises ``CommitConflictError``."""

@@ -46,11 +46,11 @@ from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import (
     STAGING_DIR,
     delta_stats_json,
-    describe_file,
     normalize_type,
     schema_differences,
 )
 from rayconnect.storage.location import TableLocation, as_location
+from rayconnect.tables import dead_letters
 from rayconnect.tables.base import (
     COORDINATOR_KEY,
     CommitConflictError,
@@ -188,6 +188,14 @@ class DeltaCommitter:
         return pa.schema(
             [pa.field(f.name, normalize_type(f.type)) for f in pa.schema(dt.schema().to_arrow())]
         )
+
+    def current_schema(self) -> pa.Schema:
+        """The schema rows are decoded against: the table's now (a typed table's grows; a
+        value contradicting a column is a bad record), its first one while it does not
+        exist yet. A fresh read: the writer's view must not lag behind the committer's."""
+        if not DeltaTable.is_deltatable(self.table_path, storage_options=self._options):
+            return self.schema
+        return self._table_arrow_schema(DeltaTable(self.table_path, storage_options=self._options))
 
     def version(self) -> int:
         """Latest table version."""
@@ -358,48 +366,17 @@ class DeltaCommitter:
             dt.update_incremental()
 
     def _commit_dead_letters(self, dead: Sequence[DataFile], offsets: Mapping[str, int]) -> None:
-        """Commit the round's dead letters to the dead-letter table, BEFORE the main commit.
-
-        Exactly once across both tables: the dead-letter table carries the same txn app ids,
-        each at ``max(its version, the round's next offset)``, and the round's dead letters
-        below a partition's dead-letter version are dropped first - they were committed by
-        an earlier attempt of this round that died before its main commit (or by a fenced
-        coordinator: decoding is deterministic, so they are the same records). The main
-        commit follows; if it fails, the retry's dead letters dedupe the same way.
-        """
+        """Commit the round's dead letters to the dead-letter table, BEFORE the main commit
+        (``tables.dead_letters``: why that is exactly once). The dead-letter table carries
+        the same txn app ids, each at ``max(its version, the round's next offset)``."""
         assert self._dead is not None
         ddt = self._dead._table()
         read_version = ddt.version()
         done = {k: ddt.transaction_version(self._dead.app_id(k)) or 0 for k in offsets}
-        keep: list[DataFile] = []
-        for f in dead:
-            rel = f.path[len(DEAD_LETTER_DIR) + 1 :]
-            rows = pq.read_table(self.location.path(f.path), filesystem=self.filesystem)
-            keys = [
-                f"{c}/{t}/{p}"
-                for c, t, p in zip(
-                    rows["_kafka_cluster"].to_pylist(),
-                    rows["_kafka_topic"].to_pylist(),
-                    rows["_kafka_partition"].to_pylist(),
-                    strict=True,
-                )
-            ]
-            mask = [
-                off >= done.get(k, 0)
-                for k, off in zip(keys, rows["_kafka_offset"].to_pylist(), strict=True)
-            ]
-            if all(mask):
-                keep.append(DataFile(rel, f.size, f.records, f.modification_time_ms, f.stats))
-            elif any(mask):  # rare: part of it committed by a dead attempt
-                part = rel.rsplit(".", 1)[0] + f"-from-{uuid.uuid4().hex[:8]}.parquet"
-                pq.write_table(
-                    rows.filter(pa.array(mask)),
-                    self._dead.location.path(part),
-                    filesystem=self.filesystem,
-                )
-                keep.append(describe_file(self._dead.location, part, self.filesystem)[0])
+        keep = dead_letters.unseen(dead, done, self.location, self._dead.location, self.filesystem)
         txns = [
-            Transaction(self._dead.app_id(k), max(done[k], v)) for k, v in sorted(offsets.items())
+            Transaction(self._dead.app_id(k), v)
+            for k, v in dead_letters.next_offsets(done, offsets).items()
         ]
         adds = [self._dead._add_action(f, self._dead._table_arrow_schema(ddt)) for f in keep]
         self._dead._write(ddt, read_version, adds, txns, {"rayconnect.deadLetters": "1"})
@@ -543,10 +520,5 @@ def _remove_empty_dirs(root: str) -> None:
 
 
 def current_schema(table: TableLocation, record_format: RecordFormat) -> pa.Schema:
-    """A typed table's schema now (its initial one if it does not exist yet): what the
-    writer decodes against, so a value contradicting a column is a bad record."""
-    options = table.delta_options()
-    if not DeltaTable.is_deltatable(table.uri, storage_options=options):
-        return initial_schema(record_format)
-    dt = DeltaTable(table.uri, storage_options=options)
-    return DeltaCommitter._table_arrow_schema(dt)
+    """A typed table's schema now (its initial one if it does not exist yet)."""
+    return DeltaCommitter(table, "", record_format=record_format).current_schema()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rayconnect.errors import ConfigError
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.pipelines.sink_config import DeltaSink, IcebergSink, TableSink
 from rayconnect.tables.base import TableCommitter
@@ -17,11 +16,8 @@ def open_committer(
     sink: TableSink, pipeline: str, record_format: RecordFormat | None = None
 ) -> TableCommitter:
     """The committer for ``sink``'s table, for pipeline ``pipeline`` (no IO yet);
-    ``record_format``: the source's decoding (typed tables are Delta only)."""
-    typed = record_format is not None and record_format.typed
+    ``record_format``: the source's decoding (None or raw: the raw table)."""
     if isinstance(sink, IcebergSink):
-        if typed:
-            raise ConfigError("source.value_format: typed tables are Delta-only so far")
         from rayconnect.tables.iceberg import IcebergCommitter
 
         return IcebergCommitter(
@@ -31,6 +27,7 @@ def open_committer(
             pipeline,
             catalog_name=sink.catalog_name,
             keep_snapshots=sink.keep_snapshots,
+            record_format=record_format,
         )
     if isinstance(sink, DeltaSink):
         from rayconnect.tables.delta import DeltaCommitter

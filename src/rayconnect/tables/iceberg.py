@@ -21,6 +21,15 @@ Fencing (I3) and compare-and-set (I2):
 - ``claim_epoch`` is a snapshot too (no files), so it conflicts with a racing commit instead
   of slipping in beside it (a property-only commit carries no snapshot requirement).
 
+Typed tables (a ``RecordFormat`` other than raw): the table is created from the format's
+first schema with a partition spec from ``partition_by`` (``day``/``hour``/``identity``
+transforms; files carry the source columns, the table reads each file's partition from their
+statistics). A round's files that bring new fields add them as optional columns through an
+Iceberg schema update in the SAME metadata commit as the files (Delta needs two versions);
+narrower ints and floats in a file read as the table's wider type. Bad records go to a
+dead-letter table ``<name>_dead_letters`` in the table's folder, committed first and deduped
+by its own offsets (``tables.dead_letters``).
+
 Upkeep: every ``MAINTAIN_EVERY`` commits, snapshots beyond the newest ``keep_snapshots`` are
 expired; manifests are merged by the append itself (``commit.manifest-merge.enabled``) and old
 metadata files dropped (``write.metadata.delete-after-commit.enabled``). Without these a
@@ -41,10 +50,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs
 
+from rayconnect.formats import evolution
+from rayconnect.formats.partitioning import PartitionSpec
+from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema, partition_specs
+from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, is_dead_letter_file
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.files import STAGING_DIR, schema_differences
+from rayconnect.spark_bridge.files import STAGING_DIR, normalize_type, schema_differences
 from rayconnect.storage.location import TableLocation, as_location
+from rayconnect.tables import dead_letters
 from rayconnect.tables.base import (
     CommitConflictError,
     SchemaMismatchError,
@@ -87,6 +101,7 @@ class IcebergCommitter:
         schema: pa.Schema = RAW_RECORD_SCHEMA,
         catalog_name: str = "rayconnect",
         keep_snapshots: int = 10,
+        record_format: RecordFormat | None = None,
     ) -> None:
         self.catalog_properties = dict(catalog)
         self.catalog_name = catalog_name
@@ -94,8 +109,25 @@ class IcebergCommitter:
         self.location = as_location(location)
         self.table_path = f"{identifier} at {self.location.uri}"
         self.pipeline = pipeline
-        self.schema = schema
+        #: typed: the table's schema may grow (``formats.evolution``), never shrink
+        self.typed = record_format is not None and record_format.typed
+        self.schema = initial_schema(record_format) if self.typed else schema  # type: ignore[arg-type]
+        self.partition_by: list[PartitionSpec] = (
+            partition_specs(record_format) if self.typed else []  # type: ignore[arg-type]
+        )
         self.keep_snapshots = keep_snapshots
+        self._dead: IcebergCommitter | None = None
+        if self.typed:
+            # Bad records (errors: dead_letter): a table of their own in this one's folder.
+            self._dead = IcebergCommitter(
+                catalog,
+                f"{identifier}_dead_letters",
+                TableLocation(self.location.join(DEAD_LETTER_DIR), self.location.options),
+                pipeline,
+                DEAD_LETTER_SCHEMA,
+                catalog_name,
+                keep_snapshots,
+            )
         self._catalog: Any = None
         self._table_obj: Any = None
         self._fs: Any = None
@@ -161,12 +193,13 @@ class IcebergCommitter:
                 f"existing Iceberg table {self.identifier} is at {table.location()}, "
                 f"not at sink.table_location {self.location.uri}"
             )
-        problems = schema_differences(table.schema().as_arrow(), self.schema)
+        problems = self._schema_problems(table)
         if problems:
             raise SchemaMismatchError(
                 f"existing Iceberg table {self.identifier} has another schema: "
                 f"{'; '.join(problems)}"
             )
+        table = self._ensure_partition_spec(table)
         if table.properties.get(NUM_RETRIES) != "0":
             # A table made by someone else: rayconnect's commits must never be rebased.
             # The upkeep settings only where the owner set none.
@@ -178,6 +211,45 @@ class IcebergCommitter:
         self._table_obj = table
         return table
 
+    def _schema_problems(self, table: Any) -> list[str]:
+        """Why ``table``'s schema is not ours (a typed table's may have grown: it must only
+        not contradict the columns we start from)."""
+        if self.typed:
+            return evolution.merge(_arrow_schema(table), self.schema)[1]
+        return schema_differences(_arrow_schema(table), self.schema)
+
+    def _spec_of(self, table: Any) -> list[tuple[str, str, str]]:
+        """The table's partition spec as (name, transform, source column) triples."""
+        schema = table.schema()
+        return [
+            (f.name, str(f.transform), schema.find_column_name(f.source_id))
+            for f in table.spec().fields
+        ]
+
+    def _ensure_partition_spec(self, table: Any) -> Any:
+        """Give a new table ``partition_by``'s spec; an existing one must have it already.
+
+        A spec is set after creating the table (pyiceberg assigns the columns' ids on
+        create, and a spec names them by id): a coordinator that died in between leaves an
+        unpartitioned table without data, which the next one partitions."""
+        want = [(p.name, p.transform, p.source) for p in self.partition_by]
+        have = self._spec_of(table)
+        if have == want:
+            return table
+        snapshot = table.current_snapshot()
+        empty = snapshot is None or snapshot.summary.get("total-data-files", "0") == "0"
+        if have or not empty:
+            raise SchemaMismatchError(
+                f"existing Iceberg table {self.identifier} is partitioned by {have}, "
+                f"not by {want} (sink.partition_by)"
+            )
+        from pyiceberg.transforms import parse_transform
+
+        with table.update_spec() as update:
+            for name, transform, source in want:
+                update.add_field(source, parse_transform(transform), name)
+        return self.catalog().load_table(self.identifier)
+
     def _table(self) -> Any:
         """The table at its latest metadata, as a NEW object: a commit is built on the
         metadata its checks read, and ``Table.refresh()`` would change that metadata in
@@ -185,6 +257,13 @@ class IcebergCommitter:
         if self._table_obj is None:
             return self.ensure_table()
         return self.catalog().load_table(self.identifier)
+
+    def current_schema(self) -> pa.Schema:
+        """The schema rows are decoded against: the table's now (a typed table's grows),
+        its first one while it does not exist yet."""
+        if not self.catalog().table_exists(self.identifier):
+            return self.schema
+        return _arrow_schema(self.catalog().load_table(self.identifier))
 
     def version(self) -> int:
         """The table's last sequence number: +1 with every snapshot (each commit is one)."""
@@ -228,7 +307,10 @@ class IcebergCommitter:
         if epoch is not None:
             check_epoch(epoch, self._epoch_of(table))
         self._check_offsets(table, offsets, expected)
-        paths = [self._checked_path(f, table) for f in files]
+        dead = [f for f in files if is_dead_letter_file(f)]
+        files = [f for f in files if not is_dead_letter_file(f)]
+        new_columns = self._new_columns(files, table) if self.typed else pa.schema([])
+        paths = [self._checked_path(f, table, new_columns) for f in files]
         summary = {self.summary_key(k): str(v) for k, v in sorted(offsets.items())}
         properties = {
             self.offsets_property: json.dumps(
@@ -238,7 +320,11 @@ class IcebergCommitter:
         if epoch is not None:
             summary[self.epoch_property] = properties[self.epoch_property] = str(epoch)
         summary.update(metadata or {})
-        version = self._write(table, paths, summary, properties)
+        if dead:
+            if self._dead is None:
+                raise SchemaMismatchError(f"dead-letter files for a raw table: {dead[0].path}")
+            self._commit_dead_letters(dead, offsets)
+        version = self._write(table, paths, summary, properties, new_columns)
         self._commits += 1
         if self._commits % MAINTAIN_EVERY == 0:
             try:
@@ -266,17 +352,38 @@ class IcebergCommitter:
     ) -> None:
         check_offsets(offsets, expected, self._offsets_of(table))
 
-    def _checked_path(self, data_file: DataFile, table: Any) -> str:
-        """The file's full path, once its footer has the table's schema: pyiceberg would
-        find out only half-way through building the snapshot, with a less clear error."""
-        full = self.location.path(data_file.path)
+    def _footer(self, data_file: DataFile) -> pa.Schema:
         try:
-            file_schema = pq.read_schema(full, filesystem=self.filesystem)
+            return pq.read_schema(self.location.path(data_file.path), filesystem=self.filesystem)
         except (OSError, pa.ArrowInvalid) as exc:
             raise SchemaMismatchError(
                 f"{data_file.path}: not a readable Parquet file ({exc})"
             ) from exc
-        problems = schema_differences(file_schema, table.schema().as_arrow())
+
+    def _new_columns(self, files: Sequence[DataFile], table: Any) -> pa.Schema:
+        """The columns the round's files bring that the table lacks (``formats.evolution``);
+        a file contradicting the table raises ``SchemaMismatchError`` (nothing committed)."""
+        table_schema = _arrow_schema(table)
+        merged = table_schema
+        for f in files:
+            merged, conflicts = evolution.merge(merged, self._footer(f))
+            if conflicts:
+                raise SchemaMismatchError(f"{f.path}: {'; '.join(conflicts)}")
+        return pa.schema([f for f in merged if f.name not in table_schema.names])
+
+    def _checked_path(
+        self, data_file: DataFile, table: Any, new_columns: pa.Schema | None = None
+    ) -> str:
+        """The file's full path, once its footer has the table's schema (a typed table's
+        plus ``new_columns``): pyiceberg would find out only half-way through building the
+        snapshot, with a less clear error."""
+        file_schema = self._footer(data_file)
+        table_schema = _arrow_schema(table)
+        if self.typed:
+            grown = pa.schema(list(table_schema) + list(new_columns or []))
+            problems = evolution.merge(grown, file_schema)[1]
+        else:
+            problems = schema_differences(file_schema, table_schema)
         if problems:
             raise SchemaMismatchError(
                 f"{data_file.path} does not match the table schema: {'; '.join(problems)}"
@@ -284,10 +391,16 @@ class IcebergCommitter:
         return self.location.join(data_file.path)
 
     def _write(
-        self, table: Any, paths: list[str], summary: dict[str, str], properties: dict[str, str]
+        self,
+        table: Any,
+        paths: list[str],
+        summary: dict[str, str],
+        properties: dict[str, str],
+        new_columns: pa.Schema | None = None,
     ) -> int:
-        """One transaction on exactly the metadata ``table`` was read at: properties and a
-        snapshot of ``paths``. A concurrent commit makes it fail, never rebase."""
+        """One transaction on exactly the metadata ``table`` was read at: properties, the
+        ``new_columns`` (optional), and a snapshot of ``paths``. A concurrent commit makes
+        it fail, never rebase."""
         from pyiceberg.exceptions import CommitFailedException
 
         if table.properties.get(NUM_RETRIES) != "0":
@@ -299,6 +412,9 @@ class IcebergCommitter:
         try:
             with table.transaction() as tx:
                 tx.set_properties(properties)
+                if new_columns:
+                    with tx.update_schema() as update:
+                        update.union_by_name(new_columns)
                 # Duplicates are excluded by the offsets' compare-and-set; pyiceberg's own
                 # check reads every manifest of the table (slower with every round).
                 tx.add_files(paths, snapshot_properties=summary, check_duplicate_files=False)
@@ -307,6 +423,48 @@ class IcebergCommitter:
                 f"concurrent commit to {self.identifier}; nothing committed: {exc}"
             ) from exc
         return int(table.metadata.last_sequence_number)
+
+    def _commit_dead_letters(self, dead: Sequence[DataFile], offsets: Mapping[str, int]) -> None:
+        """Commit the round's dead letters to the dead-letter table, BEFORE the main commit
+        (``tables.dead_letters``: why that is exactly once); its offsets property moves to
+        ``max(what it had, the round's next offset)`` in the same snapshot."""
+        assert self._dead is not None
+        d = self._dead
+        table = d._table()
+        had = d._offsets_of(table)
+        done = {k: had.get(k, 0) for k in offsets}
+        keep = dead_letters.unseen(dead, done, self.location, d.location, self.filesystem)
+        paths = [d._checked_path(f, table) for f in keep]
+        moved = had | dead_letters.next_offsets(done, offsets)
+        d._write(
+            table,
+            paths,
+            {"rayconnect.deadLetters": "1"},
+            {d.offsets_property: json.dumps(moved, sort_keys=True)},
+        )
+        d._commits += 1
+        if d._commits % MAINTAIN_EVERY == 0:
+            with contextlib.suppress(Exception):  # upkeep: the commit itself landed
+                d.expire_snapshots()
+
+    def _dead_table_exists(self) -> bool:
+        return self._dead is not None and self.catalog().table_exists(self._dead.identifier)
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        """Partition key -> rows in the dead-letter table ({} if it was never made)."""
+        if not self._dead_table_exists():
+            return {}
+        assert self._dead is not None
+        rows = (
+            self._dead._table()
+            .scan(selected_fields=("_kafka_cluster", "_kafka_topic", "_kafka_partition"))
+            .to_arrow()
+        )
+        counts: dict[str, int] = {}
+        for row in rows.group_by(rows.column_names).aggregate([([], "count_all")]).to_pylist():
+            key = f"{row['_kafka_cluster']}/{row['_kafka_topic']}/{row['_kafka_partition']}"
+            counts[key] = row["count_all"]
+        return counts
 
     # -- maintenance -----------------------------------------------------------------------
 
@@ -359,7 +517,17 @@ class IcebergCommitter:
             if not dry_run:
                 self.filesystem.delete_file(info.path)
             removed.append(rel)
+        if self._dead_table_exists():
+            assert self._dead is not None
+            dead = self._dead.vacuum(retention_hours, dry_run)
+            removed += [f"{DEAD_LETTER_DIR}/{p}" for p in dead]
         return removed
+
+
+def _arrow_schema(table: Any) -> pa.Schema:
+    """The table's schema as the decoder and the writers' files spell it: pyiceberg says
+    ``large_string``/``large_list`` and keeps field ids, Arrow from JSON says ``string``."""
+    return pa.schema([pa.field(f.name, normalize_type(f.type)) for f in table.schema().as_arrow()])
 
 
 def _same_place(uri: str) -> str:

@@ -18,6 +18,7 @@ import pytest
 import sink_checks
 from aiokafka import AIOKafkaProducer
 from deltalake import DeltaTable
+from iceberg_reads import duckdb_query, load_table
 from sink_checks import open_round_with_data
 from table_files_duckdb import duckdb_delta_rows
 
@@ -76,13 +77,56 @@ def is_good(value: bytes) -> bool:
         return False
 
 
+class TypedTable:
+    """The typed sink of one table kind, and its two tables read back as users would
+    (Delta: delta-rs/Polars and DuckDB; Iceberg: pyiceberg's scan and DuckDB)."""
+
+    def __init__(self, kind: str, tmp_path: Path, partition_by: tuple[str, ...]) -> None:
+        self.kind, self.root = kind, tmp_path / "t"
+        if kind == "delta":
+            self.sink: rc.DeltaSink | rc.IcebergSink = rc.DeltaSink(
+                str(self.root), partition_by=partition_by
+            )
+        else:
+            self.sink = rc.IcebergSink(
+                "db.typed", warehouse=str(tmp_path / "wh"), partition_by=partition_by
+            )
+
+    def rows(self, dead: bool = False) -> pl.DataFrame:
+        if self.kind == "delta":
+            return pl.read_delta(str(self.root / DEAD_LETTER_DIR if dead else self.root))
+        table = self.sink.table + ("_dead_letters" if dead else "")
+        return pl.from_arrow(load_table(self.sink, table).scan().to_arrow())
+
+    def duckdb(self, sql: str) -> list[tuple]:
+        if self.kind == "delta":
+            return duckdb_delta_rows(self.root, sql)
+        return duckdb_query(self.sink, sql)
+
+    def files_partitions(self) -> list[dict]:
+        """Each data file's partition values (name -> value)."""
+        if self.kind == "delta":
+            dt = DeltaTable(str(self.root))
+            adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+            return [
+                {
+                    k.removeprefix("partition."): v
+                    for k, v in a.items()
+                    if k.startswith("partition.")
+                }
+                for a in adds
+            ]
+        return load_table(self.sink).inspect.files()["partition"].to_pylist()
+
+
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
 def test_json_inferred_evolution_and_dead_letters_exactly_once_through_a_kill(
-    ray_session, kafka_broker, tmp_path: Path, kill
+    ray_session, kafka_broker, tmp_path: Path, kill, kind: str
 ) -> None:
-    topic = JsonTopic(kafka_broker.bootstrap_servers, "typed-json")
+    topic = JsonTopic(kafka_broker.bootstrap_servers, f"typed-json-{kind}")
     topic.send([good(i) for i in range(400)])
-    table = tmp_path / "t"
+    table = TypedTable(kind, tmp_path, ("day=day(_kafka_timestamp)", "_kafka_partition"))
     meta = rc.StaticMetadataService(
         (
             rc.KafkaStream(
@@ -93,7 +137,7 @@ def test_json_inferred_evolution_and_dead_letters_exactly_once_through_a_kill(
     pipeline = rc.SinkPipeline(
         "typed",
         rc.KafkaSource(meta, value_format="json", errors="dead_letter"),
-        rc.DeltaSink(str(table), partition_by=("day=day(_kafka_timestamp)", "_kafka_partition")),
+        table.sink,
         commit_interval_s=2,
     )
     handle = pipeline.start()
@@ -113,8 +157,7 @@ def test_json_inferred_evolution_and_dead_letters_exactly_once_through_a_kill(
     finally:
         handle.stop(commit=False)
 
-    main = pl.read_delta(str(table))
-    dead = pl.read_delta(str(table / DEAD_LETTER_DIR))
+    main, dead = table.rows(), table.rows(dead=True)
     coords = lambda df: list(zip(df["_kafka_partition"], df["_kafka_offset"], strict=True))  # noqa: E731
     produced = {(p, o): v for p, vs in topic.values.items() for o, v in enumerate(vs)}
     # Exactly once across both tables: each record in one of them, once.
@@ -132,16 +175,18 @@ def test_json_inferred_evolution_and_dead_letters_exactly_once_through_a_kill(
     assert status["offsets"] == topic.offsets()
     per_partition = Counter(f"{CLUSTER}/{topic.topic}/{p}" for p in dead["_kafka_partition"])
     assert status["dead_letters"] == dict(per_partition)
-    assert duckdb_delta_rows(table, "SELECT count(*), count(color) FROM TABLE") == [
+    assert table.duckdb("SELECT count(*), count(color) FROM TABLE") == [
         (len(main), main["color"].count())
     ]
-    # Partitioned by the Kafka timestamp's day and the partition: Hive folders, values in
-    # the add actions, a file never mixing two partitions.
-    dt = DeltaTable(str(table))
-    assert list(dt.metadata().partition_columns) == ["day", "_kafka_partition"]
-    for add in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
-        assert f"_kafka_partition={add['partition._kafka_partition']}/" in add["path"]
-        assert add["partition.day"] == datetime.datetime.now(datetime.UTC).date()
+    # Partitioned by the Kafka timestamp's day and the partition: a file never mixes two
+    # (Delta: values in the add actions; Iceberg: from the file's column statistics).
+    today = datetime.datetime.now(datetime.UTC).date()
+    parts = table.files_partitions()
+    assert parts and all(p["day"] == today for p in parts)
+    assert {p["_kafka_partition"] for p in parts} == set(range(PARTITIONS))
+    if kind == "delta":
+        for add in pa.table(DeltaTable(str(table.root)).get_add_actions(flatten=True)).to_pylist():
+            assert f"_kafka_partition={add['partition._kafka_partition']}/" in add["path"]
 
 
 @pytest.mark.timeout(600)

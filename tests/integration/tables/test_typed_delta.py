@@ -5,7 +5,6 @@ tables through a coordinator that dies between the two commits, reads by Polars 
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import polars as pl
@@ -14,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from table_files_duckdb import duckdb_delta_rows
+from typed_files import raw, stage_decoded
 
 from rayconnect.formats.rows import decode_block
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.types import DataFile
-from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables.base import SchemaMismatchError
@@ -29,37 +28,13 @@ KEY = "c/t/0"
 FMT = RecordFormat(value_format="json", errors="dead_letter")
 
 
-def raw(values: list[bytes], start: int) -> pa.Table:
-    n = len(values)
-    return pa.Table.from_pydict(
-        {
-            "cluster": ["c"] * n,
-            "topic": ["t"] * n,
-            "partition": [0] * n,
-            "offset": list(range(start, start + n)),
-            "timestamp": [1_700_000_000_000_000] * n,
-            "key": [b"k"] * n,
-            "value": values,
-            "headers": [[]] * n,
-        },
-        schema=RAW_RECORD_SCHEMA,
-    )
-
-
 def stage_round(
     table: Path, values: list[bytes], start: int, fmt: RecordFormat = FMT
 ) -> list[DataFile]:
     """Decode like an executor (against the table's schema now) and stage the files."""
-    location = TableLocation.parse(str(table))
-    block = decode_block(raw(values, start), fmt, current_schema(location, fmt))
-    files = []
-    staging = f"{STAGING_DIR}/{uuid.uuid4().hex}/part-0.parquet"
-    for rel, rows in ((staging, block.rows), (f"{DEAD_LETTER_DIR}/{staging}", block.dead_letters)):
-        if rows.num_rows:
-            (table / rel).parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(rows, str(table / rel))
-            files.append(describe_file(location, rel)[0])
-    return files
+    return stage_decoded(
+        table, values, start, fmt, current_schema(TableLocation.parse(str(table)), fmt)
+    )
 
 
 def test_new_field_adds_a_nullable_column_old_rows_null(tmp_path: Path) -> None:

@@ -271,18 +271,26 @@ def test_derived_partition_column_in_the_table_is_not_decoded_twice() -> None:
     assert "derived partition column" in block.dead_letters.column("reason")[0].as_py()
 
 
-def test_typed_source_with_an_iceberg_sink_or_partitions_on_raw_is_refused(tmp_path) -> None:
+def test_partitions_on_raw_are_refused_and_iceberg_keeps_values_in_files(tmp_path) -> None:
     import rayconnect as rc
 
     meta = rc.StaticMetadataService(
         (rc.KafkaStream("s", {"c": rc.ClusterMetadata("x:1", ("t",))}),)
     )
-    iceberg = rc.IcebergSink("db.t", warehouse=str(tmp_path))
-    with pytest.raises(ConfigError, match="Delta-only"):
-        rc.SinkPipeline("p", rc.KafkaSource(meta, value_format="json"), iceberg)
+    iceberg = rc.IcebergSink(
+        "db.t", warehouse=str(tmp_path), partition_by=("d=day(_kafka_timestamp)",)
+    )
+    fmt = rc.SinkPipeline(
+        "p", rc.KafkaSource(meta, value_format="json"), iceberg
+    ).config.record_format()
+    assert fmt.partition_values_in_files and fmt.partition_by == ("d=day(_kafka_timestamp)",)
+    assert "d" not in initial_schema(fmt).names  # Iceberg derives it from _kafka_timestamp
+    with pytest.raises(ConfigError, match="partition_by needs a typed"):
+        rc.SinkPipeline("p", rc.KafkaSource(meta), iceberg)
     raw_parted = rc.DeltaSink(str(tmp_path / "t"), partition_by=("_kafka_partition",))
     with pytest.raises(ConfigError, match="partition_by needs a typed"):
         rc.SinkPipeline("p", rc.KafkaSource(meta), raw_parted)
     ok = rc.DeltaSink(str(tmp_path / "t"), partition_by=("d=hour(_kafka_timestamp)",))
     pipeline = rc.SinkPipeline("p", rc.KafkaSource(meta, value_format="string"), ok)
     assert pipeline.config.record_format().partition_by == ("d=hour(_kafka_timestamp)",)
+    assert "d" in initial_schema(pipeline.config.record_format()).names  # a Delta column
