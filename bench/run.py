@@ -252,8 +252,9 @@ def scenario_s(cfg: dict, workdir: str) -> dict:
 
 
 def scenario_i(cfg: dict, workdir: str) -> dict:
-    """(a)'s backlog, rayconnect only, into a Delta table and then into an Iceberg table
-    (embedded SQL catalog on sqlite, local warehouse): same records, settings, machine."""
+    """(a)'s backlog, rayconnect only, into Delta tables and Iceberg tables (embedded SQL
+    catalog on sqlite, local warehouse), each with rayconnect's defaults and with the
+    bench's throughput settings: same records, machine and run; a fresh table each time."""
     from rc_runner import run_backlog
 
     import rayconnect as rc
@@ -262,25 +263,30 @@ def scenario_i(cfg: dict, workdir: str) -> dict:
     with Broker() as broker:
         bs = broker.bootstrap_servers
         counts = produce_backlog(bs, "kinds", cfg["a_records"], cfg["a_partitions"])
-        tables = {
-            "delta": os.path.join(workdir, "kinds-delta"),
-            "iceberg": rc.IcebergSink("bench.kinds", warehouse=os.path.join(workdir, "wh")),
-        }
-        for kind, table in tables.items():
-            with RaySession():
-                out[kind] = run_backlog(
-                    f"bench-i-{kind}",
-                    bs,
-                    "kinds",
-                    table,
-                    counts,
-                    RC_THROUGHPUT,
-                    exclude_pids=(broker.pid,),
+        for suffix, settings in (("_default", RC_DEFAULTS), ("", RC_THROUGHPUT)):
+            tag = suffix.strip("_") or "bench"
+            tables = {
+                "delta": os.path.join(workdir, f"kinds-delta-{tag}"),
+                "iceberg": rc.IcebergSink(
+                    f"bench.kinds_{tag}", warehouse=os.path.join(workdir, "wh")
+                ),
+            }
+            for kind, table in tables.items():
+                with RaySession():
+                    out[kind + suffix] = run_backlog(
+                        f"bench-i-{kind}-{tag}",
+                        bs,
+                        "kinds",
+                        table,
+                        counts,
+                        settings,
+                        exclude_pids=(broker.pid,),
+                    )
+                r = out[kind + suffix]
+                log(
+                    f"  {kind:<8} {tag:<8} {r['records_per_s']:>9,.0f} rec/s, commit median "
+                    f"{(r['commit_s_median'] or 0) * 1000:.0f} ms"
                 )
-            log(
-                f"  {kind:<8} {out[kind]['records_per_s']:>9,.0f} rec/s, commit median "
-                f"{(out[kind]['commit_s_median'] or 0) * 1000:.0f} ms"
-            )
     out["iceberg_over_delta"] = out["iceberg"]["records_per_s"] / out["delta"]["records_per_s"]
     return out
 
@@ -760,18 +766,21 @@ def rows(results: dict) -> list[list[str]]:
         )
     i = results.get("i")
     if i:
-        delta, iceberg = i["delta"], i["iceberg"]
         label = "i table kinds"
-        R.append(
-            _row(
-                label,
-                f"rayconnect records/s ({i['records']:,}, {i['partitions']} partitions): "
-                "Delta (baseline column) vs Iceberg (rayconnect column)",
-                baseline=delta["records_per_s"],
-                rayconnect=iceberg["records_per_s"],
+        for key, what in (("_default", "defaults"), ("", "bench settings")):
+            if "delta" + key not in i:  # results of a run before defaults were measured
+                continue
+            delta, iceberg = i["delta" + key], i["iceberg" + key]
+            R.append(
+                _row(
+                    label,
+                    f"rayconnect records/s, {what} ({i['records']:,}, {i['partitions']} "
+                    "partitions): Delta (baseline column) vs Iceberg (rayconnect column)",
+                    baseline=delta["records_per_s"],
+                    rayconnect=iceberg["records_per_s"],
+                )
             )
-        )
-        R += _latency_rows(label, delta, iceberg, ": Delta vs Iceberg")
+            R += _latency_rows(label, delta, iceberg, f", {what}: Delta vs Iceberg")
     return R
 
 
