@@ -43,7 +43,9 @@ Rules
   and waits for the next START.
 - After ``request_commit_after_flushes`` size-triggered flushes in one round the buffer is
   "staying full": REQUEST-COMMIT once per round, so the coordinator ends the round early.
-  With ``commit_when_caught_up`` a batch that reaches the high watermark asks the same.
+  With ``commit_when_caught_up`` a batch that reaches the high watermark asks the same; with
+  ``commit_when_drained`` (default) it does so only in a round that flushed for size - a
+  backlog, drained: it lands at read speed, and steady traffic keeps the interval's pacing.
 
 Error versus ignore: the machine first works out what an input means - an *event* - and the
 table (``TRANSITIONS``) makes the move. Late and duplicated inputs are events of their own:
@@ -327,7 +329,7 @@ class Participant(TableMachine[State, Event]):
         if ahead is not None and offset == ahead.first_offset and not self._reader_lost:
             txn.adopt(ahead)  # the reader is at ahead.next_offset already: no seek
             effects = [Resume(), *self._after_append(txn)]
-            if ahead.caught_up and ahead.records and self.config.commit_when_caught_up:
+            if ahead.records and self._drained(txn, ahead.caught_up):
                 effects += self._request_commit(txn)  # no more batches may ever come
             return effects
         if offset is None:
@@ -387,9 +389,16 @@ class Participant(TableMachine[State, Event]):
         self._reader_at = next_
         self._gap_seek = None
         effects = self._after_append(txn)
-        if caught_up and self.config.commit_when_caught_up:
+        if self._drained(txn, caught_up):
             effects += self._request_commit(txn)
         return effects
+
+    def _drained(self, txn: WriteState, caught_up: bool) -> bool:
+        """Whether reaching the high watermark ends the round (see the module docstring)."""
+        cfg = self.config
+        if not caught_up:
+            return False
+        return cfg.commit_when_caught_up or (cfg.commit_when_drained and txn.size_flushes > 0)
 
     def _read_ahead(self, ahead: ReadAhead, batch: Batch, caught_up: bool) -> Ready:
         if batch.first_offset != ahead.next_offset:

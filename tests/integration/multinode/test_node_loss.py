@@ -69,6 +69,7 @@ def running(ray_cluster, module_broker, sink_table) -> Iterator[Running]:
         commit_interval_s=1,
         write_timeout_s=20,
         flush_max_records=1500,
+        commit_when_drained=False,  # rounds stay open for the interval: kills land in them
         spark=rc.SparkSettings(
             executors=EXECUTORS, executor_memory="768MB", executor_wait_s=60, executor_lost_s=45
         ),

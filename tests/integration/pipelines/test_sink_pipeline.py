@@ -71,6 +71,7 @@ def test_exactly_once_while_every_role_is_killed_mid_round(
         commit_interval_s=3,
         write_timeout_s=20,
         flush_max_records=1500,
+        commit_when_drained=False,  # rounds stay open for the interval: kills land in them
     )
     handle = pipeline.start()
     by_role = {

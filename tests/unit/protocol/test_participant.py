@@ -344,6 +344,34 @@ def test_commit_when_caught_up_asks_once_per_round_when_a_batch_reaches_the_end(
     assert q.records(0, 3, 3, 30, "b0", 0.0, caught_up=True) == []
 
 
+def test_by_default_a_drained_backlog_ends_the_round_and_steady_traffic_does_not() -> None:
+    """commit_when_drained (default): reaching the high watermark asks for the commit only in
+    a round that flushed for size - a backlog read at full speed - so a backlog's last round
+    does not wait out the interval, and a caught-up live partition keeps the interval."""
+    request = SendMessage(to=COORDINATOR, message=RequestCommit(1, 1, KEY))
+    steady = writing(0)
+    assert steady.records(0, 3, 3, 30, "b0", 0.0, caught_up=True) == []
+    assert steady.records(3, 6, 3, 30, "b3", 0.0, caught_up=True) == []
+    backlog = writing(0)
+    effects = backlog.records(0, 10, 10, 100, "b0", 0.0)  # a size flush: a backlog
+    assert any(isinstance(e, Flush) for e in effects) and request not in effects
+    assert backlog.records(10, 12, 2, 20, "b10", 0.0, caught_up=True) == [request]
+    assert backlog.records(12, 13, 1, 10, "b12", 0.0, caught_up=True) == []  # once
+    off = Participant(KEY, msgspec.structs.replace(CFG, commit_when_drained=False))
+    off.step(StartCommit(1, 1, {KEY: 0}), now=0.0)
+    off.records(0, 10, 10, 100, "b0", 0.0)
+    assert off.records(10, 12, 2, 20, "b10", 0.0, caught_up=True) == []
+
+
+def test_a_drained_read_ahead_asks_at_the_start_that_adopts_and_flushes_it() -> None:
+    p = writing(0)
+    reported(p)
+    p.records(0, 10, 10, 100, "b0", 1.0, caught_up=True)  # a full read-ahead, at the end
+    effects = p.step(StartCommit(1, 2, {KEY: 0}), now=2.0)
+    assert any(isinstance(e, Flush) for e in effects)
+    assert effects[-1] == SendMessage(to=COORDINATOR, message=RequestCommit(1, 2, KEY))
+
+
 def test_a_caught_up_read_ahead_asks_for_the_commit_at_the_next_start() -> None:
     """A backlog's last records may arrive as read-ahead: no batch follows them, so the
     START that adopts them must ask, or the round would wait out the interval."""
