@@ -309,8 +309,9 @@ class IcebergCommitter:
         self._check_offsets(table, offsets, expected)
         dead = [f for f in files if is_dead_letter_file(f)]
         files = [f for f in files if not is_dead_letter_file(f)]
-        new_columns = self._new_columns(files, table) if self.typed else pa.schema([])
-        paths = [self._checked_path(f, table, new_columns) for f in files]
+        footers = {f.path: self._footer(f) for f in files}
+        new_columns = self._new_columns(footers, table) if self.typed else pa.schema([])
+        paths = [self._checked_path(f, table, new_columns, footers[f.path]) for f in files]
         summary = {self.summary_key(k): str(v) for k, v in sorted(offsets.items())}
         properties = {
             self.offsets_property: json.dumps(
@@ -360,24 +361,29 @@ class IcebergCommitter:
                 f"{data_file.path}: not a readable Parquet file ({exc})"
             ) from exc
 
-    def _new_columns(self, files: Sequence[DataFile], table: Any) -> pa.Schema:
-        """The columns the round's files bring that the table lacks (``formats.evolution``);
-        a file contradicting the table raises ``SchemaMismatchError`` (nothing committed)."""
+    def _new_columns(self, footers: Mapping[str, pa.Schema], table: Any) -> pa.Schema:
+        """The columns the round's files (path -> footer schema) bring that the table lacks
+        (``formats.evolution``); a file contradicting the table raises
+        ``SchemaMismatchError`` (nothing committed)."""
         table_schema = _arrow_schema(table)
         merged = table_schema
-        for f in files:
-            merged, conflicts = evolution.merge(merged, self._footer(f))
+        for path, footer in footers.items():
+            merged, conflicts = evolution.merge(merged, footer)
             if conflicts:
-                raise SchemaMismatchError(f"{f.path}: {'; '.join(conflicts)}")
+                raise SchemaMismatchError(f"{path}: {'; '.join(conflicts)}")
         return pa.schema([f for f in merged if f.name not in table_schema.names])
 
     def _checked_path(
-        self, data_file: DataFile, table: Any, new_columns: pa.Schema | None = None
+        self,
+        data_file: DataFile,
+        table: Any,
+        new_columns: pa.Schema | None = None,
+        footer: pa.Schema | None = None,
     ) -> str:
-        """The file's full path, once its footer has the table's schema (a typed table's
-        plus ``new_columns``): pyiceberg would find out only half-way through building the
-        snapshot, with a less clear error."""
-        file_schema = self._footer(data_file)
+        """The file's full path, once its footer (``footer`` if read already) has the
+        table's schema (a typed table's plus ``new_columns``): pyiceberg would find out only
+        half-way through building the snapshot, with a less clear error."""
+        file_schema = footer if footer is not None else self._footer(data_file)
         table_schema = _arrow_schema(table)
         if self.typed:
             grown = pa.schema(list(table_schema) + list(new_columns or []))
