@@ -58,14 +58,12 @@ from rayconnect.protocol.effects import (
 )
 from rayconnect.protocol.messages import Message
 from rayconnect.protocol.outages import OutageWatch
-from rayconnect.protocol.upkeep import CompactSettings, Job, LogSettings, UpkeepSchedule
+from rayconnect.protocol.upkeep import Job
 from rayconnect.tables.base import TableBrokenError, check_not_behind
 
 log = logging.getLogger(__name__)
 
 MAX_TICK_S = 0.25
-#: how often an Iceberg sink's table is vacuumed (a Delta sink's: ``sink.log.tidy_every_s``)
-VACUUM_EVERY_S = 3600.0
 #: what the outage watch calls the coordinator's own troubles
 TABLE_STORE = "table store"
 ROUNDS = "rounds (every one discarded)"
@@ -76,17 +74,12 @@ STORE_PROBE_TIMEOUT_S = 5.0
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class CoordinatorActor:
     async def __init__(self, config: SinkPipelineConfig, partitions: list[str]) -> None:
-        from rayconnect.tables.factory import open_committer, open_upkeep
+        from rayconnect.tables.factory import open_committer, open_upkeep, upkeep_schedule
 
         self.config = config
         self.committer = open_committer(config.sink, config.name, config.record_format())
         self.upkeep = open_upkeep(config.sink, config.name, config.record_format())
-        sink = config.sink
-        self.schedule = UpkeepSchedule(
-            getattr(sink, "compact", CompactSettings(enabled=False)),
-            getattr(sink, "log", LogSettings(tidy_every_s=VACUUM_EVERY_S)),
-            time.monotonic(),
-        )
+        self.schedule = upkeep_schedule(config.sink, time.monotonic())
         self.upkeep_log: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         # one thread per job kind at most (the schedule runs one of each at a time)
         self._upkeep_pool = concurrent.futures.ThreadPoolExecutor(2, "table-upkeep")

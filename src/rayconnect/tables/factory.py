@@ -1,4 +1,5 @@
-"""The one place that maps a sink's configuration to the committer of its table kind."""
+"""The one place that maps a sink's configuration to its table kind's committer, upkeep and
+upkeep schedule: actors never look at the sink's type."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.pipelines.sink_config import DeltaSink, IcebergSink, TableSink
+from rayconnect.protocol.upkeep import CompactSettings, LogSettings, UpkeepSchedule
 from rayconnect.tables.base import TableCommitter
 
 if TYPE_CHECKING:
@@ -53,3 +55,18 @@ def open_upkeep(
             record_format,
         )
     return None
+
+
+#: how often an Iceberg sink's table is vacuumed (a Delta sink's: ``sink.log.tidy_every_s``)
+VACUUM_EVERY_S = 3600.0
+
+
+def upkeep_schedule(sink: TableSink, now: float) -> UpkeepSchedule:
+    """When the coordinator runs ``sink``'s upkeep jobs: a Delta sink's from its ``compact``
+    and ``log`` settings; an Iceberg committer expires snapshots as it commits, so only the
+    hourly tidy (vacuum of files no metadata reaches) is scheduled."""
+    if isinstance(sink, DeltaSink):
+        return UpkeepSchedule(sink.compact, sink.log, now)
+    return UpkeepSchedule(
+        CompactSettings(enabled=False), LogSettings(tidy_every_s=VACUUM_EVERY_S), now
+    )

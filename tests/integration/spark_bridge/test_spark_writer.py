@@ -182,13 +182,16 @@ def test_bad_input_fails_only_its_caller(writer: ray.actor.ActorHandle, tmp_path
     assert key_set(read_files(table, good_files)) == expected_keys(1, 0, 10)
     with pytest.raises(InputSchemaError, match="partition"):
         ray.get(bad_call)
-    # The gathered job failed after its task had written the good block: that file is left
-    # in staging, named by no result. Only the job's result says which files a write made
-    # (a listing of the folder would hand the good caller its rows twice).
+    # Usually both calls are gathered into one job, which fails after its task wrote the good
+    # block: that file is left in staging, named by no result (on a loaded machine the calls
+    # may arrive apart: no orphan). Only the job's result says which files a write made (a
+    # listing of the folder would hand the good caller its rows twice).
     on_disk = {str(p.relative_to(table)) for p in (table / STAGING_DIR).rglob("*.parquet")}
-    assert {f.path for f in good_files} < on_disk
+    assert {f.path for f in good_files} <= on_disk
     orphans = on_disk - {f.path for f in good_files}
-    assert key_set(pq.read_table(table / orphans.pop())) == expected_keys(1, 0, 10)
+    assert len(orphans) <= 1
+    for orphan in orphans:
+        assert key_set(pq.read_table(table / orphan)) == expected_keys(1, 0, 10)
 
 
 @pytest.mark.parametrize(
