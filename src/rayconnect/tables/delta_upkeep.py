@@ -13,6 +13,10 @@ tried again on a fresh snapshot, ``retries`` times, and otherwise left until nex
 
 This object has its own ``DeltaTable``: it runs in the coordinator's upkeep thread, beside
 (not inside) the committer of the rounds, which is not thread-safe.
+
+A typed table's dead-letter table (``<table>/_dead_letters``, made on the first bad record)
+gets the same upkeep with the same settings, right after the main table's: it commits in
+every round that has bad records, so without it its log and small files would grow too.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from typing import Any
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from rayconnect.formats.settings import RecordFormat
+from rayconnect.formats.rows import DEAD_LETTER_SCHEMA
+from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.delta import DeltaCommitter
@@ -54,6 +59,7 @@ class DeltaUpkeep:
         log_settings: LogSettings,
         vacuum_retention_hours: float,
         record_format: RecordFormat | None = None,
+        dead_letters: bool = False,
     ) -> None:
         self.location = as_location(table)
         self.compact_settings = compact
@@ -61,8 +67,28 @@ class DeltaUpkeep:
         self.vacuum_retention_hours = vacuum_retention_hours
         # vacuum (and its safety rules) is the committer's; a committer of our own, so
         # that nothing here shares a DeltaTable with the rounds' committer
-        self._committer = DeltaCommitter(self.location, pipeline, record_format=record_format)
+        if dead_letters:
+            self._committer = DeltaCommitter(
+                self.location, pipeline, DEAD_LETTER_SCHEMA, dead_letters=True
+            )
+        else:
+            self._committer = DeltaCommitter(self.location, pipeline, record_format=record_format)
         self._options = self.location.delta_options()
+        self._dead: DeltaUpkeep | None = None
+        if record_format is not None and record_format.typed:
+            dead = TableLocation(self.location.join(DEAD_LETTER_DIR), self.location.options)
+            self._dead = DeltaUpkeep(
+                dead, pipeline, compact, log_settings, vacuum_retention_hours, dead_letters=True
+            )
+
+    def dead_letter_upkeep(self) -> DeltaUpkeep | None:
+        """The dead-letter table's upkeep, once that table exists (None before)."""
+        dead = self._dead
+        if dead is None or not DeltaTable.is_deltatable(
+            dead.location.uri, storage_options=dead._options
+        ):
+            return None
+        return dead
 
     def _table(self) -> DeltaTable:
         return DeltaTable(self.location.uri, storage_options=self._options)
@@ -89,7 +115,19 @@ class DeltaUpkeep:
     def compact(self) -> dict[str, Any]:
         """Bin-pack (or Z-order) the table's small files; on a lost race try again on a
         fresh snapshot, ``retries`` times. Returns delta-rs's metrics (``numFilesRemoved``
-        0: nothing to do). Raises ``CommitFailedError`` once it gives up."""
+        0: nothing to do). Raises ``CommitFailedError`` once it gives up. The dead-letter
+        table's outcome is under ``dead_letters`` (its failure does not undo the main
+        table's compaction)."""
+        metrics = self._compact_with_retries()
+        dead = self.dead_letter_upkeep()
+        if dead is not None:
+            try:
+                metrics["dead_letters"] = dead.compact()
+            except CommitFailedError as exc:
+                metrics["dead_letters"] = {"error": str(exc)}
+        return metrics
+
+    def _compact_with_retries(self) -> dict[str, Any]:
         settings = self.compact_settings
         attempts = settings.retries + 1
         for attempt in range(1, attempts + 1):
@@ -115,7 +153,7 @@ class DeltaUpkeep:
             target_size=target, max_concurrent_tasks=settings.max_concurrent_tasks
         )
 
-    def tidy(self) -> dict[str, Any]:
+    def tidy(self, vacuum: bool = True) -> dict[str, Any]:
         """Checkpoint if the last one is more than two intervals old (delta-rs writes them
         after commits; one lost to a crash is made up here), delete expired log entries,
         vacuum. Returns what it did."""
@@ -130,14 +168,20 @@ class DeltaUpkeep:
         dt.cleanup_metadata()
         log_after = len(self._committer.log_names())
         started = time.monotonic()
-        removed = self._committer.vacuum(self.vacuum_retention_hours)
-        return {
+        removed = self._committer.vacuum(self.vacuum_retention_hours) if vacuum else []
+        done: dict[str, Any] = {
             "version": version,
             "checkpoint_created": checkpointed,
             "log_entries_removed": log_before - log_after,
             "files_vacuumed": len(removed),
             "vacuum_s": round(time.monotonic() - started, 3),
         }
+        dead = self.dead_letter_upkeep()
+        if dead is not None:  # made after start-up: its properties are set here
+            dead.configure_table()
+            # the main committer's vacuum has done the dead-letter table's already
+            done["dead_letters"] = dead.tidy(vacuum=False)
+        return done
 
     def last_checkpoint(self) -> int | None:
         """The version of the newest checkpoint in the log (None: none yet)."""

@@ -152,3 +152,37 @@ def test_partitioned_table_hive_folders_partition_values_and_pruned_reads(tmp_pa
         table, "EXPLAIN ANALYZE SELECT count(*) FROM TABLE WHERE day = DATE '2026-11-21'"
     )
     assert "Scanning Files: 2/6" in str(plan) or "2/6" in str(plan), plan
+
+
+def test_the_dead_letter_table_gets_the_same_upkeep(tmp_path: Path) -> None:
+    import time
+
+    from rayconnect.protocol.upkeep import CompactSettings, LogSettings
+    from rayconnect.tables.delta_upkeep import CHECKPOINT_INTERVAL, DeltaUpkeep
+
+    table = tmp_path / "typed"
+    c = DeltaCommitter(str(table), "p", record_format=FMT)
+    c.ensure_table()
+    keeper = DeltaUpkeep(
+        str(table), "p", CompactSettings(min_files=2), LogSettings(checkpoint_interval=3), 0, FMT
+    )
+    assert keeper.dead_letter_upkeep() is None  # no bad record yet: no table to keep
+    for r in range(8):  # a bad record in every round: a small dead-letter file each
+        c.commit(
+            stage_round(table, [b'{"id":1}', b"bad"], 2 * r), {KEY: 2 * r + 2}, {KEY: 2 * r or None}
+        )
+    dead_dir = table / DEAD_LETTER_DIR
+    assert len(DeltaTable(str(dead_dir)).file_uris()) == 8
+    metrics = keeper.compact()
+    assert metrics["dead_letters"]["numFilesRemoved"] == 8
+    assert len(DeltaTable(str(dead_dir)).file_uris()) == 1
+    time.sleep(1)
+    done = keeper.tidy()
+    assert done["files_vacuumed"] == 16  # the compacted-away files: 8 of each table
+    assert done["dead_letters"]["checkpoint_created"]
+    assert not list((dead_dir / "staging").rglob("*.parquet"))
+    dead = DeltaTable(str(dead_dir))
+    assert dead.metadata().configuration[CHECKPOINT_INTERVAL] == "3"
+    assert pl.read_delta(str(dead_dir))["_kafka_offset"].sort().to_list() == list(range(1, 16, 2))
+    assert dead.transaction_version(f"p/{KEY}") == 16  # offsets untouched by upkeep
+    assert c.dead_letter_counts() == {KEY: 8}
