@@ -44,8 +44,9 @@ Rules
 - After ``request_commit_after_flushes`` size-triggered flushes in one round the buffer is
   "staying full": REQUEST-COMMIT once per round, so the coordinator ends the round early.
   With ``commit_when_caught_up`` a batch that reaches the high watermark asks the same; with
-  ``commit_when_drained`` (default) it does so only in a round that flushed for size - a
-  backlog, drained: it lands at read speed, and steady traffic keeps the interval's pacing.
+  ``commit_when_drained`` (default) it does so only after a size flush since the partition
+  last caught up (in this round or an earlier one that another partition ended) - a backlog,
+  drained: it lands at read speed, and steady traffic keeps the interval's pacing.
 
 Error versus ignore: the machine first works out what an input means - an *event* - and the
 table (``TRANSITIONS``) makes the move. Late and duplicated inputs are events of their own:
@@ -201,6 +202,9 @@ class Participant(TableMachine[State, Event]):
         #: ``_reader_at`` again (else a quiet partition could sit on unread records forever).
         self._reader_lost = False
         self._gap_seek: int | None = None
+        #: a size flush happened since the partition last caught up: it is reading a backlog
+        #: (``commit_when_drained``), possibly across rounds another partition ended
+        self._draining = False
         self._next_flush_id = 0
         self._dropped = 0
         self._last_error: str | None = None
@@ -329,7 +333,7 @@ class Participant(TableMachine[State, Event]):
         if ahead is not None and offset == ahead.first_offset and not self._reader_lost:
             txn.adopt(ahead)  # the reader is at ahead.next_offset already: no seek
             effects = [Resume(), *self._after_append(txn)]
-            if ahead.records and self._drained(txn, ahead.caught_up):
+            if ahead.records and self._drained(ahead.caught_up):
                 effects += self._request_commit(txn)  # no more batches may ever come
             return effects
         if offset is None:
@@ -389,16 +393,18 @@ class Participant(TableMachine[State, Event]):
         self._reader_at = next_
         self._gap_seek = None
         effects = self._after_append(txn)
-        if self._drained(txn, caught_up):
+        if self._drained(caught_up):
             effects += self._request_commit(txn)
         return effects
 
-    def _drained(self, txn: WriteState, caught_up: bool) -> bool:
-        """Whether reaching the high watermark ends the round (see the module docstring)."""
-        cfg = self.config
+    def _drained(self, caught_up: bool) -> bool:
+        """Whether reaching the high watermark ends the round (see the module docstring);
+        reaching it ends the backlog."""
         if not caught_up:
             return False
-        return cfg.commit_when_caught_up or (cfg.commit_when_drained and txn.size_flushes > 0)
+        draining, self._draining = self._draining, False
+        cfg = self.config
+        return cfg.commit_when_caught_up or (cfg.commit_when_drained and draining)
 
     def _read_ahead(self, ahead: ReadAhead, batch: Batch, caught_up: bool) -> Ready:
         if batch.first_offset != ahead.next_offset:
@@ -431,6 +437,7 @@ class Participant(TableMachine[State, Event]):
             return []
         effects: Ready = [self._flush(txn)]
         txn.size_flushes += 1
+        self._draining = True
         wanted = cfg.request_commit_after_flushes
         if wanted and txn.size_flushes >= wanted:
             effects += self._request_commit(txn)

@@ -363,6 +363,21 @@ def test_by_default_a_drained_backlog_ends_the_round_and_steady_traffic_does_not
     assert off.records(10, 12, 2, 20, "b10", 0.0, caught_up=True) == []
 
 
+def test_a_backlog_drained_in_a_later_round_still_ends_it() -> None:
+    """Another partition's request ended the round in which this one flushed for size: the
+    rest of its backlog, caught up as read-ahead, asks at the START that adopts it."""
+    p = writing(0)
+    (size_flush,) = [e for e in p.records(0, 10, 10, 100, "b0", 0.0) if isinstance(e, Flush)]
+    p.flushed(size_flush.flush_id, [FILE], now=0.5)  # a size flush, not caught up
+    reported(p)
+    p.records(10, 13, 3, 30, "b10", 1.0, caught_up=True)  # read-ahead, no size flush
+    effects = p.step(StartCommit(1, 2, {KEY: 10}), now=2.0)  # round 1 committed up to 10
+    assert effects[-1] == SendMessage(to=COORDINATOR, message=RequestCommit(1, 2, KEY))
+    # drained now: caught up again later without a size flush is steady traffic
+    p.step(EndCommit(1, 2), now=3.0)
+    assert p.records(13, 14, 1, 10, "b13", 3.0, caught_up=True) == []
+
+
 def test_a_drained_read_ahead_asks_at_the_start_that_adopts_and_flushes_it() -> None:
     p = writing(0)
     reported(p)
