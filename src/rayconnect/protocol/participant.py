@@ -44,9 +44,9 @@ Rules
 - After ``request_commit_after_flushes`` size-triggered flushes in one round the buffer is
   "staying full": REQUEST-COMMIT once per round, so the coordinator ends the round early.
   With ``commit_when_caught_up`` a batch that reaches the high watermark asks the same; with
-  ``commit_when_drained`` (default) it does so only after a size flush since the partition
-  last caught up (in this round or an earlier one that another partition ended) - a backlog,
-  drained: it lands at read speed, and steady traffic keeps the interval's pacing.
+  ``commit_when_drained`` (default) it does so only when at least a flush's worth was read
+  since the partition last reached the high watermark (over rounds) - a backlog, drained: it
+  lands at read speed, and steady traffic keeps the interval's pacing.
 
 Error versus ignore: the machine first works out what an input means - an *event* - and the
 table (``TRANSITIONS``) makes the move. Late and duplicated inputs are events of their own:
@@ -202,9 +202,10 @@ class Participant(TableMachine[State, Event]):
         #: ``_reader_at`` again (else a quiet partition could sit on unread records forever).
         self._reader_lost = False
         self._gap_seek: int | None = None
-        #: a size flush happened since the partition last caught up: it is reading a backlog
-        #: (``commit_when_drained``), possibly across rounds another partition ended
-        self._draining = False
+        #: records and bytes read since the partition last reached its high watermark, over
+        #: rounds: a backlog once they pass a flush's worth (``commit_when_drained``)
+        self._behind_records = 0
+        self._behind_bytes = 0
         self._next_flush_id = 0
         self._dropped = 0
         self._last_error: str | None = None
@@ -333,7 +334,7 @@ class Participant(TableMachine[State, Event]):
         if ahead is not None and offset == ahead.first_offset and not self._reader_lost:
             txn.adopt(ahead)  # the reader is at ahead.next_offset already: no seek
             effects = [Resume(), *self._after_append(txn)]
-            if ahead.records and self._drained(ahead.caught_up):
+            if ahead.records and ahead.ends_round:
                 effects += self._request_commit(txn)  # no more batches may ever come
             return effects
         if offset is None:
@@ -393,18 +394,26 @@ class Participant(TableMachine[State, Event]):
         self._reader_at = next_
         self._gap_seek = None
         effects = self._after_append(txn)
-        if self._drained(caught_up):
+        if self._reached_end(batch, caught_up):
             effects += self._request_commit(txn)
         return effects
 
-    def _drained(self, caught_up: bool) -> bool:
-        """Whether reaching the high watermark ends the round (see the module docstring);
-        reaching it ends the backlog."""
+    def _reached_end(self, batch: Batch, caught_up: bool) -> bool:
+        """Whether this batch ends the round: it reaches the high watermark, and either
+        ``commit_when_caught_up`` or (``commit_when_drained``) at least a flush's worth was
+        read since the partition last reached it - a backlog, drained, whatever rounds other
+        partitions ended meanwhile (a round's buffer is no measure: rounds split backlogs)."""
+        self._behind_records += batch.count
+        self._behind_bytes += batch.nbytes
         if not caught_up:
             return False
-        draining, self._draining = self._draining, False
         cfg = self.config
-        return cfg.commit_when_caught_up or (cfg.commit_when_drained and draining)
+        backlog = (
+            self._behind_records >= cfg.flush_max_records
+            or self._behind_bytes >= cfg.flush_max_bytes
+        )
+        self._behind_records = self._behind_bytes = 0
+        return cfg.commit_when_caught_up or (cfg.commit_when_drained and backlog)
 
     def _read_ahead(self, ahead: ReadAhead, batch: Batch, caught_up: bool) -> Ready:
         if batch.first_offset != ahead.next_offset:
@@ -412,7 +421,7 @@ class Participant(TableMachine[State, Event]):
             self._reader_lost = True  # stale or a gap: the next START seeks
             return self._drop_read_ahead()
         ahead.append(batch)
-        ahead.caught_up = caught_up
+        ahead.ends_round = self._reached_end(batch, caught_up) or ahead.ends_round
         self._reader_at = batch.next_offset
         cfg = self.config
         if not ahead.full and (
@@ -437,7 +446,6 @@ class Participant(TableMachine[State, Event]):
             return []
         effects: Ready = [self._flush(txn)]
         txn.size_flushes += 1
-        self._draining = True
         wanted = cfg.request_commit_after_flushes
         if wanted and txn.size_flushes >= wanted:
             effects += self._request_commit(txn)

@@ -143,8 +143,9 @@ class ReadAhead:
         self.nbytes = 0
         #: The reader was paused because the read-ahead is full.
         self.full = False
-        #: The last batch reached the high watermark.
-        self.caught_up = False
+        #: A batch reached the high watermark in a way that asks for the commit
+        #: (``Participant._reached_end``): the START that adopts these batches asks.
+        self.ends_round = False
 
     def append(self, batch: Batch) -> None:
         """Keep a batch that starts exactly at ``self.next_offset`` (the caller checked)."""

@@ -345,46 +345,37 @@ def test_commit_when_caught_up_asks_once_per_round_when_a_batch_reaches_the_end(
 
 
 def test_by_default_a_drained_backlog_ends_the_round_and_steady_traffic_does_not() -> None:
-    """commit_when_drained (default): reaching the high watermark asks for the commit only in
-    a round that flushed for size - a backlog read at full speed - so a backlog's last round
-    does not wait out the interval, and a caught-up live partition keeps the interval."""
+    """commit_when_drained (default): reaching the high watermark asks for the commit only
+    after a flush's worth was read since the partition last reached it - a backlog read at
+    full speed - so a backlog's last round does not wait out the interval, and a caught-up
+    live partition keeps the interval."""
     request = SendMessage(to=COORDINATOR, message=RequestCommit(1, 1, KEY))
     steady = writing(0)
     assert steady.records(0, 3, 3, 30, "b0", 0.0, caught_up=True) == []
     assert steady.records(3, 6, 3, 30, "b3", 0.0, caught_up=True) == []
     backlog = writing(0)
-    effects = backlog.records(0, 10, 10, 100, "b0", 0.0)  # a size flush: a backlog
-    assert any(isinstance(e, Flush) for e in effects) and request not in effects
-    assert backlog.records(10, 12, 2, 20, "b10", 0.0, caught_up=True) == [request]
+    assert request not in backlog.records(0, 6, 6, 60, "b0", 0.0)
+    assert backlog.records(6, 12, 6, 60, "b6", 0.0, caught_up=True)[-1] == request
     assert backlog.records(12, 13, 1, 10, "b12", 0.0, caught_up=True) == []  # once
     off = Participant(KEY, msgspec.structs.replace(CFG, commit_when_drained=False))
     off.step(StartCommit(1, 1, {KEY: 0}), now=0.0)
-    off.records(0, 10, 10, 100, "b0", 0.0)
-    assert off.records(10, 12, 2, 20, "b10", 0.0, caught_up=True) == []
+    off.records(0, 6, 6, 60, "b0", 0.0)
+    assert request not in off.records(6, 12, 6, 60, "b6", 0.0, caught_up=True)
 
 
-def test_a_backlog_drained_in_a_later_round_still_ends_it() -> None:
-    """Another partition's request ended the round in which this one flushed for size: the
-    rest of its backlog, caught up as read-ahead, asks at the START that adopts it."""
+def test_a_backlog_split_over_rounds_still_ends_the_round_it_drains_in() -> None:
+    """Another partition's request ended the round while this one was behind: the rest of
+    its backlog, read as read-ahead up to the high watermark, asks at the START that adopts
+    it - though no single round held a flush's worth."""
     p = writing(0)
-    (size_flush,) = [e for e in p.records(0, 10, 10, 100, "b0", 0.0) if isinstance(e, Flush)]
-    p.flushed(size_flush.flush_id, [FILE], now=0.5)  # a size flush, not caught up
+    p.records(0, 6, 6, 60, "b0", 0.0)  # behind, less than a flush
     reported(p)
-    p.records(10, 13, 3, 30, "b10", 1.0, caught_up=True)  # read-ahead, no size flush
-    effects = p.step(StartCommit(1, 2, {KEY: 10}), now=2.0)  # round 1 committed up to 10
+    p.records(6, 11, 5, 50, "b6", 1.0, caught_up=True)  # read-ahead: 11 behind in all
+    effects = p.step(StartCommit(1, 2, {KEY: 6}), now=2.0)  # round 1 committed up to 6
     assert effects[-1] == SendMessage(to=COORDINATOR, message=RequestCommit(1, 2, KEY))
-    # drained now: caught up again later without a size flush is steady traffic
+    # drained now: reaching the end again after a little more is steady traffic
     p.step(EndCommit(1, 2), now=3.0)
-    assert p.records(13, 14, 1, 10, "b13", 3.0, caught_up=True) == []
-
-
-def test_a_drained_read_ahead_asks_at_the_start_that_adopts_and_flushes_it() -> None:
-    p = writing(0)
-    reported(p)
-    p.records(0, 10, 10, 100, "b0", 1.0, caught_up=True)  # a full read-ahead, at the end
-    effects = p.step(StartCommit(1, 2, {KEY: 0}), now=2.0)
-    assert any(isinstance(e, Flush) for e in effects)
-    assert effects[-1] == SendMessage(to=COORDINATOR, message=RequestCommit(1, 2, KEY))
+    assert p.records(11, 12, 1, 10, "b11", 3.0, caught_up=True) == []
 
 
 def test_a_caught_up_read_ahead_asks_for_the_commit_at_the_next_start() -> None:
