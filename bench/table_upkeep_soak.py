@@ -106,8 +106,14 @@ def soak(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     )
     # mode "nockpt": no compaction and no checkpoints at all, to show what checkpoints save
     interval = 10**9 if mode == "nockpt" else args.checkpoint_interval
-    logs = LogSettings(checkpoint_interval=interval, tidy_every_s=args.tidy_every)
-    upkeep = DeltaUpkeep(str(root), PIPELINE, compact, logs, vacuum_retention_hours=24)
+    logs = LogSettings(
+        checkpoint_interval=interval,
+        tidy_every_s=args.tidy_every,
+        log_retention_hours=args.log_retention_hours,
+    )
+    upkeep = DeltaUpkeep(
+        str(root), PIPELINE, compact, logs, vacuum_retention_hours=args.vacuum_retention_hours
+    )
     upkeep.configure_table()
     epoch = committer.claim_epoch()
     schedule = UpkeepSchedule(compact, logs, time.monotonic())
@@ -242,7 +248,9 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"interval {args.interval} s, {args.records} records/partition/round",
         "",
         f"checkpoint interval {args.checkpoint_interval}; compaction (mode compact): min_files "
-        f"{args.compact_min_files}, every {args.compact_every} s; tidy every {args.tidy_every} s. "
+        f"{args.compact_min_files}, every {args.compact_every} s; tidy every {args.tidy_every} s; "
+        f"log retention {args.log_retention_hours} h, vacuum (and tombstone) retention "
+        f"{args.vacuum_retention_hours} h. "
         f"Machine: {platform.node()}, {os.cpu_count()} cores, shared (load in the table).",
         "",
         "| mode | version | live files | log KiB | log entries | commit ms p50 (max) of the "
@@ -277,6 +285,14 @@ def main() -> None:
     ap.add_argument("--compact-min-files", type=int, default=64)
     ap.add_argument("--compact-every", type=float, default=30.0, help="300 s compressed 10x")
     ap.add_argument("--tidy-every", type=float, default=60.0)
+    ap.add_argument("--log-retention-hours", type=float, default=168.0)
+    ap.add_argument(
+        "--vacuum-retention-hours",
+        type=float,
+        default=24.0,
+        help="the sink's vacuum_retention_hours: also how long checkpoints keep compacted-away "
+        "files' tombstones; below the soak's length to see the steady state",
+    )
     ap.add_argument("--sample-every", type=int, default=100)
     ap.add_argument("--root", default="/tmp/rc_upkeep_soak")
     ap.add_argument("--out", default=str(OUT))
@@ -286,6 +302,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     results = [soak(mode, args) for mode in args.modes.split(",")]
     tag = f"soak-{args.rounds}x{args.partitions}-{'-'.join(args.modes.split(','))}"
+    if (args.log_retention_hours, args.vacuum_retention_hours) != (168.0, 24.0):
+        tag += f"-retention-{args.log_retention_hours:g}h-{args.vacuum_retention_hours:g}h"
     (out / f"{tag}.json").write_text(json.dumps({"args": vars(args), "results": results}))
     (out / f"{tag}.md").write_text(markdown(results, args))
     plot(results, out / f"{tag}.png")

@@ -121,7 +121,7 @@ class TypedTable:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", ["delta", "iceberg"])
-def test_json_inferred_evolution_and_dead_letters_exactly_once_through_a_kill(
+def test_json_inferred_evolution_and_dead_letters_exactly_once_through_kills(
     ray_session, kafka_broker, tmp_path: Path, kill, kind: str
 ) -> None:
     topic = JsonTopic(kafka_broker.bootstrap_servers, f"typed-json-{kind}")
@@ -148,10 +148,15 @@ def test_json_inferred_evolution_and_dead_letters_exactly_once_through_a_kill(
             b"\x00garbage" if i % 97 == 0 else b'{"id":"x"}' if i % 101 == 0 else good(i, True)
             for i in range(400, 1400)
         ]
-        topic.send(later[:500])
-        handle.wait_for(open_round_with_data, timeout_s=60, poll_s=0.05)
-        kill(names.coordinator("typed"), "sigkill")
-        topic.send(later[500:])
+        # Killed mid-round: the coordinator, then the participant host of both partitions.
+        host = names.participant_host(
+            "typed", f"{CLUSTER}/{topic.topic}/0", names.DEFAULT_PARTITIONS_PER_HOST
+        )
+        for victim, part in ((names.coordinator("typed"), later[:500]), (host, later[500:750])):
+            topic.send(part)
+            handle.wait_for(open_round_with_data, timeout_s=60, poll_s=0.05)
+            kill(victim, "sigkill")
+        topic.send(later[750:])
         handle.wait_for(topic.caught_up(), timeout_s=240)
         status = handle.status()
     finally:
