@@ -19,7 +19,7 @@ import sink_checks
 from aiokafka import AIOKafkaProducer
 from deltalake import DeltaTable
 from iceberg_reads import duckdb_query, load_table
-from sink_checks import open_round_with_data
+from sink_checks import produce_into_an_open_round
 from table_files_duckdb import duckdb_delta_rows
 
 import rayconnect as rc
@@ -75,6 +75,18 @@ def is_good(value: bytes) -> bool:
         return isinstance(json.loads(value)["id"], int)
     except (ValueError, KeyError, TypeError):
         return False
+
+
+class Feed:
+    """The values still to send, handed out in order (``produce_into_an_open_round``)."""
+
+    def __init__(self, topic: JsonTopic, values: list[bytes]) -> None:
+        self.topic, self.rest = topic, list(values)
+
+    def more(self, n: int) -> None:
+        part, self.rest = self.rest[:n], self.rest[n:]
+        if part:
+            self.topic.send(part)
 
 
 class TypedTable:
@@ -152,11 +164,12 @@ def test_json_inferred_evolution_and_dead_letters_exactly_once_through_kills(
         host = names.participant_host(
             "typed", f"{CLUSTER}/{topic.topic}/0", names.DEFAULT_PARTITIONS_PER_HOST
         )
-        for victim, part in ((names.coordinator("typed"), later[:500]), (host, later[500:750])):
-            topic.send(part)
-            handle.wait_for(open_round_with_data, timeout_s=60, poll_s=0.05)
+        feed = Feed(topic, later)
+        for victim in (names.coordinator("typed"), host):
+            # a round may read and commit a chunk between two polls: send more until one holds
+            produce_into_an_open_round(handle, feed, 100, attempts=5, wait_s=8)
             kill(victim, "sigkill")
-        topic.send(later[750:])
+        feed.more(len(feed.rest))
         handle.wait_for(topic.caught_up(), timeout_s=240)
         status = handle.status()
     finally:
