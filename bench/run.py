@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,8 @@ FULL = {
     "d_records": 10_000_000,
     "e_records": 100_000,
     "e_batches": [1000, 5000],
-    "h_records": 1_000_000,
+    # issue 13's workload: a 2M-record backlog spread over all partitions, defaults
+    "h_records": 2_000_000,
     "h_partitions": [8, 64, 256],
     # one process per partition costs ~7.5 GB at 64 (scenario c): same-run comparison at 8
     "h_one_per_partition_max": 8,
@@ -431,17 +433,18 @@ def scenario_h(cfg: dict, workdir: str) -> dict:
     if _available_gb() >= 14 and 1024 not in partitions and not cfg.get("quick"):
         partitions.append(1024)
     partitions = [p for p in partitions if p in cfg.get("h_only", partitions)]
-    out: dict[str, Any] = {"records": cfg["h_records"], "points": {}}
+    out: dict[str, Any] = {"records": cfg["h_records"], "settings": "defaults", "points": {}}
     for p in partitions:
         log(f" hosts: {p} partitions ({_available_gb():.1f} GB available)")
         with Broker() as broker:
+            # rayconnect's defaults: what a user with this many partitions runs
             point = backlog_trio(
                 broker,
                 f"hosts{p}",
                 cfg["h_records"],
                 p,
                 f"bench-h{p}",
-                RC_SCALING,
+                {},
                 idle_s=cfg["c_idle_s"],
                 workdir=workdir,
             )
@@ -453,7 +456,7 @@ def scenario_h(cfg: dict, workdir: str) -> dict:
                         f"hosts{p}",
                         os.path.join(workdir, f"hosts{p}-rc1"),
                         point["want"],
-                        RC_SCALING | {"partitions_per_host": 1},
+                        {"partitions_per_host": 1},
                         exclude_pids=(broker.pid,),
                         idle_s=cfg["c_idle_s"],
                     )
@@ -815,47 +818,86 @@ def rows(results: dict) -> list[list[str]]:
     return R
 
 
+#: issue 13's targets for scenario (h), by partition count: (metric, target text, check)
+_HOST_TARGETS: dict[int, dict[str, tuple[str, Callable[[dict, dict], bool]]]] = {
+    8: {"records/s": (">= 287k/s (a) before hosts", lambda r, pt: r["records_per_s"] >= 287_000)},
+    64: {
+        "records/s": (
+            ">= 1.5x baseline",
+            lambda r, pt: r["records_per_s"] >= 1.5 * pt["baseline"]["records_per_s"],
+        )
+    },
+    1024: {
+        "records/s": (">= 150k/s", lambda r, pt: r["records_per_s"] >= 150_000),
+        "start-up": ("<= 60 s", lambda r, pt: r["startup_s"] <= 60),
+        "peak PSS": ("<= 6,144 MB", lambda r, pt: r["memory"]["peak_pss_mb"] <= 6144),
+        "idle round": (
+            "<= 500 ms",
+            lambda r, pt: (
+                (r.get("idle") or {}).get("overhead_s") is not None
+                and r["idle"]["overhead_s"] <= 0.5
+            ),
+        ),
+    },
+}
+
+
 def _host_rows(h: dict | None) -> list:
     """Scenario (h): per partition count, participant hosts (default) and one process per
-    partition: records/s (ceiling and baseline beside), start-up, peak PSS, idle round."""
+    partition: records/s (ceiling and baseline beside), start-up, peak PSS, idle round,
+    each with issue 13's target where it sets one."""
     if not h:
         return []
     R = []
+    settings = h.get("settings", "RC_SCALING")
     for p, pt in h["points"].items():
         for k, label in (("rayconnect", "hosts"), ("one_per_partition", "1 per partition")):
             r = pt.get(k)
             if not r:
                 continue
+            targets = _HOST_TARGETS.get(int(p), {}) if k == "rayconnect" else {}
+
+            def goal(metric: str, r: dict = r, pt: dict = pt, targets: dict = targets) -> dict:
+                if metric not in targets:
+                    return {}
+                text, check = targets[metric]
+                return {"target": text, "met": "yes" if check(r, pt) else "no"}
+
             idle = (r.get("idle") or {}).get("overhead_s")
+            what = f"{p} partitions, {label}, {settings}"
             R.append(
                 _row(
                     "h hosts",
-                    f"records/s, {p} partitions, {label} ({h['records']:,})",
+                    f"records/s, {what} ({h['records']:,})",
                     pt["ceiling"]["records_per_s"],
                     pt["baseline"]["records_per_s"],
                     r["records_per_s"],
+                    **goal("records/s"),
                 )
             )
             R.append(
                 _row(
                     "h hosts",
-                    f"start-up, {p} partitions, {label}, s",
+                    f"start-up, {what}, s",
                     rayconnect=r["startup_s"],
                     fmt=".1f",
+                    **goal("start-up"),
                 )
             )
             R.append(
                 _row(
                     "h hosts",
-                    f"peak PSS, {p} partitions, {label}, MB",
+                    f"peak PSS, {what}, MB",
                     rayconnect=r["memory"]["peak_pss_mb"],
+                    **goal("peak PSS"),
                 )
             )
             R.append(
                 _row(
                     "h hosts",
-                    f"idle round END->next START, {p} partitions, {label}, ms",
+                    f"idle round END->next START, {what}, ms",
                     rayconnect=None if idle is None else idle * 1000,
+                    **goal("idle round"),
                 )
             )
     return R

@@ -37,6 +37,7 @@ import msgspec
 import ray
 
 from rayconnect.actors import names
+from rayconnect.actors.reader_calls import ReaderCalls
 from rayconnect.pipelines.sink_config import StartingOffsets
 from rayconnect.protocol.effects import (
     Flush,
@@ -101,6 +102,7 @@ class ParticipantHostActor:
         self.starting_offsets = starting_offsets
         self.partitions_per_host = partitions_per_host
         self.slots: dict[str, _Slot] = {}
+        self._reader_calls: dict[str, ReaderCalls] = {}
         self._retired: set[str] = set()
         self._outbox: list[Message] = []  # to the coordinator, sent once per input
         self._send_scheduled = False
@@ -177,7 +179,7 @@ class ParticipantHostActor:
         reader = await self._reader(key)
         if reader is not None:
             with contextlib.suppress(Exception):
-                await reader.pause.remote(key)
+                await self._calls_to(reader).steer("pause", key)
 
     async def _learn_keys(self) -> list[str]:
         try:
@@ -351,19 +353,28 @@ class ParticipantHostActor:
     ) -> None:
         key = slot.machine.key
         reader = await self._reader(key)
+        calls = self._calls_to(reader) if reader is not None else None
         if isinstance(effect, SeekToPolicy):
             offset = await self._policy_offset(key)
-            if reader is not None:
-                await reader.seek.remote(key, offset)
+            if calls is not None:
+                await calls.steer("seek", key, offset)
             await self._carry_out(slot, slot.machine.position_resolved(offset, time.monotonic()))
-        elif reader is None:
+        elif calls is None:
             return  # no reader yet: it asks where to start when it attaches
         elif isinstance(effect, Seek):
-            await reader.seek.remote(key, effect.offset)
+            await calls.steer("seek", key, effect.offset)
         elif isinstance(effect, Pause):
-            await reader.pause.remote(key)
+            await calls.steer("pause", key)
         else:
-            await reader.resume.remote(key)
+            await calls.steer("resume", key)
+
+    def _calls_to(self, reader: Any) -> ReaderCalls:
+        """One steering queue per reader actor (its partitions' calls share Ray calls)."""
+        actor_id = reader._actor_id.hex()
+        calls = self._reader_calls.get(actor_id)
+        if calls is None:
+            calls = self._reader_calls[actor_id] = ReaderCalls(reader)
+        return calls
 
     async def _reader(self, key: str) -> Any:
         slot = self.slots.get(key)
@@ -384,7 +395,11 @@ class ParticipantHostActor:
     async def _flush(self, slot: _Slot, flush: Flush) -> None:
         machine = slot.machine
         try:
-            files = await self.writer.write.remote(self.table, list(flush.batches))
+            # Partitions of this host may share files: one file per host per round, not
+            # one per partition (a host's partitions live and die together).
+            files = await self.writer.write.remote(
+                self.table, list(flush.batches), machine.key, self.name
+            )
         except Exception as e:
             reason = f"{type(e).__name__}: {e}"
             log.warning("participant %s: flush %d failed: %s", machine.key, flush.flush_id, reason)

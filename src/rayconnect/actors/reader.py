@@ -232,6 +232,20 @@ class ReaderActor:
         if self._positions.resume(key):
             self._consumer.resume(self._tps[key])
 
+    async def steer(self, ops: list[tuple[str, str, int | None]]) -> None:
+        """Several partitions' seek / pause / resume in one call, in order (a participant
+        host sends what its partitions asked while its last call was out)."""
+        for op, key, offset in ops:
+            if op == "seek":
+                assert offset is not None
+                await self.seek(key, offset)
+            elif op == "pause":
+                await self.pause(key)
+            elif op == "resume":
+                await self.resume(key)
+            else:
+                raise ValueError(f"unknown reader operation {op!r}")
+
     def _apply(self, *seeks: Seek | None) -> None:
         """Move the consumer where the model says (None: nowhere)."""
         for seek in seeks:

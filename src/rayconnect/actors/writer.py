@@ -68,6 +68,8 @@ class _Request:
     table: TableLocation
     refs: list[ray.ObjectRef]
     future: asyncio.Future[list[DataFile]]
+    key: str | None = None  # the partition whose rows these are
+    share: str | None = None  # requests with the same token may share files
 
 
 def _warm_up_record() -> pa.Table:
@@ -244,14 +246,20 @@ class WriterActor:
     # -- writes ---------------------------------------------------------------------------
 
     async def write(
-        self, table: str | TableLocation, refs: Sequence[ray.ObjectRef]
+        self,
+        table: str | TableLocation,
+        refs: Sequence[ray.ObjectRef],
+        key: str | None = None,
+        share: str | None = None,
     ) -> list[DataFile]:
         """Write ``refs`` (Arrow tables in the raw schema) as Parquet files under the table
         (a local path, or a ``TableLocation`` on an object store).
 
-        Returns the files holding exactly these rows (paths relative to the table root),
+        Returns the files holding these rows (paths relative to the table root),
         uncommitted. Calls that arrive together share one Spark job. Pass the refs inside a
-        list so Ray hands the refs, not the data, to this actor.
+        list so Ray hands the refs, not the data, to this actor. Calls of partitions
+        (``key``) with the same ``share`` token may also share files (``DataFile.shared_by``
+        names who is in one); without both, the files hold exactly these rows.
         """
         if self._stopped:
             raise RuntimeError(f"writer {self._app_name} was stopped")
@@ -260,7 +268,7 @@ class WriterActor:
         self._stats["calls"] += 1
         self._ensure_started()
         future: asyncio.Future[list[DataFile]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(as_location(table), list(refs), future))
+        self._pending.append(_Request(as_location(table), list(refs), future, key, share))
         assert self._wakeup is not None
         self._wakeup.set()
         return await future
@@ -333,7 +341,12 @@ class WriterActor:
 
     async def _write_requests(self, table: TableLocation, requests: list[_Request]) -> None:
         try:
-            result = await self._spark_write(table, [r.refs for r in requests])
+            result = await self._spark_write(
+                table,
+                [r.refs for r in requests],
+                [r.key for r in requests],
+                [r.share for r in requests],
+            )
         except Exception as exc:
             if len(requests) == 1:
                 self._fail(requests, exc)
@@ -350,7 +363,11 @@ class WriterActor:
                 request.future.set_result(files)
 
     async def _spark_write(
-        self, table: TableLocation, groups: list[list[ray.ObjectRef]]
+        self,
+        table: TableLocation,
+        groups: list[list[ray.ObjectRef]],
+        keys: list[str | None] | None = None,
+        shares: list[str | None] | None = None,
     ) -> WriteResult:
         table_schema = None
         if self._table_schema is not None:
@@ -358,7 +375,15 @@ class WriterActor:
                 None, self._table_schema
             )
         result: WriteResult = await self._run_in_spark_thread(
-            write_groups, self._spark, table, groups, RAW_RECORD_SCHEMA, self._format, table_schema
+            write_groups,
+            self._spark,
+            table,
+            groups,
+            RAW_RECORD_SCHEMA,
+            self._format,
+            table_schema,
+            keys,
+            shares,
         )
         self._stats["spark_writes"] += 1
         self._stats["spark_jobs"] += len(result.job_ids)

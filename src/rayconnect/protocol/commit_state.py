@@ -169,8 +169,16 @@ class CommitState:
         )
 
     def has_data(self) -> bool:
-        """Some reported partition moved its offset: there is something to commit."""
-        return any(s.next_offset > s.first_offset for s in self.statuses.values())
+        """Some committable partition moved its offset: there is something to commit."""
+        return any(self._moved(k) for k in self.committable())
+
+    def reported_data(self) -> bool:
+        """Some reported partition moved its offset (committable or not)."""
+        return any(self._moved(k) for k in self.statuses)
+
+    def _moved(self, key: str) -> bool:
+        status = self.statuses[key]
+        return status.next_offset > status.first_offset
 
     def deadline(self) -> float | None:
         """When the round next needs a ``tick``: its END, or its write timeout."""
@@ -180,22 +188,48 @@ class CommitState:
 
     # -- the commit --------------------------------------------------------------------------
 
+    def committable(self) -> frozenset[str]:
+        """The reported partitions whose files can be committed: a file shared by several
+        partitions (``DataFile.shared_by``) goes in only if every one of them is committed
+        AND reported that file - else a partition that is lost, late or restarted would have
+        its rows in the table without its offset (duplicates when it re-reads them). Their
+        partners are left out with it, to the fixpoint; they re-read from the table like
+        any partition a partial commit left behind."""
+        keys = set(self.statuses)
+        reported = {k: {f.path for f in s.files} for k, s in self.statuses.items()}
+        changed = True
+        while changed:
+            changed = False
+            for key in sorted(keys):
+                for f in self.statuses[key].files:
+                    if f.shared_by and not all(
+                        k in keys and f.path in reported[k] for k in f.shared_by
+                    ):
+                        keys.discard(key)
+                        changed = True
+                        break
+        return frozenset(keys)
+
     def commit_table(self, pipeline: str) -> CommitTable:
         """The table commit of everything reported: all partitions, or those that made it
-        before the timeout (a partial commit)."""
-        keys = sorted(self.statuses)
+        before the timeout (a partial commit) and share no file with one that did not.
+        A shared file goes in once."""
+        keys = sorted(self.committable())
         statuses = [self.statuses[k] for k in keys]
+        files = {f.path: f for s in statuses for f in s.files}
         return CommitTable(
             epoch=self.epoch,
             txn_id=self.txn_id,
-            files=tuple(f for s in statuses for f in s.files),
+            files=tuple(files.values()),
             expected={k: self.start_offsets.get(k) for k in keys},
             offsets={s.partition: s.next_offset for s in statuses},
             metadata={
                 "rayconnect.pipeline": pipeline,
                 "rayconnect.epoch": str(self.epoch),
                 "rayconnect.txn_id": str(self.txn_id),
-                "rayconnect.partial": str(bool(self.missing() or self.lost)).lower(),
+                "rayconnect.partial": str(
+                    bool(self.missing() or self.lost or len(keys) < len(self.statuses))
+                ).lower(),
                 "rayconnect.records": str(sum(s.records for s in statuses)),
             },
         )

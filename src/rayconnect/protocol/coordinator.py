@@ -121,7 +121,9 @@ class Event(enum.Enum):
     # ...and partitions retire after it: an empty round touched no table, so the epoch is
     # confirmed (the table read) before their participants are ended.
     ROUND_EMPTY_RETIRING = "round_empty_retiring"
-    ROUND_ABANDONED = "round_abandoned"  # time is up and who reported has no data
+    # time is up and who reported has no data, or all of it is in files shared with
+    # partitions that did not report
+    ROUND_ABANDONED = "round_abandoned"
     COMMIT_SUCCEEDED = "commit_succeeded"
     COMMIT_FAILED = "commit_failed"
     TABLE_RELOADED = "table_reloaded"
@@ -561,7 +563,7 @@ class Coordinator(TableMachine[State, Event]):
             self._fire(Event.ROUND_HAS_DATA)
             self._pending = rnd.commit_table(self.pipeline)
             return [self._pending]
-        if rnd.is_commit_ready():
+        if rnd.is_commit_ready() and not rnd.reported_data():
             self._empty += 1
             if self._due(rnd.txn_id):
                 # Only the newest epoch may end participants: a zombie coordinator that
@@ -579,9 +581,15 @@ class Coordinator(TableMachine[State, Event]):
         # follow a newer epoch learns that it has been fenced.
         self._fire(Event.ROUND_ABANDONED)
         self._discarded += 1
-        self._last_error = f"txn {rnd.txn_id}: no data from {sorted(rnd.statuses)}, " + (
-            f"timed out waiting for {sorted(rnd.missing())}"
-        )
+        if rnd.reported_data():  # all of it in files shared with partitions left out
+            self._last_error = (
+                f"txn {rnd.txn_id}: the data of {sorted(rnd.statuses)} is in files shared with "
+                f"partitions that did not report ({sorted(rnd.partitions - rnd.committable())})"
+            )
+        else:
+            self._last_error = f"txn {rnd.txn_id}: no data from {sorted(rnd.statuses)}, " + (
+                f"timed out waiting for {sorted(rnd.missing())}"
+            )
         return self._reload_or_stop()
 
     def _finished(self, now: float) -> Ready:

@@ -58,13 +58,21 @@ class FileStats(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class DataFile(msgspec.Struct, frozen=True):
-    """A Parquet file written but not yet committed; path is relative to the table root."""
+    """A Parquet file written but not yet committed; path is relative to the table root.
+
+    ``shared_by``: the partitions whose rows the file holds, when it holds more than one's
+    (the writer puts the small flushes of one participant host's partitions into one file,
+    so that a round of 1,000 partitions does not make 1,000 files). Such a file is in the
+    WRITE-STATUS of each of them and may be committed only with all of them
+    (``CommitState.commit_table``). Empty: the file holds the reporting partition's rows
+    alone."""
 
     path: str
     size: int
     records: int
     modification_time_ms: int = 0
     stats: FileStats = FileStats()
+    shared_by: tuple[str, ...] = ()
 
 
 class ClusterMetadata(msgspec.Struct, frozen=True):

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
 import pyarrow as pa
 import ray
 
@@ -157,8 +158,15 @@ def _block_writer(
     staging_rel: str,
     record_format: RecordFormat | None = None,
     table_schema: pa.Schema | None = None,
+    share_of: list[str | None] | None = None,
+    key_of: Sequence[str | None] | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: block indexes in, (group, file path) rows out.
+
+    Consecutive groups with the same ``share_of`` token (not None) go into the same files,
+    but never two groups of one partition (``key_of``): a flush of a round that was
+    discarded must not ride in the file of a newer one, which its partition alone would
+    vouch for. A file yields one row per group it holds.
 
     Blocks are Arrow end to end, so types are kept exactly: int32 partition,
     timestamp[us, UTC], binary, list<struct>. One block in memory at a time: a task's memory
@@ -189,38 +197,59 @@ def _block_writer(
         filesystem = location.filesystem()
         attempt = uuid.uuid4().hex  # each task attempt writes files of its own
         written: list[tuple[int, str]] = []
-        #: the current group's open files, by table partition folder ("" unpartitioned)
-        current: dict[str, pq.ParquetWriter] = {}
+        #: the current group's (or share's) open files, by table partition folder
+        #: ("" unpartitioned), with the path each one has from the staging folder
+        current: dict[str, tuple[pq.ParquetWriter, str]] = {}
+        in_file: set[tuple[int, str]] = set()  # (group, path) rows already in `written`
         dead: list[pa.Table] = []
         last_group: int | None = None
+        shares = share_of or [None] * (max(group_of, default=0) + 1)
+        open_keys: set[str | None] = set()  # partitions in the open files
+
+        def same_files(a: int, b: int) -> bool:
+            return (
+                shares[a] is not None
+                and shares[a] == shares[b]
+                and key_of is not None
+                and key_of[b] not in open_keys
+            )
+
         specs = partition_specs(record_format) if typed else []  # type: ignore[arg-type]
         in_files = typed and record_format.partition_values_in_files  # type: ignore[union-attr]
 
         def open_file(
             group: int, file_schema: pa.Schema, rel_root: str, folder: str = ""
-        ) -> pq.ParquetWriter:
+        ) -> tuple[pq.ParquetWriter, str]:
             if folder:  # Hive folders only: readers parse every name=value of the path
                 rel = f"{rel_root}/{folder}/part-{attempt}-g{group}-{len(written)}.parquet"
             else:
                 rel = f"{rel_root}/{GROUP_COLUMN}={group}/part-{attempt}-{len(written)}.parquet"
             path = location.path(rel)
             location.make_parents(filesystem, path)
-            written.append((group, rel[len(staging_rel) + 1 :] if rel_root == staging_rel else rel))
             opts = options if not typed else _parquet_options(file_schema)
-            return pq.ParquetWriter(path, file_schema, filesystem=filesystem, **opts)
+            writer = pq.ParquetWriter(path, file_schema, filesystem=filesystem, **opts)
+            return writer, rel[len(staging_rel) + 1 :] if rel_root == staging_rel else rel
+
+        def holds(group: int, rel: str) -> None:
+            if (group, rel) not in in_file:
+                in_file.add((group, rel))
+                written.append((group, rel))
 
         def close_all() -> None:
-            for w in current.values():
+            for w, _ in current.values():
                 w.close()
             current.clear()
+            open_keys.clear()
 
         def flush_dead(group: int) -> None:
             if dead:
                 rows = pa.concat_tables(dead)
                 dead.clear()
                 dl_root = f"{DEAD_LETTER_DIR}/{staging_rel}"
-                with open_file(group, rows.schema, dl_root) as w:
+                w, rel = open_file(group, rows.schema, dl_root)
+                with w:
                     w.write_table(rows)
+                holds(group, rel)
 
         try:
             for batch in batches:
@@ -231,9 +260,11 @@ def _block_writer(
                     table = block if isinstance(block, pa.Table) else pa.Table.from_batches([block])
                     group = group_of[index]
                     if last_group is not None and last_group != group:
-                        close_all()
-                        flush_dead(last_group)
+                        if not same_files(last_group, group):
+                            close_all()
+                        flush_dead(last_group)  # dead letters stay per group
                     last_group = group
+                    open_keys.add(key_of[group] if key_of is not None else None)
                     if typed:
                         assert record_format is not None
                         decoded = decode_block(
@@ -247,15 +278,16 @@ def _block_writer(
                     if table.num_rows == 0:
                         continue
                     for folder, rows in split_partitions(table, specs, in_files):
-                        writer = current.get(folder)
-                        if writer is not None and writer.schema != rows.schema:
-                            writer.close()  # new columns: a file of their own
-                            writer = None
-                        if writer is None:
-                            writer = current[folder] = open_file(
+                        opened = current.get(folder)
+                        if opened is not None and opened[0].schema != rows.schema:
+                            opened[0].close()  # new columns: a file of their own
+                            opened = None
+                        if opened is None:
+                            opened = current[folder] = open_file(
                                 group, rows.schema, staging_rel, folder
                             )
-                        writer.write_table(rows)
+                        opened[0].write_table(rows)
+                        holds(group, opened[1])
             close_all()
             if last_group is not None:
                 flush_dead(last_group)
@@ -295,6 +327,8 @@ def _blocks_frame(
     staging_rel: str,
     record_format: RecordFormat | None = None,
     table_schema: pa.Schema | None = None,
+    share_of: list[str | None] | None = None,
+    key_of: Sequence[str | None] | None = None,
 ) -> DataFrame:
     """The write of all blocks of all groups as ONE lazy DataFrame of (group, path) rows.
 
@@ -321,6 +355,8 @@ def _blocks_frame(
         staging_rel,
         record_format,
         table_schema,
+        share_of,
+        key_of,
     )
     return spark.range(0, len(refs), 1, slices).mapInArrow(
         writer, from_arrow_schema(_RESULT_SCHEMA)
@@ -328,16 +364,30 @@ def _blocks_frame(
 
 
 def _describe_files(
-    location: TableLocation, staging_rel: str, written: list[tuple[int, str]], n_groups: int
+    location: TableLocation,
+    staging_rel: str,
+    written: list[tuple[int, str]],
+    n_groups: int,
+    keys: Sequence[str | None] | None = None,
 ) -> list[list[DataFile]]:
-    """Each group's files, from the job's result (never a listing: see the module doc)."""
+    """Each group's files, from the job's result (never a listing: see the module doc).
+    A file several groups share is described once and names their ``keys`` (``shared_by``)."""
     files: list[list[DataFile]] = [[] for _ in range(n_groups)]
     filesystem = location.filesystem()
+    groups_of: dict[str, list[int]] = {}
     for group, rel in sorted(written):
+        groups_of.setdefault(rel, []).append(group)
+    for rel, groups in groups_of.items():
         # dead-letter files come with their path from the table root
         full = rel if rel.startswith(DEAD_LETTER_DIR + "/") else f"{staging_rel}/{rel}"
         data_file, _ = describe_file(location, full, filesystem)
-        files[group].append(data_file)
+        if len(groups) > 1:
+            if keys is None or any(keys[g] is None for g in groups):
+                raise AssertionError(f"{rel} holds groups {groups} without partition keys")
+            shared_by = tuple(sorted({keys[g] for g in groups}))  # type: ignore[misc]
+            data_file = msgspec.structs.replace(data_file, shared_by=shared_by)
+        for group in groups:
+            files[group].append(data_file)
     return files
 
 
@@ -348,9 +398,16 @@ def write_groups(
     schema: pa.Schema = RAW_RECORD_SCHEMA,
     record_format: RecordFormat | None = None,
     table_schema: pa.Schema | None = None,
+    keys: Sequence[str | None] | None = None,
+    shares: Sequence[str | None] | None = None,
 ) -> WriteResult:
     """Write all groups as Parquet files under the table (a path or a ``TableLocation``) in
     ONE Spark job.
+
+    Groups with the same ``shares[i]`` token (not None) may share files: a task writes them
+    into one file per table partition instead of one each, and the file names the groups'
+    partition ``keys`` (``DataFile.shared_by``). The participant hosts pass their name, so
+    a round's file count follows the hosts, not the partitions.
 
     ``groups[i]`` is a list of object refs to ``pa.Table`` (or ``pa.RecordBatch``) in the
     table's schema. ``files[i]`` are the files that hold exactly group i's rows, with paths
@@ -368,6 +425,11 @@ def write_groups(
     non_empty = [(i, refs) for i, refs in enumerate(groups) if refs]
     if not non_empty:
         return WriteResult(files=[[] for _ in groups])
+    share_of: list[str | None] | None = None
+    if shares is not None and keys is not None:
+        share_of = [s if keys[i] is not None else None for i, s in enumerate(shares)]
+        # a share's groups next to each other: a task keeps one file open per share
+        non_empty.sort(key=lambda item: (share_of[item[0]] or "", item[0]))  # type: ignore[index]
     write_id = uuid.uuid4().hex
     staging_rel = f"{STAGING_DIR}/{write_id}"
     refs = [ref for _, group in non_empty for ref in group]
@@ -388,6 +450,8 @@ def write_groups(
             staging_rel,
             record_format,
             table_schema,
+            share_of,
+            list(keys) if keys is not None else None,
         )
         prepared = time.perf_counter()
         sc.setJobGroup(job_group, f"rayconnect: {len(non_empty)} groups -> {location.uri}")
@@ -407,7 +471,7 @@ def write_groups(
         ray.get(holder[0].drop.remote(write_id))
     written = time.perf_counter()
     job_ids = list(sc.statusTracker().getJobIdsForGroup(job_group))
-    files = _describe_files(location, staging_rel, job_files, len(groups))
+    files = _describe_files(location, staging_rel, job_files, len(groups), keys)
     return WriteResult(
         files=files,
         job_ids=sorted(job_ids),

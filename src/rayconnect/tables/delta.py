@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
@@ -247,7 +247,8 @@ class DeltaCommitter:
             if "txn" not in pq.read_schema(path, filesystem=self.filesystem).names:
                 continue
             column = pq.read_table(path, columns=["txn"], filesystem=self.filesystem).column("txn")
-            app_ids.update(row["appId"] for row in column.to_pylist() if row)
+            # A checkpoint row per add/remove too: only the few txn rows become Python.
+            app_ids.update(pc.struct_field(column.drop_null(), "appId").drop_null().to_pylist())
         for name in names:
             m = _COMMIT_JSON.match(name)
             if m and start < int(m.group(1)) <= version:

@@ -163,6 +163,48 @@ def test_concurrent_calls_are_gathered_then_committed(
     assert committer.committed_offsets() == {k: 1500 for k in keys}
 
 
+def test_a_hosts_partitions_share_files_and_each_file_names_them(
+    writer: ray.actor.ActorHandle, tmp_path: Path
+) -> None:
+    """Calls with one share token (a participant host) put their rows in the same files:
+    a round of many small partitions makes files per host, not per partition. Each shared
+    file names its partitions; two calls of ONE partition never share a file; a call
+    of another token, or without one, keeps files of its own."""
+    table = tmp_path / "t"
+    keys = [f"c1/orders/{p}" for p in range(4)]
+    before = ray.get(writer.stats.remote())
+    calls = [
+        writer.write.remote(str(table), [ray.put(records(p, 0, 100))], keys[p], "host-0")
+        for p in range(3)
+    ]
+    calls.append(  # partition 0 again: a second flush of it in the same job
+        writer.write.remote(str(table), [ray.put(records(0, 100, 50))], keys[0], "host-0")
+    )
+    calls.append(  # another host's partition
+        writer.write.remote(str(table), [ray.put(records(3, 0, 100))], keys[3], "host-1")
+    )
+    calls.append(writer.write.remote(str(table), [ray.put(records(5, 0, 10))]))  # no token
+    files = ray.get(calls)
+    assert jobs_delta(writer, before) == (1, 1)
+    wanted = [(0, 0, 100), (1, 0, 100), (2, 0, 100), (0, 100, 50), (3, 0, 100), (5, 0, 10)]
+    for (p, start, n), group_files in zip(wanted, files, strict=True):
+        assert group_files
+        rows = key_set(read_files(table, group_files))
+        assert expected_keys(p, start, n) <= rows  # its rows are there...
+        for f in group_files:  # ...and a file holds only the partitions it names
+            in_file = {part for _, part, _ in key_set(read_files(table, [f]))}
+            named = {int(k.rsplit("/", 1)[1]) for k in f.shared_by} or {p}
+            assert in_file == named, (f.path, in_file, f.shared_by)
+            assert f.records == pq.read_metadata(table / f.path).num_rows
+    host0 = {f.path for group in files[:4] for f in group}
+    assert len(host0) < 4, "host-0's calls share files (one open file a task)"
+    assert any(len(f.shared_by) >= 2 for group in files[:4] for f in group)
+    first0, second0 = {f.path for f in files[0]}, {f.path for f in files[3]}
+    assert not first0 & second0, "two flushes of one partition never share a file"
+    assert all(not f.shared_by for f in files[4] + files[5])
+    assert not {f.path for f in files[4]} & host0
+
+
 def test_empty_groups_and_record_batches(writer: ray.actor.ActorHandle, tmp_path: Path) -> None:
     table = tmp_path / "t"
     batch_ref = ray.put(records(1, 0, 50).to_batches()[0])

@@ -309,3 +309,82 @@ def test_a_lost_partition_with_no_data_elsewhere_is_an_empty_round() -> None:
     coord.step(status(A, 10, 10), now=11.0)
     [start] = coord.step(RoundLost(7, 1, B, "x"), now=11.5)
     assert start == Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20}))
+
+
+# -- files shared by partitions of one host (DataFile.shared_by) ----------------------------
+
+C = "c1/t/2"
+
+
+def shared(*keys: str, name: str = "host-f0.parquet") -> DataFile:
+    return DataFile(name, 300, 3, shared_by=tuple(sorted(keys)))
+
+
+def sharing(key: str, first: int, next_: int, *files: DataFile) -> WriteStatus:
+    return WriteStatus(7, 1, key, files, first, next_, next_ - first)
+
+
+def three() -> Coordinator:
+    coord = Coordinator("pipe", {A, B, C}, CFG)
+    coord.recover(7, {A: 10, B: 20, C: 30}, now=0.0)
+    coord.tick(10.0)
+    return coord
+
+
+def test_a_file_shared_by_partitions_that_all_reported_it_is_committed_once() -> None:
+    coord = three()
+    f = shared(A, B)
+    coord.step(sharing(A, 10, 15, f), now=11.0)
+    coord.step(sharing(B, 20, 22, f), now=11.0)
+    [commit] = coord.step(status(C, 30, 31), now=11.0)
+    assert isinstance(commit, CommitTable)
+    assert sorted(x.path for x in commit.files) == ["c1/t/2/f0.parquet", "host-f0.parquet"]
+    assert commit.offsets == {A: 15, B: 22, C: 31}
+    assert commit.metadata["rayconnect.partial"] == "false"
+
+
+def test_a_partition_is_left_out_with_the_partner_whose_status_never_came() -> None:
+    """A's rows share a file with B's; B's host died before it reported. Committing A
+    would put B's rows in the table without B's offset: A is left out too (C goes in)."""
+    coord = three()
+    f = shared(A, B)
+    coord.step(sharing(A, 10, 15, f), now=11.0)
+    coord.step(status(C, 30, 31), now=11.0)
+    [commit] = coord.tick(15.0)
+    assert isinstance(commit, CommitTable)
+    assert commit.offsets == {C: 31} and commit.expected == {C: 30}
+    assert [x.path for x in commit.files] == ["c1/t/2/f0.parquet"]
+    assert commit.metadata["rayconnect.partial"] == "true"
+    ack, start = coord.commit_succeeded(version=4, now=16.0)
+    assert ack.message.offsets == {A: 10, B: 20, C: 31}  # A starts again from the table
+    assert start.message == StartCommit(7, 2, {A: 10, B: 20, C: 31})
+
+
+def test_a_partner_that_reported_without_the_file_leaves_the_file_out() -> None:
+    """B restarted and re-read: its status has a file of its own, not the shared one (which
+    holds its rows of before the restart). The shared file may not be committed, so A stays
+    out; B commits what it reported."""
+    coord = three()
+    f = shared(A, B)
+    coord.step(sharing(A, 10, 15, f), now=11.0)
+    coord.step(sharing(B, 20, 22, DataFile("b-again.parquet", 100, 2)), now=11.0)
+    [commit] = coord.step(status(C, 30, 31), now=11.0)
+    assert isinstance(commit, CommitTable)
+    assert commit.offsets == {B: 22, C: 31}
+    assert sorted(x.path for x in commit.files) == ["b-again.parquet", "c1/t/2/f0.parquet"]
+
+
+def test_leaving_out_follows_chains_of_shared_files() -> None:
+    """A shares a file with B, B another with C, C never reports: all three stay out and,
+    nothing being left to commit, the round is discarded and restarts from the table."""
+    coord = three()
+    coord.step(sharing(A, 10, 15, shared(A, B, name="ab.parquet")), now=11.0)
+    coord.step(
+        sharing(B, 20, 22, shared(A, B, name="ab.parquet"), shared(B, C, name="bc.parquet")),
+        now=11.0,
+    )
+    ready = coord.tick(15.0)
+    assert not any(isinstance(e, CommitTable) for e in ready)
+    assert ready == [ReloadTable()]
+    assert coord.status().rounds_discarded == 1
+    assert "shared with partitions that did not report" in (coord.status().last_error or "")
