@@ -126,6 +126,7 @@ def run_backlog(
             idle = idle_rounds(handle, idle_s, interval) if idle_s else None
         finally:
             stop(name, handle)
+    files_per_round: list[int] = []
     if isinstance(table, rc.IcebergSink):
         # expired snapshots are gone: the last two data snapshots give both rates
         commits = iceberg_commits(table)
@@ -136,6 +137,7 @@ def run_backlog(
     else:
         versions = delta_visibility(table, storage_options=storage_options)
         last_commit = max(t for _, t, adds in versions if adds) if versions else seen
+        files_per_round = sorted(len(adds) for _, _, adds in versions if adds)
         sustained = sustained_rate(table, t0, storage_options)
     elapsed = max(last_commit - t0, 1e-3)
     readers = status.get("readers", {})
@@ -158,6 +160,11 @@ def run_backlog(
         "spark_writes": wstats.get("spark_writes"),
         "writer_calls": wstats.get("calls"),
         "spark_jobs_per_round": (wstats.get("spark_jobs") or 0) / max(rounds, 1),
+        # data files a version added (Delta): bounded by hosts x tasks, not partitions
+        "files_per_round_max": files_per_round[-1] if files_per_round else None,
+        "files_per_round_median": (
+            files_per_round[len(files_per_round) // 2] if files_per_round else None
+        ),
         "idle": idle,
         "memory": sampler.result(),
         "settings": {k: v for k, v in settings.items() if k != "source"}

@@ -900,6 +900,15 @@ def _host_rows(h: dict | None) -> list:
                     **goal("idle round"),
                 )
             )
+            if r.get("files_per_round_max") is not None:
+                R.append(
+                    _row(
+                        "h hosts",
+                        f"data files a version (median / max), {what}",
+                        rayconnect=f"{r['files_per_round_median']} / {r['files_per_round_max']}",
+                        fmt="",
+                    )
+                )
     return R
 
 
