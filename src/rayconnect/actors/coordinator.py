@@ -431,7 +431,8 @@ class CoordinatorActor:
             if job is Job.COMPACT and self.upkeep is not None:
                 metrics = await loop.run_in_executor(self._upkeep_pool, self.upkeep.compact)
                 result = {
-                    k: metrics.get(k) for k in ("numFilesAdded", "numFilesRemoved", "numBatches")
+                    k: metrics.get(k)
+                    for k in ("numFilesAdded", "numFilesRemoved", "numBatches", "races")
                 }
             elif job is Job.TIDY and self.upkeep is not None:
                 result = await loop.run_in_executor(self._upkeep_pool, self.upkeep.tidy)

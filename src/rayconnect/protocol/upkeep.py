@@ -83,6 +83,12 @@ class LogSettings(msgspec.Struct, frozen=True):
         require(self.checkpoint_interval >= 1, "sink.log.checkpoint_interval must be >= 1")
         require(self.log_retention_hours > 0, "sink.log.log_retention_hours must be > 0")
         require(self.tidy_every_s > 0, "sink.log.tidy_every_s must be > 0")
+        require(
+            self.log_retention_hours * 3600 >= 2 * self.tidy_every_s,
+            "sink.log.log_retention_hours must keep log entries at least two tidy_every_s "
+            f"({2 * self.tidy_every_s:g} s): upkeep reads each entry once to find compactions "
+            "that raced another writer's OPTIMIZE (tables/compaction_races.py)",
+        )
 
 
 class Job(enum.Enum):

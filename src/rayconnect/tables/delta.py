@@ -271,6 +271,10 @@ class DeltaCommitter:
         infos = self.filesystem.get_file_info(fs.FileSelector(self._log_path("")))
         return [i.base_name for i in infos if i.type == fs.FileType.File]
 
+    def commit_actions(self, version: int) -> list[dict]:
+        """The actions of commit ``version``; [] if its log entry is gone (log cleanup)."""
+        return self._read_commit(self._log_path(f"{version:020d}.json"))
+
     def _read_commit(self, path: str) -> list[dict]:
         """The actions of one commit file; [] if it is gone (log cleanup)."""
         try:
@@ -472,7 +476,7 @@ class DeltaCommitter:
     def _find_commit(self, commit_id: str, after: int, latest: int) -> int:
         """The version our commit got (a concurrent, rebased-over commit may be later)."""
         for version in range(after + 1, latest + 1):
-            for action in self._read_commit(self._log_path(f"{version:020d}.json")):
+            for action in self.commit_actions(version):
                 if action.get("commitInfo", {}).get(_COMMIT_ID) == commit_id:
                     return version
         return latest  # log cleaned up in between: only a concurrent writer could do that

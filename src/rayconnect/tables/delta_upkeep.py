@@ -33,6 +33,7 @@ from rayconnect.formats.rows import DEAD_LETTER_SCHEMA
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 from rayconnect.storage.location import TableLocation, as_location
+from rayconnect.tables.compaction_races import CompactionRaces, read_coordinates
 from rayconnect.tables.delta import DeltaCommitter
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,12 @@ class DeltaUpkeep:
         else:
             self._committer = DeltaCommitter(self.location, pipeline, record_format=record_format)
         self._options = self.location.delta_options()
+        self.races = CompactionRaces(
+            self.location.uri,
+            self._options,
+            self._committer.commit_actions,
+            read_coordinates(self.location.filesystem(), self.location.path),
+        )
         self._dead: DeltaUpkeep | None = None
         if record_format is not None and record_format.typed:
             dead = TableLocation(self.location.join(DEAD_LETTER_DIR), self.location.options)
@@ -119,6 +126,7 @@ class DeltaUpkeep:
         table's outcome is under ``dead_letters`` (its failure does not undo the main
         table's compaction)."""
         metrics = self._compact_with_retries()
+        metrics["races"] = self.races.check(self._table())
         dead = self.dead_letter_upkeep()
         if dead is not None:
             try:
@@ -164,6 +172,7 @@ class DeltaUpkeep:
         if version - (last if last is not None else -1) > 2 * self.log_settings.checkpoint_interval:
             dt.create_checkpoint()
             checkpointed = True
+        races = self.races.check(dt)  # before cleanup: it reads the log entries
         log_before = len(self._committer.log_names())
         dt.cleanup_metadata()
         log_after = len(self._committer.log_names())
@@ -175,6 +184,7 @@ class DeltaUpkeep:
             "log_entries_removed": log_before - log_after,
             "files_vacuumed": len(removed),
             "vacuum_s": round(time.monotonic() - started, 3),
+            "races": races,
         }
         dead = self.dead_letter_upkeep()
         if dead is not None:  # made after start-up: its properties are set here

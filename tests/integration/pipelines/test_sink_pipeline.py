@@ -417,7 +417,7 @@ def test_pipeline_keeps_its_table_healthy_beside_a_users_optimize_delete_vacuum(
     sink = rc.DeltaSink(
         str(path),
         compact=CompactSettings(min_files=4, every_s=0),
-        log=LogSettings(checkpoint_interval=5, log_retention_hours=1 / 3600, tidy_every_s=2),
+        log=LogSettings(checkpoint_interval=5, log_retention_hours=10 / 3600, tidy_every_s=2),
     )
     handle = sink_checks.pipeline(
         "upkeep", bootstrap, "upkeep", sink, commit_interval_s=0.5, write_timeout_s=60
@@ -434,8 +434,15 @@ def test_pipeline_keeps_its_table_healthy_beside_a_users_optimize_delete_vacuum(
             produced.more(200)
             job()
             handle.wait_for(_caught_up(produced), timeout_s=120)
+        # a user's OPTIMIZE racing the pipeline's compaction commits twice in delta-rs;
+        # upkeep finds it in the log and rewrites the rows once (tables/compaction_races.py)
+        seen = DeltaTable(str(path)).version()
         status = handle.wait_for(
-            lambda s: s["upkeep"]["compactions"] >= 2 and s["upkeep"]["tidies"] >= 1,
+            lambda s: s["upkeep"]["compactions"] >= 2
+            and any(
+                (r.get("races") or {}).get("checked_to", -1) >= seen
+                for r in s["upkeep_recent"]
+            ),
             timeout_s=60,
         )
         rows = table_rows(path)

@@ -641,7 +641,7 @@ def test_files_shared_by_partitions_commit_only_with_all_of_them() -> None:
         rng = random.Random(seed)
         sim = PipelineSim()
         sim.init(rng.randint(2, 4))
-        i = lambda: rng.randrange(1_000)  # noqa: E731
+        i = lambda rng=rng: rng.randrange(1_000)  # noqa: E731
         for _ in range(300):
             r = rng.random()
             if r < 0.25:
