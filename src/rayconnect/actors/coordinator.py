@@ -185,6 +185,8 @@ class CoordinatorActor:
             except Exception as e:
                 reason = "no answer" if isinstance(e, TimeoutError) else str(e)
                 self.outages.failing(TABLE_STORE, reason, time.time())
+            if self._recovered.is_set():
+                self._start_due_upkeep()
             await asyncio.sleep(STORE_PROBE_PERIOD_S)
 
     async def _gave_up(self) -> bool:
@@ -380,6 +382,12 @@ class CoordinatorActor:
             duration,
         )
         self.schedule.committed(len(commit.files), time.monotonic())
+        self._start_due_upkeep()
+
+    def _start_due_upkeep(self) -> None:
+        """Start the upkeep jobs that are due (after a commit, and every store probe: an
+        idle pipeline's table still gets tidied, and another writer's OPTIMIZE racing
+        the last compaction is still found)."""
         for job in self.schedule.due(time.monotonic()):
             asyncio.get_running_loop().create_task(self._run_upkeep(job))
 

@@ -438,7 +438,7 @@ def test_pipeline_keeps_its_table_healthy_beside_a_users_optimize_delete_vacuum(
         # upkeep finds it in the log and rewrites the rows once (tables/compaction_races.py)
         seen = DeltaTable(str(path)).version()
         status = handle.wait_for(
-            lambda s: s["upkeep"]["compactions"] >= 2
+            lambda s: s["upkeep"]["compactions"] >= 1
             and any(
                 (r.get("races") or {}).get("checked_to", -1) >= seen
                 for r in s["upkeep_recent"]
@@ -454,7 +454,11 @@ def test_pipeline_keeps_its_table_healthy_beside_a_users_optimize_delete_vacuum(
         assert dt.metadata().configuration["delta.checkpointInterval"] == "5"
         log_names = os.listdir(path / "_delta_log")
         assert any(".checkpoint." in n for n in log_names)
-        assert "00000000000000000000.json" not in log_names  # expired entries cleaned up
+        # expired entries (10 s) cleaned up by a later tidy (every 2 s, idle or not)
+        deadline = time.monotonic() + 40
+        while "00000000000000000000.json" in os.listdir(path / "_delta_log"):
+            assert time.monotonic() < deadline, "expired log entries never cleaned up"
+            time.sleep(1)
         assert len(dt.file_uris()) < status["rounds_committed"] * 2, "not compacted"
 
         # the table is dropped under the running pipeline: it stops, with the reason
