@@ -45,12 +45,10 @@ TARGET = 128 * 1024 * 1024  # CompactSettings.target_file_mb's default
 
 
 def make_table(path: str, files: int, rows: int) -> None:
-    """``files`` files of ``rows`` rows each, in one commit (the rounds' small files)."""
-    batch = records_to_batch("local", make_records(rows))
-    table = pa.Table.from_batches([batch] * files)
-    write_deltalake(
-        path, table, max_rows_per_file=rows, max_rows_per_group=rows, min_rows_per_group=1
-    )
+    """``files`` files of ``rows`` rows each, one append each (the rounds' small files)."""
+    table = pa.Table.from_batches([records_to_batch("local", make_records(rows))])
+    for _ in range(files):
+        write_deltalake(path, table, mode="append")
 
 
 def files_of(path: str) -> list[str]:
