@@ -152,6 +152,7 @@ def run_backlog(
         "sustained_records_per_s": sustained,
         "arrow_mb_per_s": arrow_bytes / elapsed / 1e6,
         "rounds_committed": rounds,
+        "rounds_drained": status.get("rounds_drained"),
         "round_s_median": status.get("round_s_median"),
         "round_s_max": status.get("round_s_max"),
         "end_to_start_s_median": status.get("end_to_start_s_median"),

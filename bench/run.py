@@ -68,6 +68,8 @@ FULL = {
     "h_partitions": [8, 64, 256],
     # one process per partition costs ~7.5 GB at 64 (scenario c): same-run comparison at 8
     "h_one_per_partition_max": 8,
+    # idle rounds after the backlog: two of them take two default intervals (10 s each)
+    "h_idle_s": 25,
 }
 QUICK = {
     "quick": True,
@@ -84,6 +86,7 @@ QUICK = {
     "h_records": 100_000,
     "h_partitions": [8, 64],
     "h_one_per_partition_max": 8,
+    "h_idle_s": 25,
 }
 
 # rayconnect settings per scenario (what a user would pick for the job)
@@ -445,7 +448,7 @@ def scenario_h(cfg: dict, workdir: str) -> dict:
                 p,
                 f"bench-h{p}",
                 {},
-                idle_s=cfg["c_idle_s"],
+                idle_s=cfg["h_idle_s"],
                 workdir=workdir,
             )
             if p <= cfg["h_one_per_partition_max"]:
@@ -458,7 +461,7 @@ def scenario_h(cfg: dict, workdir: str) -> dict:
                         point["want"],
                         {"partitions_per_host": 1},
                         exclude_pids=(broker.pid,),
-                        idle_s=cfg["c_idle_s"],
+                        idle_s=cfg["h_idle_s"],
                     )
         out["points"][str(p)] = point
         for k in ("rayconnect", "one_per_partition"):

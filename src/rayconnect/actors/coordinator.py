@@ -221,7 +221,7 @@ class CoordinatorActor:
     # -- inputs ----------------------------------------------------------------------------
 
     async def deliver(self, *messages: Message) -> None:
-        """WRITE-STATUS, REQUEST-COMMIT, ROUND-LOST or PARTICIPANT-STARTED from the
+        """WRITE-STATUS, REQUEST-COMMIT, DRAINED, ROUND-LOST or PARTICIPANT-STARTED from the
         participants of one host, in order: one step of the actor for all of them."""
         await self._recovered.wait()
         await self._apply(lambda: self._step_all(messages))

@@ -123,7 +123,7 @@ def render_status(s: dict[str, Any]) -> str:
     lines.append(
         f"rounds committed {s.get('rounds_committed')} (partial {s.get('rounds_partial')})  "
         f"discarded {s.get('rounds_discarded')}  empty {s.get('rounds_empty')}  "
-        f"ended early {s.get('rounds_requested')}  "
+        f"ended early {s.get('rounds_requested')} (backlog drained {s.get('rounds_drained', 0)})  "
         f"records committed {_n(s.get('records_committed'))}  lag {total_lag:,}"
     )
     for label in ("gave_up", "fenced", "error", "last_error"):

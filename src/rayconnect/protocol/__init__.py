@@ -4,6 +4,7 @@ from rayconnect.protocol.coordinator import Coordinator
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.messages import (
     AckCommit,
+    Drained,
     EndCommit,
     GetMetadataUpdateEvent,
     Message,
@@ -36,6 +37,7 @@ __all__ = [
     "Participant",
     "ProtocolError",
     "DataFile",
+    "Drained",
     "EndCommit",
     "FileStats",
     "GetMetadataUpdateEvent",

@@ -9,7 +9,8 @@ within the epoch, from 1, and never goes back, not even after a failed commit.
 
 A round: START-COMMIT (broadcast with the table's offsets) -> ``commit_interval_s`` after
 the previous round's END (participants read ahead from there; after a discarded round or
-at start-up: after the START) or on a REQUEST-COMMIT -> END-COMMIT -> WRITE-STATUS from every partition -> ``CommitTable``
+at start-up: after the START), on a REQUEST-COMMIT, or when the pipeline drained a backlog
+(DRAINED reports adding up to a flush's worth, ``commit_when_drained``) -> END-COMMIT -> WRITE-STATUS from every partition -> ``CommitTable``
 (one table version, compare-and-set on the offsets the round started from) -> on
 ``commit_succeeded`` ACK-COMMIT and, in the same step, START-COMMIT of the next round.
 
@@ -54,6 +55,9 @@ Rules
   lost-notes that arrive after the round moved on. Local inputs that do not fit have no
   cell and raise ``ProtocolError`` (a second ``recover``, a commit result with no commit
   pending): they are bugs in the actor.
+- Pacing is not exactly-once: DRAINED reports are never validated, only added up
+  (protocol/drain_window.py). A report that completes a flush's worth ends a running round;
+  one that comes while a round is being written ends the next round right after its START.
 - Time is an input (``now`` in seconds, any monotonic clock); ``next_deadline()`` says when
   the actor should call ``tick`` next.
 """
@@ -67,6 +71,7 @@ from typing import Final
 import msgspec
 
 from rayconnect.protocol.commit_state import CommitState, RejectionKind
+from rayconnect.protocol.drain_window import DrainWindow
 from rayconnect.protocol.effects import (
     Broadcast,
     CommitTable,
@@ -81,6 +86,7 @@ from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.machine import IGNORED, Ignored, MoveTable, TableMachine
 from rayconnect.protocol.messages import (
     AckCommit,
+    Drained,
     EndCommit,
     Message,
     ParticipantStarted,
@@ -111,6 +117,8 @@ class Event(enum.Enum):
     TICK = "tick"
     INTERVAL_PASSED = "interval_passed"  # time to END the running round
     REQUEST_COMMIT = "request_commit"  # a REQUEST-COMMIT that can end the running round
+    BACKLOG_DRAINED = "backlog_drained"  # DRAINED reports add up to a backlog: END now
+    DRAINED = "drained"  # a DRAINED report, added up (pacing only)
     STATUS = "status"  # a WRITE-STATUS of the round (valid or rejected)
     STATUS_DUPLICATE = "status_duplicate"  # that partition already reported
     ROUND_LOST = "round_lost"  # a partition the round awaits will not report
@@ -144,6 +152,7 @@ _Row = dict[Event, State | Ignored]
 _ALWAYS: Final[dict[Event, State | Ignored | None]] = {
     _E.TICK: None,
     _E.PARTITIONS: None,
+    _E.DRAINED: None,
     _E.STALE: _IGNORED,
 }
 #: A round that moved on: what its participants still send is late, not wrong.
@@ -195,6 +204,7 @@ TRANSITIONS: Final = MoveTable[State, Event](
             {
                 _E.INTERVAL_PASSED: _S.ENDED,
                 _E.REQUEST_COMMIT: _S.ENDED,
+                _E.BACKLOG_DRAINED: _S.ENDED,
                 _E.STATUS: _IGNORED,  # before END: it cannot be complete
                 _E.ROUND_LOST: _S.STARTED,  # noted; END will not wait for it
                 _E.PARTICIPANT_STARTED: _S.STARTED,  # it gets this round's START again
@@ -277,6 +287,8 @@ class CoordinatorStatus(msgspec.Struct, frozen=True):
     last_end_to_start_s: float | None
     last_error: str | None
     retiring: tuple[str, ...] = ()  # partitions that leave once a round has finished
+    #: rounds ended early because the pipeline drained a backlog (``commit_when_drained``)
+    rounds_drained: int = 0
 
 
 class Coordinator(TableMachine[State, Event]):
@@ -304,7 +316,11 @@ class Coordinator(TableMachine[State, Event]):
         self._round: CommitState | None = None
         self._pending: CommitTable | None = None
         self._committed = self._partial = self._discarded = self._empty = 0
-        self._rejected = self._requested = 0
+        self._rejected = self._requested = self._drained = 0
+        cfg = self.config
+        self._window = DrainWindow(
+            cfg.commit_interval_s, cfg.flush_max_records, cfg.flush_max_bytes
+        )
         self._last_duration: float | None = None
         self._last_end_to_start: float | None = None
         self._last_error: str | None = None
@@ -356,6 +372,7 @@ class Coordinator(TableMachine[State, Event]):
             last_end_to_start_s=self._last_end_to_start,
             last_error=self._last_error,
             retiring=tuple(sorted(self._retiring)),
+            rounds_drained=self._drained,
         )
 
     # -- inputs ----------------------------------------------------------------------------
@@ -377,6 +394,8 @@ class Coordinator(TableMachine[State, Event]):
             return self._on_status(message, now)
         if isinstance(message, RequestCommit):
             return self._on_request(message, now)
+        if isinstance(message, Drained):
+            return self._on_drained(message, now)
         if isinstance(message, RoundLost):
             return self._on_lost(message, now)
         if isinstance(message, ParticipantStarted):
@@ -524,6 +543,20 @@ class Coordinator(TableMachine[State, Event]):
         self._requested += 1
         return self._end(now)
 
+    def _on_drained(self, message: Drained, now: float) -> Ready:
+        if not self._fire(Event.DRAINED if message.partition in self._partitions else Event.STALE):
+            return []
+        self._window.drained(message.records, message.nbytes, now)
+        return self._end_if_drained(now)
+
+    def _end_if_drained(self, now: float) -> Ready:
+        """END a running round now if the pipeline just drained a backlog."""
+        if self._state is not State.STARTED or not self._window.ends_round(now):
+            return []
+        self._fire(Event.BACKLOG_DRAINED)
+        self._drained += 1
+        return self._end(now)
+
     # -- the round ---------------------------------------------------------------------------
 
     def _start(self, now: float, interval_from: float | None = None) -> Ready:
@@ -550,6 +583,7 @@ class Coordinator(TableMachine[State, Event]):
         rnd = self._round
         assert rnd is not None
         rnd.end(now)
+        self._window.round_ended()
         end = EndCommit(epoch=self._epoch, txn_id=rnd.txn_id)
         return [Broadcast(to=tuple(sorted(rnd.partitions)), message=end), *self._evaluate(now)]
 
@@ -600,7 +634,8 @@ class Coordinator(TableMachine[State, Event]):
         effects = self._retire(rnd.txn_id)
         if self._state is State.STOPPED:
             return [*effects, Stopped()]
-        return [*effects, *self._start(now, interval_from=rnd.ended_at)]
+        started = self._start(now, interval_from=rnd.ended_at)
+        return [*effects, *started, *self._end_if_drained(now)]
 
     def _due(self, txn_id: int) -> list[str]:
         """Partitions whose retirement waited for round ``txn_id`` (or an earlier one)."""

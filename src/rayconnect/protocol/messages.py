@@ -71,6 +71,17 @@ class RequestCommit(_Message, tag="REQUEST-COMMIT"):
     partition: str
 
 
+class Drained(_Message, tag="DRAINED"):
+    """Participant -> coordinator: between my last two catch-ups with the high watermark I
+    read ``records`` (``nbytes``). At most once per round and once while reading ahead; the
+    coordinator adds them up over the pipeline to tell a backlog from steady traffic
+    (``commit_when_drained``, protocol/drain_window.py). Only pacing: never validated."""
+
+    partition: str
+    records: int
+    nbytes: int
+
+
 class RoundLost(_Message, tag="ROUND-LOST"):
     """Participant -> coordinator: I cannot report this round (a flush failed, so data it
     accepted is gone). Do not wait ``write_timeout_s`` for me: commit the others now."""
@@ -108,6 +119,7 @@ Message = (
     | WriteStatus
     | AckCommit
     | RequestCommit
+    | Drained
     | RoundLost
     | ParticipantStarted
     | MetadataUpdateEvent

@@ -46,7 +46,10 @@ Rules
   With ``commit_when_caught_up`` a batch that reaches the high watermark asks the same; with
   ``commit_when_drained`` (default) it does so only when at least a flush's worth was read
   since the partition last reached the high watermark (over rounds) - a backlog, drained: it
-  lands at read speed, and steady traffic keeps the interval's pacing.
+  lands at read speed, and steady traffic keeps the interval's pacing. A backlog spread over
+  many small partitions is judged pipeline-wide: at its first catch-up in a round (and in a
+  read-ahead) the participant tells the coordinator how much it read since the one before
+  (DRAINED), and the coordinator adds those up (protocol/drain_window.py).
 
 Error versus ignore: the machine first works out what an input means - an *event* - and the
 table (``TRANSITIONS``) makes the move. Late and duplicated inputs are events of their own:
@@ -80,6 +83,7 @@ from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.machine import IGNORED, MoveTable, TableMachine
 from rayconnect.protocol.messages import (
     AckCommit,
+    Drained,
     EndCommit,
     Message,
     RequestCommit,
@@ -206,6 +210,8 @@ class Participant(TableMachine[State, Event]):
         #: rounds: a backlog once they pass a flush's worth (``commit_when_drained``)
         self._behind_records = 0
         self._behind_bytes = 0
+        #: DRAINED went out in this round (or this read-ahead): once is enough for pacing
+        self._drain_told = False
         self._next_flush_id = 0
         self._dropped = 0
         self._last_error: str | None = None
@@ -326,6 +332,7 @@ class Participant(TableMachine[State, Event]):
         if not self._fire(Event.START if newer else Event.STALE):
             return []
         self._round = (msg.epoch, msg.txn_id)
+        self._drain_told = False
         offset = msg.offsets.get(self.key)
         self._committed = offset
         txn = self._txn = WriteState(msg.epoch, msg.txn_id, first_offset=offset)
@@ -354,6 +361,7 @@ class Participant(TableMachine[State, Event]):
             assert txn.reported is not None
             return [SendMessage(to=COORDINATOR, message=txn.reported)]
         effects: Ready = []
+        self._drain_told = False  # what is read from here on is the next round's
         if txn.next_offset is not None and not self._reader_lost:
             self._ahead = ReadAhead(txn.next_offset)  # keep reading for the next round
         else:
@@ -394,26 +402,32 @@ class Participant(TableMachine[State, Event]):
         self._reader_at = next_
         self._gap_seek = None
         effects = self._after_append(txn)
-        if self._reached_end(batch, caught_up):
+        ends, told = self._reached_end(batch, caught_up)
+        if ends:
             effects += self._request_commit(txn)
-        return effects
+        return effects + told
 
-    def _reached_end(self, batch: Batch, caught_up: bool) -> bool:
+    def _reached_end(self, batch: Batch, caught_up: bool) -> tuple[bool, Ready]:
         """Whether this batch ends the round: it reaches the high watermark, and either
         ``commit_when_caught_up`` or (``commit_when_drained``) at least a flush's worth was
         read since the partition last reached it - a backlog, drained, whatever rounds other
-        partitions ended meanwhile (a round's buffer is no measure: rounds split backlogs)."""
+        partitions ended meanwhile (a round's buffer is no measure: rounds split backlogs).
+        With it, DRAINED for the coordinator's pipeline-wide judgement, if due."""
         self._behind_records += batch.count
         self._behind_bytes += batch.nbytes
         if not caught_up:
-            return False
+            return False, []
         cfg = self.config
-        backlog = (
-            self._behind_records >= cfg.flush_max_records
-            or self._behind_bytes >= cfg.flush_max_bytes
-        )
+        records, nbytes = self._behind_records, self._behind_bytes
         self._behind_records = self._behind_bytes = 0
-        return cfg.commit_when_caught_up or (cfg.commit_when_drained and backlog)
+        backlog = records >= cfg.flush_max_records or nbytes >= cfg.flush_max_bytes
+        told: Ready = []
+        due = cfg.commit_when_drained and not cfg.commit_when_caught_up
+        if due and records and not self._drain_told:
+            self._drain_told = True
+            drained = Drained(partition=self.key, records=records, nbytes=nbytes)
+            told = [SendMessage(to=COORDINATOR, message=drained)]
+        return cfg.commit_when_caught_up or (cfg.commit_when_drained and backlog), told
 
     def _read_ahead(self, ahead: ReadAhead, batch: Batch, caught_up: bool) -> Ready:
         if batch.first_offset != ahead.next_offset:
@@ -421,15 +435,16 @@ class Participant(TableMachine[State, Event]):
             self._reader_lost = True  # stale or a gap: the next START seeks
             return self._drop_read_ahead()
         ahead.append(batch)
-        ahead.ends_round = self._reached_end(batch, caught_up) or ahead.ends_round
+        ends, told = self._reached_end(batch, caught_up)
+        ahead.ends_round = ends or ahead.ends_round
         self._reader_at = batch.next_offset
         cfg = self.config
         if not ahead.full and (
             ahead.records >= cfg.flush_max_records or ahead.nbytes >= cfg.flush_max_bytes
         ):
             ahead.full = True
-            return [Pause()]  # bounded: wait for the next START
-        return []
+            return [*told, Pause()]  # bounded: wait for the next START
+        return told
 
     def _drop_read_ahead(self) -> Ready:
         ahead, self._ahead = self._ahead, None

@@ -27,10 +27,13 @@ class CommitSettings(msgspec.Struct, frozen=True):
     #: lowest latency (a table version per write, ~1 s apart), and a backlog's last round
     #: does not wait out the interval. Off: a version per commit_interval_s.
     commit_when_caught_up: bool = False
-    #: end a round as soon as a partition that read a flush's worth (flush_max_records or
-    #: flush_max_bytes) since it last caught up - a backlog - has read all there is: a backlog lands at read speed instead of waiting out
-    #: the interval, while steady traffic (no size flush in a round) keeps a version per
-    #: commit_interval_s. Implied by commit_when_caught_up.
+    #: end a round as soon as a backlog is drained: a partition that read a flush's worth
+    #: (flush_max_records or flush_max_bytes) since it last caught up has read all there is,
+    #: or the partitions' reads between two catch-ups, over the last commit_interval_s, add
+    #: up to a flush's worth (a backlog spread over many partitions; protocol/
+    #: drain_window.py). A backlog lands at read speed instead of waiting out the interval,
+    #: while steady traffic keeps a version per commit_interval_s. Implied by
+    #: commit_when_caught_up.
     commit_when_drained: bool = True
 
     def __post_init__(self) -> None:

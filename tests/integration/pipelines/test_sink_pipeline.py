@@ -438,10 +438,11 @@ def test_pipeline_keeps_its_table_healthy_beside_a_users_optimize_delete_vacuum(
         # upkeep finds it in the log and rewrites the rows once (tables/compaction_races.py)
         seen = DeltaTable(str(path)).version()
         status = handle.wait_for(
-            lambda s: s["upkeep"]["compactions"] >= 1
-            and any(
-                (r.get("races") or {}).get("checked_to", -1) >= seen
-                for r in s["upkeep_recent"]
+            lambda s: (
+                s["upkeep"]["compactions"] >= 1
+                and any(
+                    (r.get("races") or {}).get("checked_to", -1) >= seen for r in s["upkeep_recent"]
+                )
             ),
             timeout_s=60,
         )

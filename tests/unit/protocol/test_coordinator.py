@@ -9,6 +9,7 @@ from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, ReloadTa
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.messages import (
     AckCommit,
+    Drained,
     EndCommit,
     ParticipantStarted,
     RequestCommit,
@@ -66,6 +67,60 @@ def test_request_commit_ends_the_round_early_and_stale_requests_are_ignored() ->
         Broadcast(to=(A, B), message=EndCommit(7, 1))
     ]
     assert coord.state is State.ENDED
+
+
+def test_a_backlog_drained_over_many_partitions_ends_the_round() -> None:
+    """commit_when_drained, judged pipeline-wide: no partition read a flush's worth, but
+    their DRAINED reports within one interval add up to one - a backlog spread thin."""
+    cfg = CommitSettings(commit_interval_s=10.0, write_timeout_s=5.0, flush_max_records=100)
+    coord = Coordinator("pipe", {A, B}, cfg)
+    coord.recover(7, {A: 10, B: 20}, now=0.0)
+    assert coord.step(Drained(A, 60, 600), now=1.0) == []
+    assert coord.step(Drained("c1/other/0", 60, 600), now=1.5) == []  # not ours: stale
+    assert coord.step(Drained(B, 40, 400), now=2.0) == [
+        Broadcast(to=(A, B), message=EndCommit(7, 1))
+    ]
+    assert (coord.state, coord.status().rounds_drained) == (State.ENDED, 1)
+
+
+def test_drained_reports_expire_after_an_interval_so_steady_traffic_keeps_the_pacing() -> None:
+    cfg = CommitSettings(commit_interval_s=10.0, write_timeout_s=5.0, flush_max_bytes=1000)
+    coord = Coordinator("pipe", {A, B}, cfg)
+    coord.recover(7, {A: 10, B: 20}, now=0.0)
+    coord.step(Drained(A, 5, 600), now=1.0)
+    coord.tick(10.0)  # the interval ended round 1
+    coord.step(status(A, 10, 15), now=10.5)
+    coord.step(status(B, 20, 20), now=10.5)
+    coord.commit_succeeded(version=1, now=11.0)
+    assert coord.step(Drained(B, 5, 500), now=12.0) == []  # A's 600 B expired at 11
+    assert coord.state is State.STARTED
+    assert coord.step(Drained(A, 5, 500), now=13.0) != []  # 1000 B within 10 s
+    assert coord.state is State.ENDED
+
+
+def test_a_backlog_drained_while_a_round_is_written_ends_the_next_round_at_its_start() -> None:
+    """What the participants read ahead while round 1 was written is round 2's data: if it
+    finished a backlog, round 2 ends right after its START instead of waiting the interval."""
+    cfg = CommitSettings(commit_interval_s=10.0, write_timeout_s=5.0, flush_max_records=100)
+    coord = Coordinator("pipe", {A, B}, cfg)
+    coord.recover(7, {A: 10, B: 20}, now=0.0)
+    coord.step(Drained(A, 100, 1), now=1.0)  # ends round 1
+    coord.step(status(A, 10, 110), now=1.5)
+    assert coord.step(Drained(B, 30, 1), now=1.6) == []  # read ahead; round 1 still ENDED
+    [commit] = coord.step(status(B, 20, 20), now=1.7)
+    assert isinstance(commit, CommitTable)
+    assert coord.commit_succeeded(version=1, now=2.0) == [
+        Broadcast(to=(A, B), message=AckCommit(7, 1, 1, {A: 110, B: 20})),
+        Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 110, B: 20})),
+        Broadcast(to=(A, B), message=EndCommit(7, 2)),
+    ]
+    # nothing drained since: round 3 waits for a report or the interval
+    coord.step(status(A, 110, 110, txn=2), now=2.5)
+    coord.step(status(B, 20, 50, txn=2), now=2.5)
+    assert coord.commit_succeeded(version=2, now=3.0)[-1] == Broadcast(
+        to=(A, B), message=StartCommit(7, 3, {A: 110, B: 50})
+    )
+    assert coord.state is State.STARTED and coord.status().rounds_drained == 2
 
 
 def test_all_reported_commits_then_ack_and_next_start() -> None:

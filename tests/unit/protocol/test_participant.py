@@ -17,6 +17,7 @@ from rayconnect.protocol.effects import (
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.messages import (
     AckCommit,
+    Drained,
     EndCommit,
     RequestCommit,
     RoundLost,
@@ -36,6 +37,10 @@ CFG = CommitSettings(
     flush_max_records=10, flush_max_bytes=1000, flush_max_age_s=5.0, request_commit_after_flushes=2
 )
 FILE = DataFile("c1/t/0/a.parquet", 10, 3)
+
+
+def drained(records: int, nbytes: int) -> SendMessage:
+    return SendMessage(to=COORDINATOR, message=Drained(KEY, records, nbytes))
 
 
 def writing(offset: int | None = 100, txn: int = 1) -> Participant:
@@ -339,9 +344,9 @@ def test_commit_when_caught_up_asks_once_per_round_when_a_batch_reaches_the_end(
     assert p.records(0, 3, 3, 30, "b0", 0.0) == []  # more to read
     assert p.records(3, 5, 2, 20, "b3", 0.0, caught_up=True) == [request]
     assert p.records(5, 6, 1, 10, "b5", 0.0, caught_up=True) == []  # once per round
-    # without the setting, reaching the end asks nothing
+    # without the setting, reaching the end asks nothing: it only reports what it drained
     q = writing(0)
-    assert q.records(0, 3, 3, 30, "b0", 0.0, caught_up=True) == []
+    assert q.records(0, 3, 3, 30, "b0", 0.0, caught_up=True) == [drained(3, 30)]
 
 
 def test_by_default_a_drained_backlog_ends_the_round_and_steady_traffic_does_not() -> None:
@@ -351,11 +356,12 @@ def test_by_default_a_drained_backlog_ends_the_round_and_steady_traffic_does_not
     live partition keeps the interval."""
     request = SendMessage(to=COORDINATOR, message=RequestCommit(1, 1, KEY))
     steady = writing(0)
-    assert steady.records(0, 3, 3, 30, "b0", 0.0, caught_up=True) == []
-    assert steady.records(3, 6, 3, 30, "b3", 0.0, caught_up=True) == []
+    assert steady.records(0, 3, 3, 30, "b0", 0.0, caught_up=True) == [drained(3, 30)]
+    assert steady.records(3, 6, 3, 30, "b3", 0.0, caught_up=True) == []  # reported once
     backlog = writing(0)
     assert request not in backlog.records(0, 6, 6, 60, "b0", 0.0)
-    assert backlog.records(6, 12, 6, 60, "b6", 0.0, caught_up=True)[-1] == request
+    effects = backlog.records(6, 12, 6, 60, "b6", 0.0, caught_up=True)
+    assert request in effects and drained(12, 120) in effects
     assert backlog.records(12, 13, 1, 10, "b12", 0.0, caught_up=True) == []  # once
     off = Participant(KEY, msgspec.structs.replace(CFG, commit_when_drained=False))
     off.step(StartCommit(1, 1, {KEY: 0}), now=0.0)
@@ -373,9 +379,10 @@ def test_a_backlog_split_over_rounds_still_ends_the_round_it_drains_in() -> None
     p.records(6, 11, 5, 50, "b6", 1.0, caught_up=True)  # read-ahead: 11 behind in all
     effects = p.step(StartCommit(1, 2, {KEY: 6}), now=2.0)  # round 1 committed up to 6
     assert effects[-1] == SendMessage(to=COORDINATOR, message=RequestCommit(1, 2, KEY))
-    # drained now: reaching the end again after a little more is steady traffic
+    # drained now: reaching the end again after a little more is steady traffic (reported,
+    # since the END started a read-ahead, but no request)
     p.step(EndCommit(1, 2), now=3.0)
-    assert p.records(11, 12, 1, 10, "b11", 3.0, caught_up=True) == []
+    assert p.records(11, 12, 1, 10, "b11", 3.0, caught_up=True) == [drained(1, 10)]
 
 
 def test_a_caught_up_read_ahead_asks_for_the_commit_at_the_next_start() -> None:
@@ -389,3 +396,25 @@ def test_a_caught_up_read_ahead_asks_for_the_commit_at_the_next_start() -> None:
         Resume(),
         SendMessage(to=COORDINATOR, message=RequestCommit(1, 2, KEY)),
     ]
+
+
+def test_drained_is_reported_once_per_round_and_once_while_reading_ahead() -> None:
+    """The coordinator judges a backlog over the whole pipeline (many small partitions):
+    each participant reports how much it read between two catch-ups, at most once in a
+    round and once in the read-ahead after its END - never per batch."""
+    p = writing(0)
+    assert p.records(0, 4, 4, 40, "b0", 0.0) == []  # behind: nothing to report yet
+    assert p.records(4, 6, 2, 20, "b4", 0.0, caught_up=True) == [drained(6, 60)]
+    assert p.records(6, 7, 1, 10, "b6", 0.0, caught_up=True) == []
+    p.step(EndCommit(1, 1), now=1.0)
+    assert p.records(7, 9, 2, 20, "b7", 1.0, caught_up=True) == [drained(2, 20)]  # read-ahead
+    assert p.records(9, 10, 1, 10, "b9", 1.0, caught_up=True) == []
+    p.step(StartCommit(1, 2, {KEY: 0}), now=2.0)  # not where round 1 ended: no adoption
+    assert p.records(0, 1, 1, 10, "b0", 2.0) == []  # re-read: behind again
+    assert p.records(1, 3, 2, 20, "b1", 2.0, caught_up=True) == [drained(3, 30)]
+    caught_up_mode = Participant(KEY, msgspec.structs.replace(CFG, commit_when_caught_up=True))
+    caught_up_mode.step(StartCommit(1, 1, {KEY: 0}), now=0.0)
+    effects = caught_up_mode.records(0, 3, 3, 30, "b0", 0.0, caught_up=True)
+    assert [e.message for e in effects if isinstance(e, SendMessage)] == [
+        RequestCommit(1, 1, KEY)
+    ]  # every catch-up ends the round anyway: nothing to add up
