@@ -147,6 +147,7 @@ def run_backlog(
         "records": total,
         "partitions": len(want_keys),
         "startup_s": startup,
+        "startup_phases_s": getattr(handle, "startup", {}),
         "seconds": elapsed,
         "records_per_s": total / elapsed,
         "sustained_records_per_s": sustained,

@@ -436,7 +436,9 @@ def scenario_h(cfg: dict, workdir: str) -> dict:
     if _available_gb() >= 14 and 1024 not in partitions and not cfg.get("quick"):
         partitions.append(1024)
     partitions = [p for p in partitions if p in cfg.get("h_only", partitions)]
-    out: dict[str, Any] = {"records": cfg["h_records"], "settings": "defaults", "points": {}}
+    settings = cfg.get("h_settings", {})
+    label = ", ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
+    out: dict[str, Any] = {"records": cfg["h_records"], "settings": label, "points": {}}
     for p in partitions:
         log(f" hosts: {p} partitions ({_available_gb():.1f} GB available)")
         with Broker() as broker:
@@ -447,7 +449,7 @@ def scenario_h(cfg: dict, workdir: str) -> dict:
                 cfg["h_records"],
                 p,
                 f"bench-h{p}",
-                {},
+                settings,
                 idle_s=cfg["h_idle_s"],
                 workdir=workdir,
             )
@@ -1044,10 +1046,18 @@ def main() -> None:
     ap.add_argument(
         "--h-partitions", default=None, help="scenario h: only these partition counts, e.g. 1024"
     )
+    ap.add_argument(
+        "--h-partitions-per-host",
+        type=int,
+        default=None,
+        help="scenario h: partitions_per_host for rayconnect (default: rayconnect's default)",
+    )
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
     if args.h_partitions:
         cfg = cfg | {"h_only": [int(p) for p in args.h_partitions.split(",")]}
+    if args.h_partitions_per_host:
+        cfg = cfg | {"h_settings": {"partitions_per_host": args.h_partitions_per_host}}
     out_dir = Path(args.out) if args.out else (RESULTS / "quick" if args.quick else RESULTS)
     out_dir.mkdir(parents=True, exist_ok=True)
     only = [s.strip() for s in args.only.split(",") if s.strip()] if not args.report_only else []

@@ -9,6 +9,8 @@ exit, and ``rc.attach(name)`` from any process finds the pipeline again by name.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from typing import Any
 
 import ray
@@ -30,6 +32,8 @@ from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import TopicPartition
 from rayconnect.runtime import Handle, ensure_ray, get_actor, pipeline_actor_names
 from rayconnect.tables.factory import open_committer
+
+log = logging.getLogger(__name__)
 
 
 def commit_settings_of(commit: CommitSettings | None, fields: dict[str, Any]) -> CommitSettings:
@@ -114,12 +118,14 @@ class SinkPipeline:
         from rayconnect.spark_bridge.session import require_java
 
         cfg = self.config
+        phases = StartupPhases(cfg.name)
         require_java()
         check_sink(cfg.sink)
         by_cluster = self.discover()
         keys = [tp.key for tps in by_cluster.values() for tp in tps]
         if not keys:
             raise ConfigError(f"pipeline {cfg.name!r}: the subscribed topics have no partitions")
+        phases.done("checks and discovery")
         ensure_ray(address)
         cfg.placement.check()
         if get_actor(names.coordinator(cfg.name)) is not None:
@@ -146,19 +152,50 @@ class SinkPipeline:
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.
         hosts_ready = start_participants(cfg, keys, cfg.source.clusters())
-        ray.get(hosts_ready + [writer.ready.remote()], timeout=timeout_s)
+        ray.get(hosts_ready, timeout=timeout_s)
+        phases.done(f"participants of {len(keys)} partitions in {len(hosts_ready)} hosts")
+        ray.get(writer.ready.remote(), timeout=timeout_s)
+        phases.done("writer (Spark)")
         coordinator = CoordinatorActor.options(
             name=names.coordinator(cfg.name),
             **detached,
             **cfg.placement.actor_options("coordinator"),
         ).remote(cfg, keys)
         ray.get(coordinator.ready.remote(), timeout=timeout_s)
+        phases.done("coordinator (table recovered)")
         EnumeratorActor.options(
             name=names.enumerator(cfg.name), **detached, **cfg.placement.actor_options("enumerator")
         ).remote(cfg)
         handle = PipelineHandle(cfg.name)
         handle.wait_for(lambda s: s["readers_ready"], timeout_s=timeout_s, poll_s=0.2)
+        phases.done("enumerator and readers")
+        handle.startup = phases.seconds
+        log.info("pipeline %s started in %.1f s: %s", cfg.name, phases.total, phases)
         return handle
+
+
+class StartupPhases:
+    """How long each step of ``start()`` took: start-up grows with partitions (one host
+    process per ``partitions_per_host``), and a user waiting a minute should see where it
+    goes (``handle.startup``, and a log line)."""
+
+    def __init__(self, pipeline: str) -> None:
+        self.pipeline = pipeline
+        self.seconds: dict[str, float] = {}
+        self._started = self._last = time.monotonic()
+
+    def done(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = round(now - self._last, 2)
+        self._last = now
+        log.info("pipeline %s: %s ready after %.1f s", self.pipeline, phase, now - self._started)
+
+    @property
+    def total(self) -> float:
+        return self._last - self._started
+
+    def __str__(self) -> str:
+        return ", ".join(f"{phase} {s:.1f} s" for phase, s in self.seconds.items())
 
 
 def check_sink(sink: TableSink) -> None:
@@ -216,6 +253,8 @@ class PipelineHandle(Handle):
     """Watch and stop a running sink pipeline; holds only its name."""
 
     transient = (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError)
+    #: seconds per step of the ``start()`` that returned this handle (empty for ``attach``)
+    startup: dict[str, float] = {}
 
     def _coordinator(self) -> Any:
         actor = get_actor(names.coordinator(self.name))
