@@ -60,6 +60,7 @@ from rayconnect.tables.base import (
     check_epoch,
     check_offsets,
 )
+from rayconnect.tables.delta_txns import TxnVersions
 
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168
@@ -105,6 +106,8 @@ class DeltaCommitter:
         self._options = self.location.delta_options()
         self._fs: Any = None
         self._dt: DeltaTable | None = None
+        #: the partitions' committed offsets, followed through the log (compare-and-set)
+        self._txns = TxnVersions(self.commit_actions)
 
     @property
     def filesystem(self) -> Any:
@@ -417,8 +420,9 @@ class DeltaCommitter:
     def _check_offsets(
         self, dt: DeltaTable, offsets: Mapping[str, int], expected: Mapping[str, int | None]
     ) -> None:
-        current = {k: dt.transaction_version(self.app_id(k)) for k in offsets}
-        check_offsets(offsets, expected, current)
+        apps = {k: self.app_id(k) for k in offsets}
+        versions = self._txns.of(dt, apps.values())
+        check_offsets(offsets, expected, {k: versions[app] for k, app in apps.items()})
 
     def _add_action(self, data_file: DataFile, table_schema: pa.Schema) -> AddAction:
         """Check the file's footer against the table (delta-rs would not) and describe it."""
