@@ -23,7 +23,7 @@ YAML, plus ``kind``::
     commit: {commit_interval_s: 5}  # rc.CommitSettings
     spark: {executors: 1}           # rc.SparkSettings
     placement: {strategy: spread}   # rc.Placement: spread | pack, prefer: {role: {label: value}}
-    partitions_per_host: 64         # partitions of one topic per participant host process
+    partitions_per_host: 256        # partitions of one topic per participant host process
 
 A source pipeline (KIP-618: any source -> Kafka) is ``rc.SourcePipeline``'s keyword
 arguments (``rayconnect.pipelines.source_config.SourcePipelineConfig``), with the task as a tagged
