@@ -59,11 +59,6 @@ class DrainWindow:
         self._prune(now)
         return self._records >= self.threshold_records or self._bytes >= self.threshold_bytes
 
-    @property
-    def records(self) -> int:
-        """Records reported drained within the window (as of the last input)."""
-        return self._records
-
     def _prune(self, now: float) -> None:
         reports = self._reports
         while reports and reports[0][0] < now - self.window_s:
