@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rayconnect.protocol.drain_window import DrainWindow
 
 
-def test_reports_within_the_window_add_up_to_a_flush() -> None:
-    w = DrainWindow(window_s=10.0, records=100, nbytes=10_000)
-    w.drained(60, 600, now=1.0)
+@pytest.mark.parametrize(
+    ("records", "nbytes", "first", "second"),
+    [(100, 10_000, (60, 600), (40, 400)), (1_000_000, 1000, (1, 999), (1, 1))],
+    ids=["records", "bytes"],
+)
+def test_reports_within_the_window_add_up_to_a_flush(
+    records: int, nbytes: int, first: tuple[int, int], second: tuple[int, int]
+) -> None:
+    w = DrainWindow(window_s=10.0, records=records, nbytes=nbytes)
+    w.drained(*first, now=1.0)
     assert not w.ends_round(1.0)
-    w.drained(40, 400, now=2.0)
+    w.drained(*second, now=2.0)
     assert w.ends_round(2.0)
-
-
-def test_bytes_count_as_well_as_records() -> None:
-    w = DrainWindow(window_s=10.0, records=1_000_000, nbytes=1000)
-    w.drained(1, 999, now=0.0)
-    assert not w.ends_round(0.0)
-    w.drained(1, 1, now=0.5)
-    assert w.ends_round(0.5)
 
 
 def test_reports_older_than_the_window_no_longer_count() -> None:
