@@ -10,7 +10,8 @@ within the epoch, from 1, and never goes back, not even after a failed commit.
 A round: START-COMMIT (broadcast with the table's offsets) -> ``commit_interval_s`` after
 the previous round's END (participants read ahead from there; after a discarded round or
 at start-up: after the START), on a REQUEST-COMMIT, or when the pipeline drained a backlog
-(DRAINED reports adding up to a flush's worth, ``commit_when_drained``) -> END-COMMIT -> WRITE-STATUS from every partition -> ``CommitTable``
+(DRAINED reports adding up to a flush's worth, ``commit_when_drained``) -> END-COMMIT ->
+WRITE-STATUS from every partition -> ``CommitTable``
 (one table version, compare-and-set on the offsets the round started from) -> on
 ``commit_succeeded`` ACK-COMMIT and, in the same step, START-COMMIT of the next round.
 
