@@ -6,8 +6,8 @@ file per partition per round, each version carrying one txn per partition plus t
 exactly what the coordinator commits. It drives the coordinator's own parts (``DeltaCommitter``
 for rounds, ``UpkeepSchedule`` + ``DeltaUpkeep`` in a thread of their own beside them, as in
 ``actors/coordinator.py``) without Kafka and Spark, so what is measured is the table: live
-files, log size, commit latency, recovery (a new committer reading every partition's offset
-and the epoch, as a restarted coordinator does) and a full read (Polars count), sampled every
+files, log size, commit latency, recovery (a new committer checking the table, claiming the
+epoch and reading every partition's offset, as a restarted coordinator does) and a full read (Polars count), sampled every
 ``--sample-every`` rounds. Ends by checking the row set (every offset once) and the offsets.
 
     .venv/bin/python bench/table_upkeep_soak.py --rounds 1000           # ~8 min, both modes
@@ -31,9 +31,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rayconnect.actors.names import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.protocol.upkeep import CompactSettings, Job, LogSettings, UpkeepSchedule
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
@@ -64,11 +66,17 @@ def batch(partition: int, start: int, n: int) -> pa.Table:
     )
 
 
-def stage(location: TableLocation, data: pa.Table) -> Any:
+def stage(location: TableLocation, batches: list[pa.Table]) -> Any:
+    """One staged file holding ``batches`` (one partition's rows each), described as the
+    writer describes it: a file of several partitions names them (``shared_by``)."""
     rel = f"{STAGING_DIR}/{uuid.uuid4().hex}/part-0.parquet"
     os.makedirs(os.path.dirname(location.path(rel)), exist_ok=True)
-    pq.write_table(data, location.path(rel))
-    return describe_file(location, rel)[0]
+    pq.write_table(pa.concat_tables(batches), location.path(rel))
+    described = describe_file(location, rel)[0]
+    if len(batches) == 1:
+        return described
+    keys = tuple(sorted(f"c/t/{b.column('partition')[0].as_py()}" for b in batches))
+    return msgspec.structs.replace(described, shared_by=keys)
 
 
 def log_size(root: Path) -> tuple[int, int]:
@@ -78,13 +86,28 @@ def log_size(root: Path) -> tuple[int, int]:
 
 
 def recovery_s(root: Path) -> float:
-    """What a restarted coordinator reads: every partition's offset and the epoch."""
+    """What a restarted coordinator does (``Coordinator._claim``): check the table, claim
+    the epoch (a commit), read every partition's offset. On a copy of the log, as claiming
+    on the soak's table would fence its committer; the copy is not timed."""
+    scratch = root.parent / f"{root.name}-recovery"
+    for attempt in range(5):  # upkeep may be writing a checkpoint or cleaning the log
+        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            shutil.copytree(
+                root / "_delta_log", scratch / "_delta_log", ignore=shutil.ignore_patterns("*#*")
+            )
+            break
+        except (shutil.Error, FileNotFoundError):
+            if attempt == 4:
+                raise
     started = time.perf_counter()
-    fresh = DeltaCommitter(str(root), PIPELINE)
+    fresh = DeltaCommitter(str(scratch), PIPELINE)
     fresh.ensure_table()
+    fresh.claim_epoch()
     fresh.committed_offsets(None)
-    fresh.epoch()
-    return time.perf_counter() - started
+    took = time.perf_counter() - started
+    shutil.rmtree(scratch, ignore_errors=True)
+    return took
 
 
 def read_count_s(root: Path) -> tuple[float, int]:
@@ -123,11 +146,16 @@ def soak(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     next_offset = dict.fromkeys(range(args.partitions), 0)
     commits: list[tuple[int, float]] = []  # (version, commit s)
     samples: list[dict[str, Any]] = []
+    # as the pipeline writes them: a participant host's partitions share a file a round
+    per_file = max(1, args.partitions_per_file)
+    partitions = list(range(args.partitions))
+    file_groups = [partitions[i : i + per_file] for i in range(0, args.partitions, per_file)]
     t0 = time.monotonic()
     for rnd in range(1, args.rounds + 1):
         started = time.monotonic()
         files = [
-            stage(location, batch(p, next_offset[p], args.records)) for p in range(args.partitions)
+            stage(location, [batch(p, next_offset[p], args.records) for p in group])
+            for group in file_groups
         ]
         expected = {f"c/t/{p}": (next_offset[p] or None) for p in range(args.partitions)}
         offsets = {f"c/t/{p}": next_offset[p] + args.records for p in range(args.partitions)}
@@ -245,7 +273,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         f"# Delta table soak: {args.rounds} rounds x {args.partitions} partitions, "
-        f"interval {args.interval} s, {args.records} records/partition/round",
+        f"interval {args.interval} s, {args.records} records/partition/round, "
+        f"{min(args.partitions_per_file, args.partitions)} partitions a file",
         "",
         f"checkpoint interval {args.checkpoint_interval}; compaction (mode compact): min_files "
         f"{args.compact_min_files}, every {args.compact_every} s; tidy every {args.tidy_every} s; "
@@ -281,6 +310,13 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.2)
     ap.add_argument("--records", type=int, default=20, help="per partition per round")
     ap.add_argument("--modes", default="compact,none", help="compact, none, nockpt")
+    ap.add_argument(
+        "--partitions-per-file",
+        type=int,
+        default=DEFAULT_PARTITIONS_PER_HOST,
+        help="partitions sharing a file a round: the pipeline's partitions_per_host (its "
+        "hosts share files); 1 = a file per partition per round, as before hosts",
+    )
     ap.add_argument("--checkpoint-interval", type=int, default=100)
     ap.add_argument("--compact-min-files", type=int, default=64)
     ap.add_argument("--compact-every", type=float, default=30.0, help="300 s compressed 10x")
@@ -302,6 +338,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     results = [soak(mode, args) for mode in args.modes.split(",")]
     tag = f"soak-{args.rounds}x{args.partitions}-{'-'.join(args.modes.split(','))}"
+    if args.partitions_per_file < args.partitions:
+        tag += f"-{args.partitions_per_file}-per-file"
     if (args.log_retention_hours, args.vacuum_retention_hours) != (168.0, 24.0):
         tag += f"-retention-{args.log_retention_hours:g}h-{args.vacuum_retention_hours:g}h"
     (out / f"{tag}.json").write_text(json.dumps({"args": vars(args), "results": results}))

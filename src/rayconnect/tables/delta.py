@@ -23,16 +23,13 @@ commits with disjoint app ids. So:
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
-import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
@@ -60,6 +57,7 @@ from rayconnect.tables.base import (
     check_epoch,
     check_offsets,
 )
+from rayconnect.tables.delta_log import DeltaLog, LogState
 from rayconnect.tables.delta_txns import TxnVersions
 
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
@@ -67,8 +65,6 @@ DEFAULT_MIN_RETENTION_HOURS = 168
 _COMMIT_ID = "rayconnect.commitId"
 #: a round's commit that another writer's DELETE/UPDATE made conflict is tried this often
 COMMIT_ATTEMPTS = 3
-_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
-_COMMIT_JSON = re.compile(r"^(\d{20})\.json$")
 
 
 class DeltaCommitter:
@@ -106,8 +102,10 @@ class DeltaCommitter:
         self._options = self.location.delta_options()
         self._fs: Any = None
         self._dt: DeltaTable | None = None
+        self._ensured = False
+        self.log = DeltaLog(self.location, lambda: self.filesystem)
         #: the partitions' committed offsets, followed through the log (compare-and-set)
-        self._txns = TxnVersions(self.commit_actions)
+        self._txns = TxnVersions(self.log)
 
     @property
     def filesystem(self) -> Any:
@@ -122,11 +120,14 @@ class DeltaCommitter:
         """Delta txn app id of a partition key (or of ``COORDINATOR_KEY``)."""
         return f"{self.pipeline}/{key}"
 
-    def ensure_table(self) -> DeltaTable:
+    def ensure_table(self) -> None:
         """Create the table (all columns nullable) if missing; else check its schema (a
         typed table's may have grown: it must only not contradict the declared columns).
-        The dead-letter table is made on first use, inside the table's folder."""
-        if not DeltaTable.is_deltatable(self.table_path, storage_options=self._options):
+        Checked from the log's metadata: the snapshot (every live file) is loaded only by
+        the first commit. The dead-letter table is made on first use, inside the table's
+        folder."""
+        state = self.log.state()
+        if state is None:
             nullable = pa.schema([f.with_nullable(True) for f in self.schema])
             # "ignore": another coordinator creating it at the same time is fine.
             DeltaTable.create(
@@ -136,21 +137,28 @@ class DeltaCommitter:
                 partition_by=self.partition_by or None,
                 storage_options=self._options,
             )
-        dt = DeltaTable(self.table_path, storage_options=self._options)
-        if self.typed:
-            # An existing typed table may have more columns; it must not contradict ours.
-            _, problems = evolution.merge(self._table_arrow_schema(dt), self.schema)
-            partitions = list(dt.metadata().partition_columns)
-            if partitions != self.partition_by:
-                problems.append(f"partitioned by {partitions}, not {self.partition_by}")
-        else:
-            problems = schema_differences(self._table_arrow_schema(dt), self.schema)
-        if problems:
+            state = self.log.state()
+            assert state is not None
+        self._check_schema(
+            self._normalized(state.arrow_schema()),
+            SchemaMismatchError,
+            f"existing table {self.table_path} has another schema",
+        )
+        if self.typed and state.partition_columns != self.partition_by:
             raise SchemaMismatchError(
-                f"existing table {self.table_path} has another schema: {'; '.join(problems)}"
+                f"existing table {self.table_path} has another schema: partitioned by "
+                f"{state.partition_columns}, not {self.partition_by}"
             )
-        self._dt = dt
-        return dt
+        self._ensured = True
+
+    def _check_schema(self, table_schema: pa.Schema, error: type[Exception], what: str) -> None:
+        """The table's schema must be ours (a typed table's may have grown: evolution)."""
+        if self.typed:
+            _, problems = evolution.merge(table_schema, self.schema)
+        else:
+            problems = schema_differences(table_schema, self.schema)
+        if problems:
+            raise error(f"{what}: {'; '.join(problems)}")
 
     def _table(self) -> DeltaTable:
         """The table at its latest version (the object never sees commits by itself).
@@ -159,8 +167,11 @@ class DeltaCommitter:
         a running pipeline (another writer did it): committing on would write into a table
         that is not the one the offsets came from, or files its readers cannot read."""
         if self._dt is None:
-            return self.ensure_table()
-        self._dt.update_incremental()
+            if not self._ensured:
+                self.ensure_table()
+            self._dt = DeltaTable(self.table_path, storage_options=self._options)
+        else:
+            self._dt.update_incremental()
         self._check_still_ours(self._dt)
         return self._dt
 
@@ -170,35 +181,32 @@ class DeltaCommitter:
         One HEAD request per call."""
         from pyarrow import fs
 
-        latest = self._log_path(f"{dt.version():020d}.json")
+        latest = self.log.path(f"{dt.version():020d}.json")
         if self.filesystem.get_file_info(latest).type == fs.FileType.NotFound:
             raise TableBrokenError(
                 f"table {self.table_path} is gone: its log has no version {dt.version()} "
                 "any more (dropped or replaced by another writer)"
             )
-        if self.typed:  # a typed table's schema may grow (evolution), not contradict ours
-            _, problems = evolution.merge(self._table_arrow_schema(dt), self.schema)
-        else:
-            problems = schema_differences(self._table_arrow_schema(dt), self.schema)
-        if problems:
-            raise TableBrokenError(
-                f"table {self.table_path} changed its schema under the pipeline: "
-                f"{'; '.join(problems)}"
-            )
+        self._check_schema(self._table_arrow_schema(dt), TableBrokenError, self._changed)
+
+    @property
+    def _changed(self) -> str:
+        return f"table {self.table_path} changed its schema under the pipeline"
 
     @staticmethod
-    def _table_arrow_schema(dt: DeltaTable) -> pa.Schema:
-        return pa.schema(
-            [pa.field(f.name, normalize_type(f.type)) for f in pa.schema(dt.schema().to_arrow())]
-        )
+    def _normalized(schema: pa.Schema) -> pa.Schema:
+        return pa.schema([pa.field(f.name, normalize_type(f.type)) for f in schema])
+
+    @classmethod
+    def _table_arrow_schema(cls, dt: DeltaTable) -> pa.Schema:
+        return cls._normalized(pa.schema(dt.schema().to_arrow()))
 
     def current_schema(self) -> pa.Schema:
         """The schema rows are decoded against: the table's now (a typed table's grows; a
         value contradicting a column is a bad record), its first one while it does not
         exist yet. A fresh read: the writer's view must not lag behind the committer's."""
-        if not DeltaTable.is_deltatable(self.table_path, storage_options=self._options):
-            return self.schema
-        return self._table_arrow_schema(DeltaTable(self.table_path, storage_options=self._options))
+        state = self.log.state()
+        return self.schema if state is None else self._normalized(state.arrow_schema())
 
     def version(self) -> int:
         """Latest table version."""
@@ -209,83 +217,45 @@ class DeltaCommitter:
     def committed_offsets(self, keys: Iterable[str] | None = None) -> dict[str, int]:
         """Partition key -> committed next offset; partitions never committed are absent.
 
-        ``keys=None`` lists every partition this pipeline ever committed, from the log
-        (delta-rs has no API listing txn app ids). ``_coordinator`` is never included.
+        ``keys=None`` lists every partition this pipeline ever committed. Read from the log
+        (``DeltaLog``: last checkpoint's txn column + later commits), never from a loaded
+        snapshot, so a restarted coordinator's reading does not grow with the file count.
+        ``_coordinator`` is never included.
         """
-        dt = self._table()
+        txns = self._log_state().txns
         if keys is None:
             prefix = f"{self.pipeline}/"
             keys = sorted(
                 app[len(prefix) :]
-                for app in self._log_app_ids(dt.version())
+                for app in txns
                 if app.startswith(prefix) and app != self.app_id(COORDINATOR_KEY)
             )
-        found: dict[str, int] = {}
-        for key in keys:
-            version = dt.transaction_version(self.app_id(key))
-            if version is not None:
-                found[key] = version
-        return found
+        return {key: txns[self.app_id(key)] for key in keys if self.app_id(key) in txns}
 
     def epoch(self) -> int:
         """The current coordinator epoch (0 = never claimed)."""
-        return self._table().transaction_version(self.app_id(COORDINATOR_KEY)) or 0
+        return self._log_state().txns.get(self.app_id(COORDINATOR_KEY), 0)
 
-    def _log_app_ids(self, version: int) -> set[str]:
-        """Every txn app id in the log up to ``version``: last checkpoint + later commits.
-
-        Values are read with ``transaction_version`` afterwards; this only finds the ids.
-        Classic (single or multi-part) checkpoints only, which is what delta-rs writes.
-        """
-        names = self.log_names()
-        checkpoints: dict[int, list[str]] = {}
-        for name in names:
-            m = _CHECKPOINT.match(name)
-            if m and int(m.group(1)) <= version:
-                checkpoints.setdefault(int(m.group(1)), []).append(name)
-        start = max(checkpoints, default=-1)
-        app_ids: set[str] = set()
-        for name in checkpoints.get(start, []):
-            path = self._log_path(name)
-            if "txn" not in pq.read_schema(path, filesystem=self.filesystem).names:
-                continue
-            column = pq.read_table(path, columns=["txn"], filesystem=self.filesystem).column("txn")
-            # A checkpoint row per add/remove too: only the few txn rows become Python.
-            app_ids.update(pc.struct_field(column.drop_null(), "appId").drop_null().to_pylist())
-        for name in names:
-            m = _COMMIT_JSON.match(name)
-            if m and start < int(m.group(1)) <= version:
-                for action in self._read_commit(self._log_path(name)):
-                    if "txn" in action:
-                        app_ids.add(action["txn"]["appId"])
-        return app_ids
-
-    def checkpoint_versions(self) -> list[int]:
-        """Versions with a checkpoint in the log, oldest first."""
-        return sorted({int(m.group(1)) for n in self.log_names() if (m := _CHECKPOINT.match(n))})
-
-    def _log_path(self, name: str) -> str:
-        return self.location.path(f"_delta_log/{name}")
-
-    def log_names(self) -> list[str]:
-        """File names in ``_delta_log`` (one LIST on an object store)."""
-        from pyarrow import fs
-
-        infos = self.filesystem.get_file_info(fs.FileSelector(self._log_path("")))
-        return [i.base_name for i in infos if i.type == fs.FileType.File]
-
-    def commit_actions(self, version: int) -> list[dict]:
-        """The actions of commit ``version``; [] if its log entry is gone (log cleanup)."""
-        return self._read_commit(self._log_path(f"{version:020d}.json"))
-
-    def _read_commit(self, path: str) -> list[dict]:
-        """The actions of one commit file; [] if it is gone (log cleanup)."""
-        try:
-            with self.filesystem.open_input_stream(path) as fh:
-                text = fh.read().decode("utf-8")
-        except FileNotFoundError:
-            return []
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    def _log_state(self) -> LogState:
+        """The table's txn versions and metadata now, from the log; ``TableBrokenError`` if
+        it was dropped or its schema changed under the pipeline (``_table``'s checks)."""
+        if not self._ensured:
+            self.ensure_table()
+        for attempt in (1, 2):
+            try:
+                state = self.log.state()
+                break
+            except FileNotFoundError:  # log cleanup ran between the listing and the read
+                if attempt == 2:
+                    raise
+        known = self._dt.version() if self._dt is not None else -1
+        if state is None or state.version < known:
+            raise TableBrokenError(
+                f"table {self.table_path} is gone: its log ends before version {known} "
+                "(dropped or replaced by another writer)"
+            )
+        self._check_schema(self._normalized(state.arrow_schema()), TableBrokenError, self._changed)
+        return state
 
     # -- commit ---------------------------------------------------------------------------
 
@@ -315,7 +285,8 @@ class DeltaCommitter:
         if epoch is not None:
             # Re-asserting the epoch makes a racing claim_epoch conflict with this commit.
             txns.append(Transaction(self.app_id(COORDINATOR_KEY), epoch))
-        adds = [self._add_action(f, self._table_arrow_schema(dt)) for f in files]
+        table_schema = self._table_arrow_schema(dt)
+        adds = [self._add_action(f, table_schema) for f in files]
         if dead:
             if self._dead is None:
                 raise SchemaMismatchError(f"dead-letter files for a raw table: {dead[0].path}")
@@ -345,9 +316,12 @@ class DeltaCommitter:
         epoch: int | None,
     ) -> None:
         """Compare-and-set's compare: the epoch (if fenced), then every partition's offset."""
+        apps = {k: self.app_id(k) for k in offsets}
+        coordinator = self.app_id(COORDINATOR_KEY)
+        versions = self._txns.of(dt.version(), [coordinator, *apps.values()])
         if epoch is not None:
-            check_epoch(epoch, dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0)
-        self._check_offsets(dt, offsets, expected)
+            check_epoch(epoch, versions[coordinator] or 0)
+        check_offsets(offsets, expected, {k: versions[app] for k, app in apps.items()})
 
     def _evolve(self, dt: DeltaTable, files: Sequence[DataFile]) -> None:
         """Add the columns the round's files bring (nullable) before the round's commit.
@@ -380,13 +354,15 @@ class DeltaCommitter:
         assert self._dead is not None
         ddt = self._dead._table()
         read_version = ddt.version()
-        done = {k: ddt.transaction_version(self._dead.app_id(k)) or 0 for k in offsets}
+        apps = self._dead._txns.of(read_version, [self._dead.app_id(k) for k in offsets])
+        done = {k: apps[self._dead.app_id(k)] or 0 for k in offsets}
         keep = dead_letters.unseen(dead, done, self.location, self._dead.location, self.filesystem)
         txns = [
             Transaction(self._dead.app_id(k), v)
             for k, v in dead_letters.next_offsets(done, offsets).items()
         ]
-        adds = [self._dead._add_action(f, self._dead._table_arrow_schema(ddt)) for f in keep]
+        dead_schema = self._dead._table_arrow_schema(ddt)
+        adds = [self._dead._add_action(f, dead_schema) for f in keep]
         self._dead._write(ddt, read_version, adds, txns, {"rayconnect.deadLetters": "1"})
 
     def dead_letter_counts(self) -> dict[str, int]:
@@ -412,17 +388,11 @@ class DeltaCommitter:
         """
         dt = self._table()
         read_version = dt.version()
-        new_epoch = (dt.transaction_version(self.app_id(COORDINATOR_KEY)) or 0) + 1
+        coordinator = self.app_id(COORDINATOR_KEY)
+        new_epoch = (self._txns.of(read_version, [coordinator])[coordinator] or 0) + 1
         txns = [Transaction(self.app_id(COORDINATOR_KEY), new_epoch)]
         self._write(dt, read_version, [], txns, {"rayconnect.epoch": str(new_epoch)})
         return new_epoch
-
-    def _check_offsets(
-        self, dt: DeltaTable, offsets: Mapping[str, int], expected: Mapping[str, int | None]
-    ) -> None:
-        apps = {k: self.app_id(k) for k in offsets}
-        versions = self._txns.of(dt, apps.values())
-        check_offsets(offsets, expected, {k: versions[app] for k, app in apps.items()})
 
     def _add_action(self, data_file: DataFile, table_schema: pa.Schema) -> AddAction:
         """Check the file's footer against the table (delta-rs would not) and describe it."""
@@ -480,7 +450,9 @@ class DeltaCommitter:
     def _find_commit(self, commit_id: str, after: int, latest: int) -> int:
         """The version our commit got (a concurrent, rebased-over commit may be later)."""
         for version in range(after + 1, latest + 1):
-            for action in self.commit_actions(version):
+            actions = self.log.commit_actions(version)
+            self._txns.advance(version, actions)  # the next compare need not read it again
+            for action in actions:
                 if action.get("commitInfo", {}).get(_COMMIT_ID) == commit_id:
                     return version
         return latest  # log cleaned up in between: only a concurrent writer could do that

@@ -78,7 +78,7 @@ class DeltaUpkeep:
         self.races = CompactionRaces(
             self.location.uri,
             self._options,
-            self._committer.commit_actions,
+            self._committer.log.commit_actions,
             read_coordinates(self.location.filesystem(), self.location.path),
         )
         self._dead: DeltaUpkeep | None = None
@@ -104,7 +104,6 @@ class DeltaUpkeep:
         """Write the log settings (and the sink's vacuum retention as the tombstone
         retention) into the table's properties, where they differ (one metadata commit, at
         start-up only). Returns what was changed."""
-        dt = self._table()
         wanted = {
             CHECKPOINT_INTERVAL: str(self.log_settings.checkpoint_interval),
             LOG_RETENTION: log_retention_value(self.log_settings.log_retention_hours),
@@ -113,10 +112,12 @@ class DeltaUpkeep:
             # tombstones kept longer only make every checkpoint - and recovery - bigger
             TOMBSTONE_RETENTION: log_retention_value(self.vacuum_retention_hours),
         }
-        current = dt.metadata().configuration
+        # read from the log: at start-up, a snapshot load only when something must change
+        state = self._committer.log.state()
+        current = (state.metadata.get("configuration") or {}) if state is not None else {}
         changed = {k: v for k, v in wanted.items() if current.get(k) != v}
         if changed:
-            dt.alter.set_table_properties(changed, raise_if_not_exists=False)
+            self._table().alter.set_table_properties(changed, raise_if_not_exists=False)
         return changed
 
     def compact(self) -> dict[str, Any]:
@@ -173,9 +174,9 @@ class DeltaUpkeep:
             dt.create_checkpoint()
             checkpointed = True
         races = self.races.check(dt)  # before cleanup: it reads the log entries
-        log_before = len(self._committer.log_names())
+        log_before = len(self._committer.log.names())
         dt.cleanup_metadata()
-        log_after = len(self._committer.log_names())
+        log_after = len(self._committer.log.names())
         started = time.monotonic()
         removed = self._committer.vacuum(self.vacuum_retention_hours) if vacuum else []
         done: dict[str, Any] = {
@@ -195,4 +196,4 @@ class DeltaUpkeep:
 
     def last_checkpoint(self) -> int | None:
         """The version of the newest checkpoint in the log (None: none yet)."""
-        return max(self._committer.checkpoint_versions(), default=None)
+        return max(self._committer.log.checkpoint_versions(), default=None)

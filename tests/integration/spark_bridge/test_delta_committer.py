@@ -142,13 +142,13 @@ def test_claim_racing_a_commit_conflicts(table: Path, committer: DeltaCommitter)
     """The window between the epoch check and the write: delta-rs must reject the commit."""
     assert committer.claim_epoch() == 1
     rival = DeltaCommitter(str(table), PIPELINE)
-    original = committer._check_offsets
+    original = committer._check_fence
 
     def check_then_rival_claims(*args, **kwargs):  # runs after update_incremental
         original(*args, **kwargs)
         assert rival.claim_epoch() == 2
 
-    committer._check_offsets = check_then_rival_claims  # type: ignore[method-assign]
+    committer._check_fence = check_then_rival_claims  # type: ignore[method-assign]
     with pytest.raises(CommitConflictError):
         committer.commit([stage(table, records(K0, 0, 3))], {K0: 3}, {K0: None}, epoch=1)
     assert rival.committed_offsets() == {}
@@ -160,7 +160,7 @@ def test_concurrent_claims_one_wins(table: Path, committer: DeltaCommitter) -> N
     b = DeltaCommitter(str(table), PIPELINE)
     a.ensure_table()
     b.ensure_table()
-    a_table = a._dt
+    a_table = a._table()  # a loads its snapshot, then goes stale
     assert a_table is not None
     a_table.update_incremental = lambda: None  # type: ignore[method-assign]  # a is stale
     assert b.claim_epoch() == 1
@@ -195,13 +195,13 @@ def test_vacuum_removes_uncommitted_keeps_committed(table: Path, committer: Delt
 def test_offset_race_is_a_conflict_not_a_duplicate(table: Path, committer: DeltaCommitter) -> None:
     """Both pass the compare step; delta-rs must reject the second (same app ids)."""
     rival = DeltaCommitter(str(table), PIPELINE)
-    original = committer._check_offsets
+    original = committer._check_fence
 
     def check_then_rival_commits(*args, **kwargs):
         original(*args, **kwargs)
         rival.commit([stage(table, records(K0, 0, 3))], {K0: 3}, {K0: None})
 
-    committer._check_offsets = check_then_rival_commits  # type: ignore[method-assign]
+    committer._check_fence = check_then_rival_commits  # type: ignore[method-assign]
     with pytest.raises(CommitConflictError, match="nothing committed"):
         committer.commit([stage(table, records(K0, 0, 3))], {K0: 3}, {K0: None})
     assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 3

@@ -201,13 +201,13 @@ def _past_the_check(committer: DeltaCommitter, barrier: threading.Barrier) -> No
     """Hold ``committer`` right after its compare-and-set passed, until its rival's passed
     too: both then write a commit of the same table version with the same txn app ids, and
     only the store's conditional put can stop one of them."""
-    original = committer._check_offsets
+    original = committer._check_fence
 
     def check_then_wait(*args, **kwargs):
         original(*args, **kwargs)
         barrier.wait(30)
 
-    committer._check_offsets = check_then_wait  # type: ignore[method-assign]
+    committer._check_fence = check_then_wait  # type: ignore[method-assign]
 
 
 def test_compaction_racing_a_round_and_tidy_on_s3(

@@ -1,5 +1,6 @@
-"""TxnVersions (tables/delta_txns.py) against real delta-rs tables: what it answers after
-following the log must be what delta-rs answers from the snapshot, whoever committed."""
+"""TxnVersions (tables/delta_txns.py) and DeltaLog (tables/delta_log.py) against real
+delta-rs tables: what they read from the log must be what delta-rs answers from the
+snapshot, whoever committed, across checkpoints and metadata changes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 
 from rayconnect.tables.delta import DeltaCommitter
+from rayconnect.tables.delta_log import DeltaLog
 from rayconnect.tables.delta_txns import TxnVersions
 
 pytestmark = pytest.mark.timeout(60)
@@ -30,15 +32,15 @@ def test_followed_versions_equal_delta_rs_after_other_writers_commits(tmp_path) 
     path = str(tmp_path / "t")
     _append(path, {a: 10 for a in APPS[:20]})
     committer = DeltaCommitter(path, "pipe")
-    txns = TxnVersions(committer.commit_actions)
+    txns = TxnVersions(committer.log)
     wanted = [*APPS, "pipe/never"]
-    assert txns.of(DeltaTable(path), wanted) == _truth(path, wanted)
+    assert txns.of(DeltaTable(path).version(), wanted) == _truth(path, wanted)
     # other writers: new app ids, moved ones, a commit without txns
     _append(path, {APPS[3]: 11, APPS[30]: 5})
     write_deltalake(path, pa.table({"a": [2]}), mode="append")
     _append(path, {APPS[3]: 12, "pipe/never": 1})
-    assert txns.of(DeltaTable(path), wanted) == _truth(path, wanted)
-    assert txns.of(DeltaTable(path), wanted)[APPS[3]] == 12
+    assert txns.of(DeltaTable(path).version(), wanted) == _truth(path, wanted)
+    assert txns.of(DeltaTable(path).version(), wanted)[APPS[3]] == 12
 
 
 def test_a_log_entry_it_cannot_read_makes_it_start_over(tmp_path) -> None:
@@ -46,9 +48,81 @@ def test_a_log_entry_it_cannot_read_makes_it_start_over(tmp_path) -> None:
     _append(path, {a: 1 for a in APPS})
     gone: set[int] = set()
     committer = DeltaCommitter(path, "pipe")
-    txns = TxnVersions(lambda v: [] if v in gone else committer.commit_actions(v))
-    assert txns.of(DeltaTable(path), APPS) == {a: 1 for a in APPS}
+
+    class Forgetful(DeltaLog):
+        def commit_actions(self, version: int) -> list[dict]:
+            return [] if version in gone else super().commit_actions(version)
+
+    txns = TxnVersions(Forgetful(committer.location, lambda: committer.filesystem))
+    assert txns.of(DeltaTable(path).version(), APPS) == {a: 1 for a in APPS}
     _append(path, {APPS[0]: 2})
     gone.add(1)  # as if log cleanup had removed it before we read it
-    assert txns.of(DeltaTable(path), APPS) == _truth(path, APPS)
-    assert txns.of(DeltaTable(path), APPS)[APPS[0]] == 2
+    assert txns.of(DeltaTable(path).version(), APPS) == _truth(path, APPS)
+    assert txns.of(DeltaTable(path).version(), APPS)[APPS[0]] == 2
+
+
+def test_log_state_equals_delta_rs_across_checkpoints_and_metadata_changes(tmp_path) -> None:
+    """Txn versions and metadata read from the last checkpoint (its txn and metaData
+    columns) plus the commits after it, at every version, equal delta-rs's snapshot."""
+    path = str(tmp_path / "t")
+    _append(path, {a: 1 for a in APPS})
+    dt = DeltaTable(path)
+    dt.alter.set_table_properties({"delta.checkpointInterval": "3"})
+    log = DeltaCommitter(path, "pipe").log
+    for i in range(2, 9):
+        _append(path, {APPS[i]: 100 + i, APPS[0]: i})
+        dt.update_incremental()
+        if i == 5:
+            dt.create_checkpoint()
+        if i == 7:
+            dt.alter.set_table_properties({"delta.logRetentionDuration": "interval 2 days"})
+            dt.update_incremental()
+        state = log.state()
+        assert state is not None and state.version == dt.version()
+        assert state.txns == {a: v for a in APPS if (v := dt.transaction_version(a)) is not None}
+        assert state.metadata["configuration"] == dt.metadata().configuration
+        assert state.arrow_schema().names == ["a"]
+    assert log.checkpoint_versions(), "the test should have read a checkpoint"
+    # an older version from the same log
+    assert log.state(1).txns == {a: 1 for a in APPS}
+    assert DeltaCommitter(str(tmp_path / "missing"), "pipe").log.state() is None
+
+
+def test_recovery_reads_the_log_and_never_loads_the_snapshot(tmp_path, monkeypatch) -> None:
+    """A restarted committer's offsets and epoch come from the log alone; the snapshot
+    (every live file) is loaded only by the first commit."""
+    path = str(tmp_path / "t")
+    first = DeltaCommitter(path, "pipe")
+    first.ensure_table()
+    epoch = first.claim_epoch()
+    import rayconnect.tables.delta as delta_module
+
+    def no_snapshot(*args, **kwargs):
+        raise AssertionError("the snapshot was loaded")
+
+    monkeypatch.setattr(delta_module, "DeltaTable", no_snapshot)
+    fresh = DeltaCommitter(path, "pipe")
+    fresh.ensure_table()
+    assert fresh.epoch() == epoch
+    assert fresh.committed_offsets(None) == {}
+
+
+def test_compare_after_our_own_commit_reads_no_log_entry(tmp_path) -> None:
+    """The committer reads its commit's entry once (to find its version) and hands its
+    txns on: the next round's compare-and-set reads nothing from the log."""
+    path = str(tmp_path / "t")
+    committer = DeltaCommitter(path, "pipe")
+    committer.ensure_table()
+    epoch = committer.claim_epoch()
+    committer.commit([], {"c/t/0": 5}, {"c/t/0": None}, epoch=epoch)
+    reads: list[int] = []
+    original = committer.log.commit_actions
+
+    def counted(version: int) -> list[dict]:
+        reads.append(version)
+        return original(version)
+
+    committer.log.commit_actions = counted  # type: ignore[method-assign]
+    version = committer.commit([], {"c/t/0": 9}, {"c/t/0": 5}, epoch=epoch)
+    assert reads == [version]  # only _find_commit's read of the new entry
+    assert committer.committed_offsets() == {"c/t/0": 9}

@@ -109,7 +109,7 @@ def test_round_that_read_before_a_compaction_commits_once_after_it(table: Path) 
     for _ in range(4):
         rounds.commit()
     keeper = upkeep(table)
-    original = rounds.committer._check_offsets
+    original = rounds.committer._check_fence
     compacted: list[dict] = []
 
     def check_then_compact(*args, **kwargs):
@@ -117,7 +117,7 @@ def test_round_that_read_before_a_compaction_commits_once_after_it(table: Path) 
         if not compacted:
             compacted.append(keeper.compact())
 
-    rounds.committer._check_offsets = check_then_compact  # type: ignore[method-assign]
+    rounds.committer._check_fence = check_then_compact  # type: ignore[method-assign]
     version = rounds.commit()
     assert compacted[0]["numFilesRemoved"] == 8
     history = DeltaTable(str(table)).history(2)
@@ -211,7 +211,7 @@ def test_other_writers_between_and_inside_rounds(table: Path) -> None:
     rounds.commit()
     DeltaTable(str(table)).vacuum(retention_hours=0, enforce_retention_duration=False)
 
-    original = rounds.committer._check_offsets
+    original = rounds.committer._check_fence
     inside = iter(
         [
             lambda: DeltaTable(str(table)).delete(
@@ -228,7 +228,7 @@ def test_other_writers_between_and_inside_rounds(table: Path) -> None:
         if action is not None:
             action()
 
-    rounds.committer._check_offsets = check_then_other_writer  # type: ignore[method-assign]
+    rounds.committer._check_fence = check_then_other_writer  # type: ignore[method-assign]
     for _ in range(4):  # a DELETE inside the commit makes delta-rs refuse it: retried
         rounds.commit()
     deleted = {("orders", 1, o) for o in range(3)} | {("orders", 0, 0)}
@@ -244,13 +244,13 @@ def test_rival_round_inside_a_commit_is_still_a_conflict(table: Path) -> None:
     rounds = Rounds(table)
     rounds.commit()
     rival = DeltaCommitter(str(table), PIPELINE)
-    original = rounds.committer._check_offsets
+    original = rounds.committer._check_fence
 
     def check_then_rival(*args, **kwargs):
         original(*args, **kwargs)
         rival.commit([stage(table, records(K0, 5, 1))], {K0: 6}, {K0: 5})
 
-    rounds.committer._check_offsets = check_then_rival  # type: ignore[method-assign]
+    rounds.committer._check_fence = check_then_rival  # type: ignore[method-assign]
     with pytest.raises(Exception, match="nothing committed|expected 5"):
         rounds.commit(keys=(K0,))
     assert rival.committed_offsets([K0]) == {K0: 6}
@@ -323,13 +323,13 @@ def test_table_properties_checkpoints_and_log_cleanup(table: Path) -> None:
     assert keeper.configure_table() == {}  # once
     for _ in range(25):
         rounds.commit(n=2)
-    assert rounds.committer.checkpoint_versions()[-2:] == [9, 19]
+    assert rounds.committer.log.checkpoint_versions()[-2:] == [9, 19]
     time.sleep(1.1)
     done = keeper.tidy()
     assert not done["checkpoint_created"]
     # entries before the last checkpoint, older than retention, are gone (delta-rs may have
     # removed some itself when it wrote checkpoint 19, on a slow machine)
-    names = rounds.committer.log_names()
+    names = rounds.committer.log.names()
     assert [n for n in names if n.endswith(".json") and int(n[:20]) < 19] == []
     fresh = DeltaCommitter(str(table), PIPELINE)
     assert fresh.committed_offsets() == {K0: 50, K1: 50}
