@@ -577,7 +577,12 @@ class Coordinator(TableMachine[State, Event]):
         )
         self._round = rnd
         start = StartCommit(epoch=self._epoch, txn_id=self._txn_id, offsets=rnd.start_offsets)
-        return [Broadcast(to=tuple(sorted(rnd.partitions)), message=start)]
+        # reports that came while the last round was written may end this one at once,
+        # whichever way that round ended (committed, empty or discarded)
+        return [
+            Broadcast(to=tuple(sorted(rnd.partitions)), message=start),
+            *self._end_if_drained(now),
+        ]
 
     def _end(self, now: float) -> Ready:
         """END the running round (the table already moved to an ended state)."""
@@ -635,8 +640,7 @@ class Coordinator(TableMachine[State, Event]):
         effects = self._retire(rnd.txn_id)
         if self._state is State.STOPPED:
             return [*effects, Stopped()]
-        started = self._start(now, interval_from=rnd.ended_at)
-        return [*effects, *started, *self._end_if_drained(now)]
+        return [*effects, *self._start(now, interval_from=rnd.ended_at)]
 
     def _due(self, txn_id: int) -> list[str]:
         """Partitions whose retirement waited for round ``txn_id`` (or an earlier one)."""

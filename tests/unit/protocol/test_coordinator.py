@@ -123,6 +123,24 @@ def test_a_backlog_drained_while_a_round_is_written_ends_the_next_round_at_its_s
     assert coord.state is State.STARTED and coord.status().rounds_drained == 2
 
 
+def test_a_backlog_drained_while_a_discarded_round_was_written_ends_the_next_round() -> None:
+    """Same after a round whose commit failed: the retried round starts from the table's
+    offsets and, with a flush's worth read meanwhile, ends right after its START."""
+    cfg = CommitSettings(commit_interval_s=10.0, write_timeout_s=5.0, flush_max_records=100)
+    coord = Coordinator("pipe", {A, B}, cfg)
+    coord.recover(7, {A: 10, B: 20}, now=0.0)
+    coord.step(Drained(A, 100, 1), now=1.0)  # ends round 1
+    coord.step(status(A, 10, 110), now=1.5)
+    coord.step(status(B, 20, 20), now=1.7)
+    assert coord.step(Drained(B, 100, 1), now=1.8) == []  # while round 1 is committed
+    assert coord.commit_failed("conflict", now=2.0) == [ReloadTable()]
+    assert coord.table_reloaded({A: 10, B: 20}, now=2.5) == [
+        Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20})),
+        Broadcast(to=(A, B), message=EndCommit(7, 2)),
+    ]
+    assert coord.status().rounds_drained == 2
+
+
 def test_all_reported_commits_then_ack_and_next_start() -> None:
     coord = ended()
     assert coord.step(status(A, 10, 15), now=11.0) == []
