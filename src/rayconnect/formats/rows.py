@@ -83,7 +83,10 @@ def initial_schema(fmt: RecordFormat) -> pa.Schema:
         return RAW_RECORD_SCHEMA
     base = list(kafka_schema(fmt))
     declared = fmt.declared_schema()
-    if declared is not None:
+    output = fmt.transform_output()
+    if output is not None:  # the table holds what the transform makes
+        base = list(output)
+    elif declared is not None:
         base += [f.remove_metadata() for f in declared]
     elif fmt.value_format == "string":
         base.append(pa.field("value", pa.string()))
@@ -202,7 +205,7 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
         raise BadRecordError(key, row["offset"], bad[first])
     good_raw = raw.filter(_mask_without(raw.num_rows, bad)) if bad else raw
     rows = partitioning.with_derived(_with_coordinates(good_raw, columns, fmt), specs)
-    return DecodedBlock(_conform(rows, table_schema), _dead_letters(raw, bad))
+    return DecodedBlock(conform_to_table(rows, table_schema), _dead_letters(raw, bad))
 
 
 def _reject(
@@ -284,7 +287,7 @@ def _with_coordinates(raw: pa.Table, decoded: pa.Table, fmt: RecordFormat) -> pa
     return out
 
 
-def _conform(rows: pa.Table, table_schema: pa.Schema | None) -> pa.Table:
+def conform_to_table(rows: pa.Table, table_schema: pa.Schema | None) -> pa.Table:
     """The table's columns in its order and types (a narrower decoded type - int, float -
     is written as the table's wider one; a column the block lacks is null), then the
     block's new columns."""

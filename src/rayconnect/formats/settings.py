@@ -54,6 +54,11 @@ class RecordFormat(msgspec.Struct, frozen=True):
     #: columns (``day(ts)`` from ``ts``'s statistics), so files keep every data column and
     #: derived values only steer which file a row goes to.
     partition_values_in_files: bool = False
+    #: a Spark SQL statement over each write's decoded rows (view ``records``), or None;
+    #: the pipeline's ``transform`` (``formats.transform``: its rules)
+    transform: str | None = None
+    #: the transform's output schema (Arrow IPC), from its analysis before start
+    transform_schema: bytes | None = None
 
     def __post_init__(self) -> None:
         require(
@@ -78,6 +83,14 @@ class RecordFormat(msgspec.Struct, frozen=True):
                 f"source.value_schema: column names starting with {KAFKA_PREFIX!r} are "
                 f"rayconnect's ({reserved})",
             )
+        if self.transform is not None:
+            require(bool(self.transform.strip()), "transform is empty")
+            require(
+                self.value_format in ("string", "avro")
+                or (self.value_format == "json" and self.value_schema is not None),
+                "transform needs rows whose columns are known before start: value_format "
+                "string or avro, or json with a value_schema",
+            )
         if self.typed:
             return
         require(not self.partition_by, "sink.partition_by needs a typed source.value_format")
@@ -96,6 +109,12 @@ class RecordFormat(msgspec.Struct, frozen=True):
     def typed(self) -> bool:
         """Whether rows are decoded (False: today's raw table)."""
         return self.value_format != "raw"
+
+    def transform_output(self) -> pa.Schema | None:
+        """The transform's output schema as analysed (None: no transform, or not yet)."""
+        if self.transform_schema is None:
+            return None
+        return pa.ipc.read_schema(pa.py_buffer(self.transform_schema))
 
     def declared_schema(self) -> pa.Schema | None:
         """The declared value columns (json with ``value_schema``), else None."""

@@ -65,12 +65,15 @@ class SinkPipeline:
         placement: Placement | None = None,
         give_up_after_s: float | None = DEFAULT_GIVE_UP_AFTER_S,
         partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST,
+        transform: str | None = None,
         **commit_settings: Any,
     ) -> None:
         """``commit_settings``: any field of ``rc.CommitSettings`` by name (its defaults are
         the defaults), or a whole ``commit=rc.CommitSettings(...)``; not both.
         ``give_up_after_s``: see ``SinkPipelineConfig`` (None: wait out any outage).
-        ``partitions_per_host``: partitions of one topic per participant host process."""
+        ``partitions_per_host``: partitions of one topic per participant host process.
+        ``transform``: Spark SQL over each write's decoded rows, the view ``records``
+        (README "Transforms")."""
         self.config = SinkPipelineConfig(
             name=name,
             source=source,
@@ -80,6 +83,7 @@ class SinkPipeline:
             placement=placement or Placement(),
             give_up_after_s=give_up_after_s,
             partitions_per_host=partitions_per_host,
+            transform=transform,
         )
 
     @classmethod
@@ -117,9 +121,9 @@ class SinkPipeline:
         from rayconnect.actors.writer import start_writer
         from rayconnect.spark_bridge.session import require_java
 
-        cfg = self.config
-        phases = StartupPhases(cfg.name)
+        phases = StartupPhases(self.config.name)
         require_java()
+        cfg = self.config = self.config.analysed()  # a transform's SQL: checked here
         check_sink(cfg.sink)
         by_cluster = self.discover()
         keys = [tp.key for tps in by_cluster.values() for tp in tps]
@@ -253,8 +257,12 @@ class PipelineHandle(Handle):
     """Watch and stop a running sink pipeline; holds only its name."""
 
     transient = (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError)
-    #: seconds per step of the ``start()`` that returned this handle (empty for ``attach``)
-    startup: dict[str, float] = {}
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        #: seconds per step of the ``start()`` that returned this handle (empty for
+        #: ``attach``)
+        self.startup: dict[str, float] = {}
 
     def _coordinator(self) -> Any:
         actor = get_actor(names.coordinator(self.name))

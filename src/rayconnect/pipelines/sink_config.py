@@ -264,6 +264,11 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
     #: partitions of one topic that share a participant host (one actor process): a
     #: process costs ~57 MB and a worker start, a machine in a host a few KB
     partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST
+    #: a Spark SQL statement over each write's decoded rows, the view ``records``
+    #: (``formats.transform``: its rules); None: rows are written as decoded
+    transform: str | None = None
+    #: the transform's output schema (Arrow IPC): set by ``analysed()`` at start, not by hand
+    transform_schema: bytes | None = None
 
     __repr__ = redacted_repr
 
@@ -279,11 +284,35 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         )
         from rayconnect.formats.rows import partition_specs
 
-        partition_specs(self.record_format())  # ConfigError naming the bad entry
+        require(
+            self.transform is None or isinstance(self.sink, DeltaSink),
+            "transform: Delta sinks only so far (not tested into Iceberg tables yet)",
+        )
+        require(
+            self.transform is not None or self.transform_schema is None,
+            "transform_schema is set by start() from the transform's analysis, not by hand",
+        )
+        if self.transform is None or self.transform_schema is not None:
+            # (a transform's partition columns are known once it is analysed)
+            partition_specs(self.record_format())  # ConfigError naming the bad entry
+
+    def analysed(self) -> SinkPipelineConfig:
+        """This config with its transform analysed (a local Spark in a child process, ~5 s;
+        ``ConfigError`` if the statement is wrong); itself if it has none."""
+        if self.transform is None or self.transform_schema is not None:
+            return self
+        from rayconnect.formats.transform import analysed
+
+        fmt = analysed(self.record_format())
+        return msgspec.structs.replace(self, transform_schema=fmt.transform_schema)
 
     def record_format(self) -> RecordFormat:
         """How records become rows: the source's format, partitioned as the sink says."""
         fmt = self.source.record_format()
+        if self.transform is not None:
+            fmt = msgspec.structs.replace(
+                fmt, transform=self.transform, transform_schema=self.transform_schema
+            )
         if not self.sink.partition_by:
             return fmt
         return msgspec.structs.replace(

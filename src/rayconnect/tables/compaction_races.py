@@ -30,6 +30,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
+from rayconnect.tables.delta_log import NO_LOG_CLEANUP
+
 log = logging.getLogger(__name__)
 
 #: the columns that identify a row (one Kafka record), raw and typed tables
@@ -123,6 +125,7 @@ class CompactionRaces:
             predicate=_predicate(coords, ranges),
             storage_options=self.options or None,
             partition_by=dt.metadata().partition_columns or None,
+            post_commithook_properties=NO_LOG_CLEANUP,
         )
         return once.num_rows
 

@@ -57,7 +57,7 @@ from rayconnect.tables.base import (
     check_epoch,
     check_offsets,
 )
-from rayconnect.tables.delta_log import DeltaLog, LogState
+from rayconnect.tables.delta_log import NO_LOG_CLEANUP, DeltaLog, LogState
 from rayconnect.tables.delta_txns import TxnVersions
 
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
@@ -344,7 +344,7 @@ class DeltaCommitter:
             from deltalake.schema import Schema as DeltaSchema
 
             fields = DeltaSchema.from_arrow(pa.schema(new)).fields
-            dt.alter.add_columns(fields)
+            dt.alter.add_columns(fields, post_commithook_properties=NO_LOG_CLEANUP)
             dt.update_incremental()
 
     def _commit_dead_letters(self, dead: Sequence[DataFile], offsets: Mapping[str, int]) -> None:
@@ -438,6 +438,7 @@ class DeltaCommitter:
                 "append",
                 self._table_arrow_schema(dt),
                 commit_properties=CommitProperties(app_transactions=txns, custom_metadata=metadata),
+                post_commithook_properties=NO_LOG_CLEANUP,
             )
         except CommitFailedError as exc:
             raise CommitConflictError(

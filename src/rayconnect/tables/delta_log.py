@@ -25,8 +25,16 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from deltalake.transaction import PostCommitHookProperties
 
 from rayconnect.storage.location import TableLocation
+
+#: Post-commit hooks of every commit rayconnect makes: checkpoints yes, expired-log cleanup
+#: no - that is upkeep's tidy alone. delta-rs runs the cleanup after each checkpoint it
+#: writes; two cleanups at once (a round's commit and tidy, or a compaction) race to delete
+#: the same entries, and the loser's commit fails with "...json not found" although it
+#: committed (seen in the 5,000-round soak).
+NO_LOG_CLEANUP = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
 _COMMIT_JSON = re.compile(r"^(\d{20})\.json$")

@@ -35,6 +35,7 @@ from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.compaction_races import CompactionRaces, read_coordinates
 from rayconnect.tables.delta import DeltaCommitter
+from rayconnect.tables.delta_log import NO_LOG_CLEANUP
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,9 @@ class DeltaUpkeep:
         current = (state.metadata.get("configuration") or {}) if state is not None else {}
         changed = {k: v for k, v in wanted.items() if current.get(k) != v}
         if changed:
-            self._table().alter.set_table_properties(changed, raise_if_not_exists=False)
+            self._table().alter.set_table_properties(
+                changed, raise_if_not_exists=False, post_commithook_properties=NO_LOG_CLEANUP
+            )
         return changed
 
     def compact(self) -> dict[str, Any]:
@@ -157,9 +160,12 @@ class DeltaUpkeep:
                 list(settings.zorder_by),
                 target_size=target,
                 max_concurrent_tasks=settings.max_concurrent_tasks,
+                post_commithook_properties=NO_LOG_CLEANUP,
             )
         return dt.optimize.compact(
-            target_size=target, max_concurrent_tasks=settings.max_concurrent_tasks
+            target_size=target,
+            max_concurrent_tasks=settings.max_concurrent_tasks,
+            post_commithook_properties=NO_LOG_CLEANUP,
         )
 
     def tidy(self, vacuum: bool = True) -> dict[str, Any]:

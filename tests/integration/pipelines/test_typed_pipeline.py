@@ -296,3 +296,73 @@ def test_avro_values_from_an_avsc_into_an_hour_partitioned_table(
     dead = pl.read_delta(str(table / DEAD_LETTER_DIR))
     assert dead["value"].to_list() == [b"\xff\xff"]
     assert sum(status["dead_letters"].values()) == 1
+
+
+@pytest.mark.timeout(600)
+def test_a_transform_filters_derives_and_partitions_exactly_once_through_a_kill(
+    ray_session, kafka_broker, tmp_path: Path, kill
+) -> None:
+    """Spark SQL over each write's decoded rows: a filter, a derived column and a date to
+    partition by, in the round's one Spark job; garbage bytes go to the dead-letter table
+    (they never reach the statement); the coordinator killed mid-round changes nothing."""
+    topic = JsonTopic(kafka_broker.bootstrap_servers, "typed-transform")
+    values = [b"\x00garbage" if i % 53 == 0 else good(i) for i in range(900)]
+    topic.send(values[:300])
+    root = tmp_path / "t"
+    meta = rc.StaticMetadataService(
+        (
+            rc.KafkaStream(
+                "s", {CLUSTER: rc.ClusterMetadata(kafka_broker.bootstrap_servers, (topic.topic,))}
+            ),
+        )
+    )
+    source = rc.KafkaSource(
+        meta,
+        value_format="json",
+        value_schema={"id": "long", "name": "string", "at": "timestamp"},
+        errors="dead_letter",
+    )
+    transform = (
+        "SELECT _kafka_cluster, _kafka_topic, _kafka_partition, _kafka_offset, id, "
+        "upper(name) AS name_upper, to_date(at) AS day FROM records WHERE id % 2 = 0"
+    )
+    pipeline = rc.SinkPipeline(
+        "typed-sql",
+        source,
+        rc.DeltaSink(str(root), partition_by=("day",)),
+        commit_interval_s=2,
+        transform=transform,
+    )
+    handle = pipeline.start()
+    try:
+        handle.wait_for(topic.caught_up(), timeout_s=120)
+        feed = Feed(topic, values[300:])
+        produce_into_an_open_round(handle, feed, 100, attempts=5, wait_s=8)
+        kill(names.coordinator("typed-sql"), "sigkill")
+        feed.more(len(feed.rest))
+        handle.wait_for(topic.caught_up(), timeout_s=240)
+        status = handle.status()
+    finally:
+        handle.stop(commit=False)
+
+    main, dead = pl.read_delta(str(root)), pl.read_delta(str(root / DEAD_LETTER_DIR))
+    coords = lambda df: list(zip(df["_kafka_partition"], df["_kafka_offset"], strict=True))  # noqa: E731
+    produced = {(p, o): v for p, vs in topic.values.items() for o, v in enumerate(vs)}
+    kept = {c for c, v in produced.items() if is_good(v) and json.loads(v)["id"] % 2 == 0}
+    assert sorted(coords(main)) == sorted(kept)  # each kept record once, nothing else
+    assert sorted(coords(dead)) == sorted(c for c, v in produced.items() if not is_good(v))
+    assert main.columns == [
+        "_kafka_cluster",
+        "_kafka_topic",
+        "_kafka_partition",
+        "_kafka_offset",
+        "id",
+        "name_upper",
+        "day",
+    ]
+    assert all(r["name_upper"] == f"N{r['id']}" for r in main.to_dicts())
+    assert set(main["day"].to_list()) == {datetime.date(2026, 11, 23)}
+    assert status["offsets"] == topic.offsets()
+    adds = pa.table(DeltaTable(str(root)).get_add_actions(flatten=True)).to_pylist()
+    assert adds and all(a["partition.day"] == datetime.date(2026, 11, 23) for a in adds)
+    assert all("day=2026-11-23/" in a["path"] for a in adds)
