@@ -8,14 +8,16 @@ the table's metadata (schema, partition columns). Those are a checkpoint's ``txn
 checkpoint of MBs) plus the commits after it, so what recovery reads does not grow with the
 table's file count or history.
 
-The log is read as of one version (the latest by default): the newest checkpoint at or
-below it, then each commit after it in order, later actions winning - Delta's own replay
-rule for txn and metaData. Classic (single or multi-part) checkpoints only, which is what
-delta-rs writes.
+The log is read as of one version (the latest by default): the checkpoint that
+``_last_checkpoint`` names, then each commit after it in order, fetched by version number,
+later actions winning - Delta's own replay rule for txn and metaData. Without a usable hint
+(none yet, or older than the version asked for) the log is listed instead. Classic (single
+or multi-part) checkpoints only, which is what delta-rs writes.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 from collections.abc import Callable
@@ -35,6 +37,11 @@ from rayconnect.storage.location import TableLocation
 #: the same entries, and the loser's commit fails with "...json not found" although it
 #: committed (seen in the 5,000-round soak).
 NO_LOG_CLEANUP = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+#: commits fetched at once when reading the log by version number
+_PROBE = 16
+#: (checkpoint version or -1, its part file names, [(version, text)] of the commits after it)
+_Segment = tuple[int, list[str], list[tuple[int, str]]]
 
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
 _COMMIT_JSON = re.compile(r"^(\d{20})\.json$")
@@ -111,36 +118,101 @@ class DeltaLog:
     def state(self, version: int | None = None) -> LogState | None:
         """Txn versions and metadata as of ``version`` (latest if None); None if the table
         has no log. Raises ``FileNotFoundError`` if a commit it needs is gone (log cleanup
-        ran past an old checkpoint between the listing and the read: read again)."""
+        ran past an old checkpoint meanwhile: read again)."""
+        segment = self._segment_from_hint(version)
+        try:
+            read = self._read_segment(segment) if segment is not None else None
+        except FileNotFoundError:  # the hint names a checkpoint that is gone
+            read = None
+        if read is None:
+            segment = self._segment_from_listing(version)
+            if segment is None:
+                return None
+            read = self._read_segment(segment)
+        return read
+
+    def _read_segment(self, segment: _Segment) -> LogState:
+        start, parts, commits = segment
+        txns: dict[str, int] = {}
+        metadata: dict[str, Any] = {}
+        for name in parts:
+            got_txns, got_meta = self._read_checkpoint(self.path(name))
+            txns.update(got_txns)
+            metadata = got_meta or metadata
+        for _, text in commits:
+            for action in _actions(text, ("txn", "metaData")):
+                if "txn" in action:
+                    txns[action["txn"]["appId"]] = int(action["txn"]["version"])
+                else:
+                    metadata = action["metaData"]
+        latest = commits[-1][0] if commits else start
+        return LogState(version=latest, txns=txns, metadata=metadata)
+
+    def _segment_from_hint(self, version: int | None) -> _Segment | None:
+        """The last checkpoint from ``_last_checkpoint`` and the commits after it, read by
+        version number until one is missing - no listing: a log keeps every entry of its
+        retention (~300,000 at a 2 s interval and a week), and a LIST of them is hundreds
+        of requests on an object store. None: no usable hint (then list)."""
+        hint_text = self._read_text(self.path("_last_checkpoint"))
+        if hint_text is None:
+            return None
+        try:
+            hint = json.loads(hint_text)
+            start, n_parts = int(hint["version"]), hint.get("parts")
+        except (ValueError, KeyError, TypeError):
+            return None
+        if version is not None and version < start:
+            return None
+        if n_parts:
+            parts = [
+                f"{start:020d}.checkpoint.{i:010d}.{int(n_parts):010d}.parquet"
+                for i in range(1, int(n_parts) + 1)
+            ]
+        else:
+            parts = [f"{start:020d}.checkpoint.parquet"]
+        commits = self._commits_after(start, version)
+        if commits is None:
+            return None
+        return start, parts, commits
+
+    def _commits_after(self, start: int, version: int | None) -> list[tuple[int, str]] | None:
+        """The texts of commits ``start+1 ..`` (up to ``version``, or while they exist),
+        fetched ``_PROBE`` at a time. None if one up to ``version`` is missing."""
+        commits: list[tuple[int, str]] = []
+        with concurrent.futures.ThreadPoolExecutor(_PROBE) as pool:
+            nxt = start + 1
+            while version is None or nxt <= version:
+                batch = list(range(nxt, nxt + _PROBE))
+                if version is not None:
+                    batch = [v for v in batch if v <= version]
+                texts = pool.map(lambda v: self._read_text(self.path(f"{v:020d}.json")), batch)
+                for v, text in zip(batch, texts, strict=True):
+                    if text is None:
+                        return None if version is not None else commits
+                    commits.append((v, text))
+                nxt = batch[-1] + 1
+        return commits
+
+    def _segment_from_listing(self, version: int | None) -> _Segment | None:
         names = self.names()
-        commits = sorted(int(m.group(1)) for n in names if (m := _COMMIT_JSON.match(n)))
+        versions = sorted(int(m.group(1)) for n in names if (m := _COMMIT_JSON.match(n)))
         if version is None:
-            version = max(commits, default=-1)
+            version = max(versions, default=-1)
         checkpoints: dict[int, list[str]] = {}
         for name in names:
             m = _CHECKPOINT.match(name)
             if m and int(m.group(1)) <= version:
                 checkpoints.setdefault(int(m.group(1)), []).append(name)
         start = max(checkpoints, default=-1)
-        if start < 0 and not commits:
+        if start < 0 and not versions:
             return None
-        txns: dict[str, int] = {}
-        metadata: dict[str, Any] = {}
-        for name in sorted(checkpoints.get(start, [])):
-            got_txns, got_meta = self._read_checkpoint(self.path(name))
-            txns.update(got_txns)
-            metadata = got_meta or metadata
+        commits = []
         for v in range(start + 1, version + 1):
-            path = self.path(f"{v:020d}.json")
-            text = self._read_text(path)
+            text = self._read_text(self.path(f"{v:020d}.json"))
             if text is None:
-                raise FileNotFoundError(f"{path} is gone")
-            for action in _actions(text, ("txn", "metaData")):
-                if "txn" in action:
-                    txns[action["txn"]["appId"]] = int(action["txn"]["version"])
-                elif "metaData" in action:
-                    metadata = action["metaData"]
-        return LogState(version=version, txns=txns, metadata=metadata)
+                raise FileNotFoundError(f"{self.path(f'{v:020d}.json')} is gone")
+            commits.append((v, text))
+        return start, sorted(checkpoints.get(start, [])), commits
 
     def _read_checkpoint(self, path: str) -> tuple[dict[str, int], dict[str, Any]]:
         """A checkpoint part's txn rows and metaData (if this part has it)."""

@@ -126,3 +126,28 @@ def test_compare_after_our_own_commit_reads_no_log_entry(tmp_path) -> None:
     version = committer.commit([], {"c/t/0": 9}, {"c/t/0": 5}, epoch=epoch)
     assert reads == [version]  # only _find_commit's read of the new entry
     assert committer.committed_offsets() == {"c/t/0": 9}
+
+
+def test_log_state_reads_from_the_checkpoint_hint_without_listing(tmp_path, monkeypatch) -> None:
+    """A log keeps every entry of its retention: the state comes from ``_last_checkpoint``
+    and the commits after it, fetched by version number; a hint naming a checkpoint that is
+    gone falls back to listing."""
+    path = str(tmp_path / "t")
+    for i in range(30):
+        _append(path, {APPS[i % 5]: i})
+        if i == 20:
+            DeltaTable(path).create_checkpoint()
+    log = DeltaCommitter(path, "pipe").log
+    truth = {a: v for a in APPS if (v := DeltaTable(path).transaction_version(a)) is not None}
+
+    def no_listing() -> list[str]:
+        raise AssertionError("listed the log")
+
+    with monkeypatch.context() as m:
+        m.setattr(log, "names", no_listing)
+        state = log.state()
+        assert state is not None and state.version == 29 and state.txns == truth
+        assert log.state(25).txns[APPS[0]] == 25  # as of an older version, still no listing
+    (tmp_path / "t" / "_delta_log" / f"{20:020d}.checkpoint.parquet").unlink()
+    state = log.state()  # the hint is stale: listed, replayed from version 0
+    assert state is not None and state.version == 29 and state.txns == truth
