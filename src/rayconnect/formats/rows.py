@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -68,7 +69,7 @@ def kafka_schema(fmt: RecordFormat) -> pa.Schema:
         pa.field(name, RAW_RECORD_SCHEMA.field(raw).type) for raw, name in _RAW_TO_KAFKA.items()
     ]
     if fmt.include_key:
-        key_type = pa.string() if fmt.key_format == "string" else pa.binary()
+        key_type = fmt.key_struct() or (pa.string() if fmt.key_format == "string" else pa.binary())
         fields.append(pa.field("_kafka_key", key_type))
     if fmt.include_headers:
         fields.append(pa.field("_kafka_headers", RAW_RECORD_SCHEMA.field("headers").type))
@@ -153,7 +154,7 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
             ]
         )
     values = raw.column("value").combine_chunks()
-    bad: dict[int, str] = {}
+    keys, bad = _decode_keys(raw, fmt)
     if fmt.max_value_bytes:
         too_long = pc.fill_null(pc.greater(pc.binary_length(values), fmt.max_value_bytes), False)
         for i in pc.indices_nonzero(too_long).to_pylist():
@@ -203,8 +204,11 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
         row = raw.slice(first, 1).to_pylist()[0]
         key = f"{row['cluster']}/{row['topic']}/{row['partition']}"
         raise BadRecordError(key, row["offset"], bad[first])
-    good_raw = raw.filter(_mask_without(raw.num_rows, bad)) if bad else raw
-    rows = partitioning.with_derived(_with_coordinates(good_raw, columns, fmt), specs)
+    good = _mask_without(raw.num_rows, bad) if bad else None
+    good_raw = raw.filter(good) if good is not None else raw
+    if keys is not None and good is not None:
+        keys = keys.filter(good)
+    rows = partitioning.with_derived(_with_coordinates(good_raw, columns, fmt, keys), specs)
     return DecodedBlock(conform_to_table(rows, table_schema), _dead_letters(raw, bad))
 
 
@@ -271,12 +275,45 @@ def _mask_without(n: int, bad: dict[int, str]) -> pa.Array:
     return pa.array(mask)
 
 
-def _with_coordinates(raw: pa.Table, decoded: pa.Table, fmt: RecordFormat) -> pa.Table:
+def _decode_keys(raw: pa.Table, fmt: RecordFormat) -> tuple[pa.Array | None, dict[int, str]]:
+    """key_format json: every record's key as a struct (null where the key is bad), and
+    the bad keys by index - a bad key makes its record bad, like a bad value."""
+    struct_type = fmt.key_struct()
+    if struct_type is None:
+        return None, {}
+    from rayconnect.formats.json import JsonDecoder
+
+    keys = raw.column("key").combine_chunks()
+    declared = pa.schema(list(struct_type))
+    decoded = JsonDecoder(declared).decode(keys, declared)
+    columns = decoded.columns
+    arrays = [
+        columns.column(f.name).combine_chunks().cast(f.type)
+        if f.name in columns.column_names
+        else pa.nulls(columns.num_rows, f.type)
+        for f in struct_type
+    ]
+    good = pa.StructArray.from_arrays(arrays, fields=list(struct_type))
+    bad = {i: f"key: {reason}" for i, reason in decoded.bad.items()}
+    if not bad:
+        return good, bad
+    mask = np.ones(len(keys), dtype=bool)
+    mask[list(bad)] = False
+    at = pa.array(np.cumsum(mask) - 1, mask=~mask)  # each record's row among the good keys
+    return good.take(at), bad
+
+
+def _with_coordinates(
+    raw: pa.Table, decoded: pa.Table, fmt: RecordFormat, keys: pa.Array | None = None
+) -> pa.Table:
     arrays = [raw.column(r) for r in _RAW_TO_KAFKA]
     names = list(_RAW_TO_KAFKA.values())
     if fmt.include_key:
         key = raw.column("key")
-        arrays.append(key.cast(pa.string()) if fmt.key_format == "string" else key)
+        if keys is not None:
+            arrays.append(keys)
+        else:
+            arrays.append(key.cast(pa.string()) if fmt.key_format == "string" else key)
         names.append("_kafka_key")
     if fmt.include_headers:
         arrays.append(raw.column("headers"))

@@ -18,7 +18,7 @@ from rayconnect.formats.types import TypeNameError, declared_fields
 from rayconnect.protocol.types import DataFile
 
 ValueFormat = Literal["raw", "string", "json", "avro"]
-KeyFormat = Literal["raw", "string"]
+KeyFormat = Literal["raw", "string", "json"]
 ErrorPolicy = Literal["stop", "dead_letter"]
 
 #: Where dead letters are staged and committed: a Delta table of its own inside the table's
@@ -39,6 +39,9 @@ class RecordFormat(msgspec.Struct, frozen=True):
     key_format: KeyFormat = "raw"
     #: json: column -> type name (``formats.types``); None = inferred from the data
     value_schema: dict[str, Any] | None = None
+    #: key_format json: the key's fields (column -> type name, as ``value_schema``); the
+    #: key becomes ``_kafka_key``, a struct of them
+    key_schema: dict[str, Any] | None = None
     include_key: bool = False
     include_headers: bool = False
     errors: ErrorPolicy = "stop"
@@ -83,6 +86,18 @@ class RecordFormat(msgspec.Struct, frozen=True):
                 f"source.value_schema: column names starting with {KAFKA_PREFIX!r} are "
                 f"rayconnect's ({reserved})",
             )
+        require(
+            (self.key_format == "json") == (self.key_schema is not None),
+            "source.key_format json needs source.key_schema (the key's fields), and "
+            "key_schema needs key_format json",
+        )
+        if self.key_schema is not None:
+            require(self.include_key, "source.key_format json needs include_key: true")
+            require(bool(self.key_schema), "source.key_schema is empty")
+            try:
+                declared_fields(self.key_schema, "source.key_schema")
+            except TypeNameError as e:
+                raise ConfigError(str(e)) from None
         if self.transform is not None:
             require(bool(self.transform.strip()), "transform is empty")
             require(
@@ -115,6 +130,12 @@ class RecordFormat(msgspec.Struct, frozen=True):
         if self.transform_schema is None:
             return None
         return pa.ipc.read_schema(pa.py_buffer(self.transform_schema))
+
+    def key_struct(self) -> pa.StructType | None:
+        """The type of ``_kafka_key`` with key_format json, else None."""
+        if self.key_schema is None:
+            return None
+        return pa.struct(declared_fields(self.key_schema, "source.key_schema"))
 
     def declared_schema(self) -> pa.Schema | None:
         """The declared value columns (json with ``value_schema``), else None."""

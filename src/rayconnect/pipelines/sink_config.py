@@ -62,6 +62,8 @@ class KafkaSource(msgspec.Struct, frozen=True):
     key_format: KeyFormat = "raw"
     value_schema: dict[str, Any] | None = None
     value_avro_schema: str | None = None
+    #: key_format json: the key's fields (column -> type, as value_schema)
+    key_schema: dict[str, Any] | None = None
     include_key: bool = False
     include_headers: bool = False
     errors: ErrorPolicy = "stop"
@@ -106,6 +108,7 @@ class KafkaSource(msgspec.Struct, frozen=True):
             key_format=self.key_format,
             value_schema=self.value_schema,
             avro_schema=_read_avsc(self.value_avro_schema),
+            key_schema=self.key_schema,
             include_key=self.include_key,
             include_headers=self.include_headers,
             errors=self.errors,

@@ -294,3 +294,44 @@ def test_partitions_on_raw_are_refused_and_iceberg_keeps_values_in_files(tmp_pat
     pipeline = rc.SinkPipeline("p", rc.KafkaSource(meta, value_format="string"), ok)
     assert pipeline.config.record_format().partition_by == ("d=hour(_kafka_timestamp)",)
     assert "d" in initial_schema(pipeline.config.record_format()).names  # a Delta column
+
+
+def test_json_keys_become_a_struct_and_a_bad_key_makes_its_record_bad() -> None:
+    fmt = RecordFormat(
+        value_format="json",
+        value_schema={"a": "long"},
+        key_format="json",
+        key_schema={"tenant": "string", "id": "long"},
+        include_key=True,
+        errors="dead_letter",
+    )
+    block = raw([b'{"a":1}', b'{"a":2}', b'{"a":3}', b"bad"])
+    keys = [b'{"tenant":"x","id":7}', b"not json", b'{"id":9}', b'{"tenant":"y","id":1}']
+    block = block.set_column(5, "key", pa.array(keys, pa.binary()))
+    out = decode_block(block, fmt, initial_schema(fmt))
+    assert initial_schema(fmt).field("_kafka_key").type == pa.struct(
+        [("tenant", pa.string()), ("id", pa.int64())]
+    )
+    assert out.rows.column("_kafka_key").to_pylist() == [
+        {"tenant": "x", "id": 7},
+        {"tenant": None, "id": 9},
+    ]
+    assert out.rows.column("a").to_pylist() == [1, 3]
+    dead = out.dead_letters.to_pylist()
+    assert [d["_kafka_offset"] for d in dead] == [1, 3]
+    assert dead[0]["reason"].startswith("key: ") and dead[0]["key"] == b"not json"
+    assert not dead[1]["reason"].startswith("key: ")  # a good key, a bad value
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"key_format": "json", "include_key": True}, "needs source.key_schema"),
+        ({"key_schema": {"id": "long"}, "include_key": True}, "key_schema needs key_format json"),
+        ({"key_format": "json", "key_schema": {"id": "long"}}, "needs include_key"),
+        ({"key_format": "json", "key_schema": {"id": "lng"}, "include_key": True}, "lng"),
+    ],
+)
+def test_json_key_settings_are_checked(settings: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        RecordFormat(value_format="string", **settings)
