@@ -227,9 +227,12 @@ def test_errors_stop_names_the_bad_record_and_commits_nothing_after_it(
     try:
         handle.wait_for(topic.caught_up(), timeout_s=120)
         topic.send([b"not json"] + [good(i) for i in range(21, 40)])  # lands on partition 0
-        bad_key = f"{CLUSTER}/{topic.topic}/0"
+        bad_key, other = f"{CLUSTER}/{topic.topic}/0", f"{CLUSTER}/{topic.topic}/1"
+        # Only the bad record's partition stops: the other one commits all it has.
         status = handle.wait_for(
-            lambda s: "bad record at" in (s.get("last_error") or ""), timeout_s=120
+            lambda s: "bad record at" in (s.get("last_error") or "")
+            and s["offsets"].get(other) == 20,
+            timeout_s=120,
         )
         time.sleep(5)  # rounds keep failing: nothing is committed past the bad record
         status = handle.status()
@@ -237,6 +240,7 @@ def test_errors_stop_names_the_bad_record_and_commits_nothing_after_it(
         handle.stop(commit=False)
     assert f"bad record at {bad_key} offset 10" in status["last_error"]
     assert status["offsets"][bad_key] <= 10
+    assert status["offsets"][other] == 20
     main = pl.read_delta(str(table))
     assert main.columns[5:] == ["id", "name"]
     assert main.filter(pl.col("_kafka_partition") == 0)["_kafka_offset"].max() < 10
