@@ -230,8 +230,9 @@ def test_errors_stop_names_the_bad_record_and_commits_nothing_after_it(
         bad_key, other = f"{CLUSTER}/{topic.topic}/0", f"{CLUSTER}/{topic.topic}/1"
         # Only the bad record's partition stops: the other one commits all it has.
         status = handle.wait_for(
-            lambda s: "bad record at" in (s.get("last_error") or "")
-            and s["offsets"].get(other) == 20,
+            lambda s: (
+                "bad record at" in (s.get("last_error") or "") and s["offsets"].get(other) == 20
+            ),
             timeout_s=120,
         )
         time.sleep(5)  # rounds keep failing: nothing is committed past the bad record

@@ -289,7 +289,19 @@ def test_zombie_commit_racing_a_new_epoch_claim_on_s3(location: TableLocation) -
     )
     assert claim_result == 2 or isinstance(claim_result, CommitConflictError), claim_result
     fresh = DeltaCommitter(location, PIPELINE)
-    if isinstance(commit_result, int):  # the zombie's commit landed first: the claim lost
+    if isinstance(commit_result, int) and claim_result == 2:
+        # one after the other: the claim read the table after the zombie's commit landed
+        # (legal - epoch 1 was still current); the round is in the table BEFORE the claim
+        claimed_at = [
+            v
+            for v in range(fresh.version() + 1)
+            for a in fresh.log.commit_actions(v)
+            if a.get("txn", {}).get("appId") == f"{PIPELINE}/_coordinator"
+            and a["txn"]["version"] == 2
+        ]
+        assert claimed_at and commit_result < claimed_at[0]
+        assert fresh.committed_offsets() == {K0: 7} and fresh.epoch() == 2
+    elif isinstance(commit_result, int):  # the zombie's commit landed first: the claim lost
         assert isinstance(claim_result, CommitConflictError)
         assert fresh.committed_offsets() == {K0: 7} and fresh.epoch() == 1
     else:
