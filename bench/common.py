@@ -47,17 +47,23 @@ tempfile.tempdir = None
 # --------------------------------------------------------------------------------------
 
 
-def _produce_part(bootstrap: str, topic: str, n: int, partitions: list[int], start: int) -> dict:
-    from rayconnect.kafka.admin import produce_demo_records
+def _produce_part(
+    bootstrap: str, topic: str, n: int, partitions: list[int], start: int, wide: bool = False
+) -> dict:
+    from rayconnect.kafka.admin import demo_value, demo_value_wide, produce_demo_records
 
-    return asyncio.run(produce_demo_records(bootstrap, topic, n, partitions, start_index=start))
+    value = demo_value_wide if wide else demo_value
+    return asyncio.run(
+        produce_demo_records(bootstrap, topic, n, partitions, start_index=start, value=value)
+    )
 
 
 def produce_backlog(
-    bootstrap: str, topic: str, n: int, partitions: int, procs: int = 2
+    bootstrap: str, topic: str, n: int, partitions: int, procs: int = 2, wide: bool = False
 ) -> dict[int, int]:
     """Produce ``n`` demo records round-robin over ``partitions`` with ``procs`` processes
-    (disjoint partition sets, disjoint keys). Returns {partition: records}."""
+    (disjoint partition sets, disjoint keys; ``wide``: 10-field values). Returns
+    {partition: records}."""
     from rayconnect.kafka.admin import create_topic
 
     asyncio.run(create_topic(bootstrap, topic, partitions))
@@ -67,12 +73,12 @@ def produce_backlog(
     shares[0] += n - sum(shares)
     starts = [sum(shares[:i]) for i in range(procs)]
     if procs == 1:
-        return _produce_part(bootstrap, topic, n, parts[0], 0)
+        return _produce_part(bootstrap, topic, n, parts[0], 0, wide)
     ctx = mp.get_context("spawn")
     with ctx.Pool(procs) as pool:
         results = pool.starmap(
             _produce_part,
-            [(bootstrap, topic, shares[i], parts[i], starts[i]) for i in range(procs)],
+            [(bootstrap, topic, shares[i], parts[i], starts[i], wide) for i in range(procs)],
         )
     counts: dict[int, int] = {}
     for r in results:

@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/typed_throughput.py [--records 1000000] [--partitions 8]
 
-One broker, one backlog of demo records (~200 B JSON values of 5 fields, bench (a)'s), then,
+One broker, one backlog of demo records (~230 B JSON values of 10 fields:
+``kafka.admin.demo_value_wide``; ``--narrow``: bench (a)'s ~200 B of 5 fields), then,
 over the same records: the one-process baseline raw and with ``--json`` (``json.loads`` per
 record -> ``from_pylist`` -> delta-rs, txn app ids), and rayconnect with
 ``value_format: raw`` and ``json`` (inferred), each into its own Delta table, in one Ray
@@ -34,17 +35,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--narrow", action="store_true", help="bench (a)'s 5-field values")
     args = ap.parse_args()
     out: dict = {
         "records": args.records,
         "partitions": args.partitions,
+        "value_fields": 5 if args.narrow else 10,
         "load_before": os.getloadavg(),
     }
     work = tempfile.mkdtemp(prefix="rc-typed-bench-")
     broker = EmbeddedBroker("bench").start()
     try:
         bs = broker.bootstrap_servers
-        counts = produce_backlog(bs, "typed", args.records, args.partitions)
+        counts = produce_backlog(bs, "typed", args.records, args.partitions, wide=not args.narrow)
         for kind, extra in (("raw", ()), ("json", ("--json",))):
             r = run_helper(
                 "baseline.py", bs, "typed", f"{work}/baseline-{kind}", args.records, *extra

@@ -18,7 +18,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaTimeoutError, TopicAlreadyExistsError, for_code
 
-__all__ = ["create_topic", "high_watermarks", "produce_demo_records", "demo_value"]
+__all__ = [
+    "create_topic",
+    "high_watermarks",
+    "produce_demo_records",
+    "demo_value",
+    "demo_value_wide",
+]
 
 ProgressCallback = Callable[[int], None]
 """Called as ``progress(acknowledged_so_far)`` after each window of acknowledged sends."""
@@ -126,6 +132,26 @@ def demo_value(i: int, key: str) -> bytes:
     return json.dumps({**head, "payload": "x" * pad}, separators=(",", ":")).encode()
 
 
+def demo_value_wide(i: int, key: str) -> bytes:
+    """A ~230-byte JSON record of 10 fields (the typed-table benchmark's: ints, strings, a
+    float, a boolean, an ISO timestamp)."""
+    record = {
+        "id": i,
+        "key": key,
+        "ts": time.time_ns() // 1_000_000,
+        "amount": (i * 37) % 10_000,
+        "price": round((i % 997) * 1.25, 2),
+        "currency": ("EUR", "USD", "GBP")[i % 3],
+        "country": ("DE", "FR", "US", "GB", "JP")[i % 5],
+        "paid": i % 2 == 0,
+        "created": "2026-11-23T10:00:00Z",
+    }
+    base = json.dumps({**record, "note": ""}, separators=(",", ":"))
+    return json.dumps(
+        {**record, "note": "n" * max(0, 230 - len(base))}, separators=(",", ":")
+    ).encode()
+
+
 async def produce_demo_records(
     bootstrap: str,
     topic: str,
@@ -134,8 +160,10 @@ async def produce_demo_records(
     *,
     progress: ProgressCallback | None = None,
     start_index: int = 0,
+    value: Callable[[int, str], bytes] = demo_value,
 ) -> dict[int, int]:
-    """Produce ``n`` demo records, keys ``key-<i>``, round-robin over ``partitions``.
+    """Produce ``n`` demo records, keys ``key-<i>``, round-robin over ``partitions``
+    (values made by ``value``, ``demo_value`` by default).
 
     Returns ``{partition: records written}``. ``partitions`` is a count (the first N
     partitions), a list of partition numbers, or None for all of the topic's partitions. Tuned for throughput (linger 5 ms, 64 KB batches: ~82k rec/s on tansu);
@@ -158,7 +186,7 @@ async def produce_demo_records(
             i = start_index + j
             key = f"key-{i}"
             part = targets[i % len(targets)]
-            fut = await producer.send(topic, demo_value(i, key), key=key.encode(), partition=part)
+            fut = await producer.send(topic, value(i, key), key=key.encode(), partition=part)
             pending.append(fut)
             counts[part] += 1
             if len(pending) >= _ACK_WINDOW:
