@@ -139,6 +139,7 @@ class DeltaCommitter:
             )
             state = self.log.state()
             assert state is not None
+        self._txns.seed(state)  # the epoch claim follows on from this read
         self._check_schema(
             self._normalized(state.arrow_schema()),
             SchemaMismatchError,
@@ -255,6 +256,7 @@ class DeltaCommitter:
                 "(dropped or replaced by another writer)"
             )
         self._check_schema(self._normalized(state.arrow_schema()), TableBrokenError, self._changed)
+        self._txns.seed(state)
         return state
 
     # -- commit ---------------------------------------------------------------------------

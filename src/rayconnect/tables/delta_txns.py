@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rayconnect.tables.delta_log import DeltaLog
+from rayconnect.tables.delta_log import DeltaLog, LogState
 
 
 class TxnVersions:
@@ -32,6 +32,13 @@ class TxnVersions:
             self._versions = dict(state.txns) if state is not None else {}
         self._at = version
         return {app_id: self._versions.get(app_id) for app_id in app_ids}
+
+    def seed(self, state: LogState) -> None:
+        """A full read someone else made (the committer's check of the table): ``of`` then
+        follows on from it instead of reading the checkpoint and its commits again."""
+        if self._at is None or state.version >= self._at:
+            self._versions = dict(state.txns)
+            self._at = state.version
 
     def advance(self, version: int, actions: list[dict]) -> None:
         """Entry ``version``'s actions, read by someone else (the committer finding its own
