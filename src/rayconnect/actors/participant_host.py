@@ -69,9 +69,15 @@ Piece = tuple[str, int, int, int, int, Any, bool]
 
 
 class _Slot:
-    """One partition in a host: its machine, its lock, its counters and its reader."""
+    """One partition in a host: its machine, its lock, its counters and its reader.
 
-    __slots__ = ("machine", "lock", "records_in", "flushes", "reader")
+    ``unsynced``: a steering effect found no reader to carry it out (the enumerator was
+    restarting, or did not know the reader yet). A reader that starts later asks where to
+    begin (``reader_attached``); a reader that lived on would never hear the machine's seek,
+    and the machine believes it happened - so the host's timer keeps looking for the reader
+    and then steers it to what the machine wants now."""
+
+    __slots__ = ("machine", "lock", "records_in", "flushes", "reader", "unsynced")
 
     def __init__(self, key: str, commit: CommitSettings) -> None:
         self.machine = Participant(key, commit)
@@ -79,6 +85,7 @@ class _Slot:
         self.records_in = 0
         self.flushes = 0
         self.reader: Any = None
+        self.unsynced = False
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
@@ -103,6 +110,7 @@ class ParticipantHostActor:
         self.partitions_per_host = partitions_per_host
         self.slots: dict[str, _Slot] = {}
         self._reader_calls: dict[str, ReaderCalls] = {}
+        self._syncing: set[str] = set()  # keys whose reader is being looked for
         self._retired: set[str] = set()
         self._outbox: list[Message] = []  # to the coordinator, sent once per input
         self._send_scheduled = False
@@ -177,7 +185,10 @@ class ParticipantHostActor:
 
     async def _pause_new(self, key: str) -> None:
         reader = await self._reader(key)
-        if reader is not None:
+        slot = self.slots.get(key)
+        if reader is None and slot is not None:
+            slot.unsynced = True
+        elif reader is not None:
             with contextlib.suppress(Exception):
                 await self._calls_to(reader).steer("pause", key)
 
@@ -243,6 +254,7 @@ class ParticipantHostActor:
                 answers[key] = (None, False)
                 continue
             slot.reader = reader
+            slot.unsynced = False  # the reader applies the answer itself
             machine = slot.machine
             answers[key] = (
                 machine.position,
@@ -287,6 +299,7 @@ class ParticipantHostActor:
         most every TICK_S; every machine at least every IDLE_TICK_S. Idle partitions cost
         a comparison per tick, not a process waking up."""
         longest = min(IDLE_TICK_S, self.commit.flush_max_age_s)
+        loop = asyncio.get_running_loop()
         last_sweep = time.monotonic()
         while True:
             now = time.monotonic()
@@ -306,9 +319,39 @@ class ParticipantHostActor:
                 await asyncio.gather(
                     *(self._apply(s, lambda s=s: s.machine.tick(time.monotonic())) for s in due)
                 )
+                for slot in self.slots.values():
+                    if slot.unsynced and slot.machine.key not in self._syncing:
+                        self._syncing.add(slot.machine.key)
+                        loop.create_task(self._sync_reader(slot))
             except Exception:
                 log.exception("participant host %s: tick failed", self.name)
             self._send()
+
+    async def _sync_reader(self, slot: _Slot) -> None:
+        """Steer a reader that missed effects (``_Slot.unsynced``) to the machine's wishes:
+        its position, reading or paused. Tried again on the next tick until a reader is
+        found; a task of its own, as the lookup may wait for a restarting enumerator."""
+        try:
+            await self._steer_to_machine(slot)
+        except Exception:
+            log.exception("participant host %s: steering %s failed", self.name, slot.machine.key)
+        finally:
+            self._syncing.discard(slot.machine.key)
+
+    async def _steer_to_machine(self, slot: _Slot) -> None:
+        async with slot.lock:
+            if not slot.unsynced:
+                return
+            key, machine = slot.machine.key, slot.machine
+            reader = await self._reader(key)
+            if reader is None:
+                return
+            calls = self._calls_to(reader)
+            if machine.position is not None:
+                await calls.steer("seek", key, machine.position)
+            await calls.steer("resume" if machine.is_reading else "pause", key)
+            slot.unsynced = False
+            log.info("participant host %s: reader of %s found, steered", self.name, key)
 
     async def _apply(self, slot: _Slot, step: Callable[[], Ready]) -> None:
         async with slot.lock:
@@ -354,13 +397,15 @@ class ParticipantHostActor:
         key = slot.machine.key
         reader = await self._reader(key)
         calls = self._calls_to(reader) if reader is not None else None
+        if calls is None:
+            slot.unsynced = True  # a reader that starts asks; one that lives on is found later
         if isinstance(effect, SeekToPolicy):
             offset = await self._policy_offset(key)
             if calls is not None:
                 await calls.steer("seek", key, offset)
             await self._carry_out(slot, slot.machine.position_resolved(offset, time.monotonic()))
         elif calls is None:
-            return  # no reader yet: it asks where to start when it attaches
+            return
         elif isinstance(effect, Seek):
             await calls.steer("seek", key, effect.offset)
         elif isinstance(effect, Pause):

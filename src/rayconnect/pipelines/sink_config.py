@@ -288,10 +288,6 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         from rayconnect.formats.rows import partition_specs
 
         require(
-            self.transform is None or isinstance(self.sink, DeltaSink),
-            "transform: Delta sinks only so far (not tested into Iceberg tables yet)",
-        )
-        require(
             self.transform is not None or self.transform_schema is None,
             "transform_schema is set by start() from the transform's analysis, not by hand",
         )
