@@ -104,6 +104,7 @@ class DeltaCommitter:
         self._dt: DeltaTable | None = None
         self._ensured = False
         self.log = DeltaLog(self.location, lambda: self.filesystem)
+        self._schema_state: LogState | None = None  # current_schema's, followed per call
         #: the partitions' committed offsets, followed through the log (compare-and-set)
         self._txns = TxnVersions(self.log)
 
@@ -205,8 +206,10 @@ class DeltaCommitter:
     def current_schema(self) -> pa.Schema:
         """The schema rows are decoded against: the table's now (a typed table's grows; a
         value contradicting a column is a bad record), its first one while it does not
-        exist yet. A fresh read: the writer's view must not lag behind the committer's."""
-        state = self.log.state()
+        exist yet. A fresh read (the writer's view must not lag behind the committer's),
+        following the log from the last call's version: the commits since, not the
+        checkpoint and every commit after it."""
+        state = self._schema_state = self.log.follow(self._schema_state)
         return self.schema if state is None else self._normalized(state.arrow_schema())
 
     def version(self) -> int:

@@ -56,6 +56,20 @@ def _actions(text: str, kinds: tuple[str, ...] | None) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
+def _replay(
+    start: int, txns: dict[str, int], metadata: dict[str, Any], commits: list[tuple[int, str]]
+) -> LogState:
+    """The state after ``commits`` (in version order) on top of ``txns``/``metadata`` as of
+    ``start``: later txn and metaData actions win (Delta's replay rule for them)."""
+    for _, text in commits:
+        for action in _actions(text, ("txn", "metaData")):
+            if "txn" in action:
+                txns[action["txn"]["appId"]] = int(action["txn"]["version"])
+            else:
+                metadata = action["metaData"]
+    return LogState(version=commits[-1][0] if commits else start, txns=txns, metadata=metadata)
+
+
 class LogState(msgspec.Struct, frozen=True):
     """The txn versions and the metadata of a table as of ``version``."""
 
@@ -131,6 +145,24 @@ class DeltaLog:
             read = self._read_segment(segment)
         return read
 
+    def follow(self, state: LogState | None) -> LogState | None:
+        """``state`` brought up to the latest version by reading the commits after it -
+        usually none or one, where ``state()`` reads a checkpoint and every commit since.
+        For a reader that asks often (the writer's schema before each typed write). A whole
+        read when there is no ``state`` yet, or when the entry after it is gone while the
+        log went on (log cleanup passed it: the last checkpoint is newer)."""
+        if state is None:
+            return self.state()
+        commits: list[tuple[int, str]] = []
+        nxt = state.version + 1
+        while (text := self._read_text(self.path(f"{nxt:020d}.json"))) is not None:
+            commits.append((nxt, text))
+            nxt += 1
+        if commits:
+            return _replay(state.version, dict(state.txns), state.metadata, commits)
+        hint = self._hint()
+        return self.state() if hint is not None and hint[0] > state.version else state
+
     def _read_segment(self, segment: _Segment) -> LogState:
         start, parts, commits = segment
         txns: dict[str, int] = {}
@@ -139,34 +171,35 @@ class DeltaLog:
             got_txns, got_meta = self._read_checkpoint(self.path(name))
             txns.update(got_txns)
             metadata = got_meta or metadata
-        for _, text in commits:
-            for action in _actions(text, ("txn", "metaData")):
-                if "txn" in action:
-                    txns[action["txn"]["appId"]] = int(action["txn"]["version"])
-                else:
-                    metadata = action["metaData"]
-        latest = commits[-1][0] if commits else start
-        return LogState(version=latest, txns=txns, metadata=metadata)
+        return _replay(start, txns, metadata, commits)
+
+    def _hint(self) -> tuple[int, int | None] | None:
+        """``_last_checkpoint``'s version and part count; None if missing or unreadable."""
+        hint_text = self._read_text(self.path("_last_checkpoint"))
+        if hint_text is None:
+            return None
+        try:
+            hint = json.loads(hint_text)
+            n_parts = hint.get("parts")
+            return int(hint["version"]), int(n_parts) if n_parts else None
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def _segment_from_hint(self, version: int | None) -> _Segment | None:
         """The last checkpoint from ``_last_checkpoint`` and the commits after it, read by
         version number until one is missing - no listing: a log keeps every entry of its
         retention (~300,000 at a 2 s interval and a week), and a LIST of them is hundreds
         of requests on an object store. None: no usable hint (then list)."""
-        hint_text = self._read_text(self.path("_last_checkpoint"))
-        if hint_text is None:
+        hint = self._hint()
+        if hint is None:
             return None
-        try:
-            hint = json.loads(hint_text)
-            start, n_parts = int(hint["version"]), hint.get("parts")
-        except (ValueError, KeyError, TypeError):
-            return None
+        start, n_parts = hint
         if version is not None and version < start:
             return None
         if n_parts:
             parts = [
-                f"{start:020d}.checkpoint.{i:010d}.{int(n_parts):010d}.parquet"
-                for i in range(1, int(n_parts) + 1)
+                f"{start:020d}.checkpoint.{i:010d}.{n_parts:010d}.parquet"
+                for i in range(1, n_parts + 1)
             ]
         else:
             parts = [f"{start:020d}.checkpoint.parquet"]

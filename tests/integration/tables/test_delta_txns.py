@@ -151,3 +151,41 @@ def test_log_state_reads_from_the_checkpoint_hint_without_listing(tmp_path, monk
     (tmp_path / "t" / "_delta_log" / f"{20:020d}.checkpoint.parquet").unlink()
     state = log.state()  # the hint is stale: listed, replayed from version 0
     assert state is not None and state.version == 29 and state.txns == truth
+
+
+def test_following_the_log_reads_only_new_commits_and_starts_over_past_a_cleanup(
+    tmp_path, monkeypatch
+) -> None:
+    """``follow`` (the writer's schema before each typed write) reads the commits after the
+    state it has - no checkpoint - and equals a whole read; when log cleanup removed the
+    entry after it, it reads the whole state again."""
+    path = str(tmp_path / "t")
+    _append(path, {APPS[0]: 1})
+    log = DeltaCommitter(path, "pipe").log
+    state = log.follow(None)
+    assert state is not None and state.version == 0
+    dt = DeltaTable(path)
+    dt.create_checkpoint()
+    _append(path, {APPS[1]: 2})
+    write_deltalake(path, pa.table({"a": [1], "b": ["new"]}), mode="append", schema_mode="merge")
+    read: list[str] = []
+    original = log._read_text
+
+    def counted(p: str) -> str | None:
+        read.append(p.rsplit("/", 1)[-1])
+        return original(p)
+
+    with monkeypatch.context() as m:
+        m.setattr(log, "_read_text", counted)
+        followed = log.follow(state)
+    assert followed is not None and followed == log.state()
+    assert followed.arrow_schema().names == ["a", "b"]
+    assert read == [f"{v:020d}.json" for v in (1, 2, 3)]  # 3: the probe that finds the end
+    assert log.follow(followed) == followed  # nothing new: one probe and the hint
+    # the entry after an old state is gone (cleanup after a newer checkpoint)
+    props = CommitProperties(app_transactions=[Transaction(APPS[2], 3)])
+    write_deltalake(path, pa.table({"a": [2], "b": ["x"]}), mode="append", commit_properties=props)
+    DeltaTable(path).create_checkpoint()
+    (tmp_path / "t" / "_delta_log" / f"{1:020d}.json").unlink()
+    assert log.follow(state) == log.state()
+    assert log.follow(state).txns[APPS[2]] == 3
