@@ -111,7 +111,7 @@ def proxied_broker(tmp_path: Path) -> Iterator[TcpProxy]:
     [
         ("broker-sigkill", 5),
         ("network-cut", 10),
-        ("network-stall", 10),
+        pytest.param("network-stall", 10, marks=pytest.mark.slow),  # network-cut is in CI
         ("table-store", 5),
         pytest.param("broker-sigkill", 60, marks=_LONG),
         pytest.param("network-cut", 60, marks=_LONG),
