@@ -318,9 +318,11 @@ class _Blocks:
     def each(self, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.Table]]:
         """(index, block) of the block indexes a task was given (in a Spark Python worker:
         a separate Ray driver), one block in memory at a time, conformed to ``schema``."""
+        holder = None  # looked up once per task, not per batch of indexes
         for batch in batches:
             indexes = batch.column(0).to_pylist()
-            refs = ray.get(self.holder().get.remote(self.write_id, indexes))
+            holder = self.holder() if holder is None else holder
+            refs = ray.get(holder.get.remote(self.write_id, indexes))
             for index, ref in zip(indexes, refs, strict=True):
                 block = ray.get(ref)
                 if not isinstance(block, pa.Table):

@@ -141,15 +141,11 @@ class DeltaCommitter:
             state = self.log.state()
             assert state is not None
         self._txns.seed(state)  # the epoch claim follows on from this read
-        self._check_schema(
-            self._normalized(state.arrow_schema()),
-            SchemaMismatchError,
-            f"existing table {self.table_path} has another schema",
-        )
+        other = f"existing table {self.table_path} has another schema"
+        self._check_schema(self._normalized(state.arrow_schema()), SchemaMismatchError, other)
         if self.typed and state.partition_columns != self.partition_by:
             raise SchemaMismatchError(
-                f"existing table {self.table_path} has another schema: partitioned by "
-                f"{state.partition_columns}, not {self.partition_by}"
+                f"{other}: partitioned by {state.partition_columns}, not {self.partition_by}"
             )
         self._ensured = True
 
