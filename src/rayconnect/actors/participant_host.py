@@ -20,7 +20,10 @@ Ray restarts a dead host. Its machines are fresh: paused, waiting for the coordi
 START, which carries the table's offsets (I2) - so nothing the dead incarnation buffered is
 ever reported. The restarted host learns its partitions from the enumerator (partitions that
 joined after it was created are not in its constructor's arguments), stops their readers and
-tells the coordinator (PARTICIPANT-STARTED), which re-sends a running round's START.
+tells the coordinator (PARTICIPANT-STARTED), which re-sends a running round's START. Readers
+are found through the enumerator; when it is away too (a lost node took both), the machines'
+seeks reach no reader, so the host's timer keeps looking and then steers each reader to where
+its machine wants it (``_Slot.unsynced``) - a reader that lived on never asks by itself.
 """
 
 from __future__ import annotations

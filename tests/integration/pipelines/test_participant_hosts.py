@@ -95,3 +95,56 @@ def test_256_partitions_in_4_hosts_exactly_once_when_a_host_dies_mid_round(
         print(f"\nstart {start_s:.1f} s, kills landed in an open round: {landed}")
     finally:
         handle.stop(commit=False)
+
+
+@pytest.mark.timeout(300)
+def test_a_restarted_host_steers_a_reader_that_lived_on_once_the_enumerator_is_back(
+    ray_session, kafka_broker, kill, tmp_path
+):
+    """A host finds its readers through the enumerator. When the host restarts while the
+    enumerator is away (a lost node took both, in CI), its machines' seeks find no reader; a
+    reader that lived on must still be sent back to the committed offset - else records it
+    read into the dead host's round stay unread while the partition is quiet (nothing new
+    arrives to reveal the gap). Here the enumerator is ended for good, the host SIGKILLed
+    mid-round, and the enumerator started again (from its saved split assignment: the
+    readers live on); nothing more is produced."""
+    from rayconnect.actors.enumerator import EnumeratorActor
+
+    name = "steer-later"
+    produced = Produced(kafka_broker.bootstrap_servers, name, 2)
+    produced.more(400)
+    pipeline = sink_checks.pipeline(
+        name,
+        kafka_broker.bootstrap_servers,
+        name,
+        tmp_path / "t",
+        commit_interval_s=2,
+        write_timeout_s=10,
+        commit_when_drained=False,  # rounds stay open for the interval: the kill lands in one
+    )
+    handle = pipeline.start()
+    try:
+        handle.wait_for(sink_checks.caught_up(produced), timeout_s=120)
+        readers_before = {
+            n: s["started_at"] for n, s in handle.status()["readers"].items() if "started_at" in s
+        }
+        enumerator = ray.get_actor(names.enumerator(name), namespace=names.NAMESPACE)
+        ray.kill(enumerator, no_restart=True)
+        before = sink_checks.produce_into_an_open_round(handle, produced, 300)
+        host = names.participant_host(
+            name, f"{CLUSTER}/{name}/0", names.DEFAULT_PARTITIONS_PER_HOST
+        )
+        kill(host, "sigkill")
+        # the restarted host's machines get their START and seek - into the void
+        start = before["txn_id"]
+        handle.wait_for(lambda s: s["txn_id"] >= start + 2, timeout_s=60)
+        assert handle.status()["offsets"] != produced.offsets(), "committed without a seek"
+        EnumeratorActor.options(
+            name=names.enumerator(name), namespace=names.NAMESPACE, lifetime="detached"
+        ).remote(pipeline.config)
+        status = handle.wait_for(sink_checks.caught_up(produced), timeout_s=90)
+        readers_after = {n: s.get("started_at") for n, s in status["readers"].items()}
+        assert readers_after == readers_before, "the readers were restarted: nothing tested"
+        sink_checks.assert_exactly_once(tmp_path / "t", produced, status)
+    finally:
+        handle.stop(commit=False)
