@@ -31,10 +31,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Leave with pytest's exit status once everything is reported, without the
-    interpreter's teardown. pyarrow's S3 filesystems (the S3 tests' tables and brokers)
-    can segfault while native libraries are torn down at exit, after every test passed
-    (apache/arrow#38352; seen once in CI: 676 passed, exit 139). Every fixture has already
-    cleaned up (Ray shut down, brokers and S3 stopped) when this runs."""
+    interpreter's teardown. Seen once in CI: 676 passed, then a segfault at exit (139) -
+    most likely the known crash of pyarrow's S3 filesystems while native libraries are torn
+    down (apache/arrow#38352; the S3 tests' tables hold them), not confirmed (no core). Every
+    fixture has already cleaned up (Ray shut down, brokers and S3 stopped) when this runs."""
     status = config.stash.get(_EXIT_STATUS, None)
     if status is None:
         return
