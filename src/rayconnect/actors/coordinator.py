@@ -154,10 +154,9 @@ class CoordinatorActor:
 
     def _claim(self) -> tuple[int, dict[str, int], int]:
         self.committer.ensure_table()
-        if self.upkeep is not None:
-            changed = self.upkeep.configure_table()
-            if changed:
-                log.info("coordinator %s: table properties set: %s", self.config.name, changed)
+        changed = self.upkeep.configure_table()
+        if changed:
+            log.info("coordinator %s: table properties set: %s", self.config.name, changed)
         epoch = self.committer.claim_epoch()
         # Every partition this pipeline ever committed: one that joins later (a topic added
         # back) must start from the table, not from the starting-offset policy.
@@ -413,9 +412,8 @@ class CoordinatorActor:
         )
 
     def _read_table(self) -> tuple[dict[str, int], int, int]:
-        counts = getattr(self.committer, "dead_letter_counts", None)
-        if counts is not None:  # typed Delta tables: what earlier incarnations committed
-            self.dead_letters = counts()
+        # typed tables: what earlier incarnations committed ({} for a raw table)
+        self.dead_letters = self.committer.dead_letter_counts()
         return (
             self.committer.committed_offsets(None),
             self.committer.epoch(),
@@ -436,20 +434,14 @@ class CoordinatorActor:
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         try:
-            if job is Job.COMPACT and self.upkeep is not None:
+            if job is Job.COMPACT:
                 metrics = await loop.run_in_executor(self._upkeep_pool, self.upkeep.compact)
                 result = {
                     k: metrics.get(k)
                     for k in ("numFilesAdded", "numFilesRemoved", "numBatches", "races")
                 }
-            elif job is Job.TIDY and self.upkeep is not None:
+            else:
                 result = await loop.run_in_executor(self._upkeep_pool, self.upkeep.tidy)
-            else:  # Iceberg: its committer expires snapshots itself; vacuum here
-                hours = self.config.sink.vacuum_retention_hours
-                removed = await loop.run_in_executor(
-                    self._upkeep_pool, self.committer.vacuum, hours
-                )
-                result = {"files_vacuumed": len(removed)}
         except Exception as e:
             error = f"{type(e).__name__}: {e}"
             log.warning("coordinator %s: %s failed: %s", self.config.name, job.value, error)

@@ -8,13 +8,24 @@ this interface and these errors, so a new format is one module and one factory e
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+import msgspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rayconnect.formats import evolution
+from rayconnect.formats.settings import DEAD_LETTER_DIR, is_dead_letter_file
 from rayconnect.protocol.types import DataFile
+from rayconnect.spark_bridge.files import schema_differences
+from rayconnect.storage.location import TableLocation
+from rayconnect.tables import dead_letters
 
 #: The key of the coordinator epoch beside the partition keys (never a partition).
 COORDINATOR_KEY = "_coordinator"
+EMPTY_SCHEMA = pa.schema([])
 
 
 class OffsetMismatchError(RuntimeError):
@@ -101,8 +112,62 @@ def check_epoch(epoch: int | None, current: int) -> None:
         raise StaleEpochError({COORDINATOR_KEY: (epoch, current)})
 
 
-class TableCommitter(Protocol):
-    """One pipeline's view of one table: its offsets, its epoch, its commits.
+class RoundChanges(msgspec.Struct, frozen=True):
+    """What a round does to the table besides moving its offsets, in the format's own terms
+    (``TableCommitter.file_entry``): the files it adds. A write mode that replaces rows
+    (upsert) will add what it removes here."""
+
+    adds: tuple[Any, ...] = ()
+
+
+class RoundApply(Protocol):
+    """A write mode: how a round's checked data files become the table's changes. One small
+    module per mode (``tables.append``); the round-commit algorithm calls it once per commit,
+    on the read it commits on."""
+
+    def changes(
+        self, table: TableCommitter, read: Any, files: Sequence[DataFile]
+    ) -> RoundChanges: ...
+
+
+class VersionWrite(msgspec.Struct, frozen=True):
+    """What one table version writes: a round's (or a claim's, with nothing but the epoch)."""
+
+    changes: RoundChanges
+    #: partition key -> its next offset, set in the version
+    offsets: dict[str, int]
+    metadata: dict[str, str]
+    #: re-asserted (a round) or set (a claim); None: not fenced (a dead-letter table's)
+    epoch: int | None = None
+    #: the columns still to add in this version (``pa.Schema``; ``_add_columns``)
+    pending: Any = EMPTY_SCHEMA
+
+
+def new_columns(table_schema: pa.Schema, footers: Mapping[str, pa.Schema]) -> pa.Schema:
+    """The columns the round's files (path -> footer schema) bring that the table lacks
+    (``formats.evolution``); a file contradicting the table raises ``SchemaMismatchError``
+    (nothing committed)."""
+    merged = table_schema
+    for path, footer in footers.items():
+        merged, conflicts = evolution.merge(merged, footer)
+        if conflicts:
+            raise SchemaMismatchError(f"{path}: {'; '.join(conflicts)}")
+    return pa.schema([f for f in merged if f.name not in table_schema.names])
+
+
+class TableCommitter(abc.ABC):
+    """One pipeline's view of one table: its offsets, its epoch, its commits - and THE
+    round-commit algorithm, written once for every format (``commit``).
+
+    A round's commit is always these steps, in this order: read the table; compare-and-set's
+    compare (the epoch, then every partition's offset, on exactly that read); split off the
+    dead letters; find the columns the files bring and check every file against the grown
+    schema; commit the dead letters to the dead-letter table (before the round:
+    ``tables.dead_letters``); commit the round - the files as the write mode (``apply``)
+    makes them changes, every partition's offset, the epoch re-asserted - as ONE version
+    built on that read; then the upkeep that rides on commits. A format supplies only the
+    hooks (the underscore methods below and ``file_entry``): how it reads, where it keeps
+    offsets and epoch, how it adds columns and writes one version.
 
     Not thread-safe; one per coordinator. Every method may block (table IO): the coordinator
     calls them from a worker thread.
@@ -110,34 +175,66 @@ class TableCommitter(Protocol):
 
     #: Where the table is, for status and logs.
     table_path: str
+    #: Where its files are (they are staged and committed relative to it).
+    location: TableLocation
+    pipeline: str
+    #: typed: the table's schema may grow (``formats.evolution``), never shrink
+    typed: bool
+    #: the table's first schema (what it is created with)
+    schema: pa.Schema
+    #: how a round's files change the table (``tables.append``; upsert: another module)
+    apply: RoundApply
+    #: how often a round is tried when its write conflicts although the table still has
+    #: its epoch and offsets (another writer's unrelated change landed first)
+    commit_attempts: int = 1
+    #: whether a file may not hold a column the table lacks (null-typed ones included)
+    rejects_unknown_columns: bool = False
 
+    # -- the table's state (per format) -----------------------------------------------------
+
+    @abc.abstractmethod
     def ensure_table(self) -> Any:
         """Create the table (all columns nullable) if missing; else check its schema
         (``SchemaMismatchError``)."""
-        ...
 
-    def current_schema(self) -> Any:
-        """The table's schema now (``pa.Schema``; its first one if it does not exist yet):
-        what the writer decodes typed records against."""
-        ...
+    @abc.abstractmethod
+    def current_schema(self) -> pa.Schema:
+        """The table's schema now (its first one if it does not exist yet): what the
+        writer decodes typed records against."""
 
-    def claim_epoch(self) -> int:
-        """Bump the coordinator epoch in the table and return it: from then on commits of
-        older epochs fail. Two racing claims: one raises ``CommitConflictError``."""
-        ...
+    @abc.abstractmethod
+    def exists(self) -> bool:
+        """Whether the table was made (a dead-letter table is made on first use)."""
 
-    def epoch(self) -> int:
-        """The current coordinator epoch (0 = never claimed)."""
-        ...
-
+    @abc.abstractmethod
     def committed_offsets(self, keys: Iterable[str] | None = None) -> dict[str, int]:
         """Partition key -> next offset to read; partitions never committed are absent.
         ``None``: every partition this pipeline ever committed."""
-        ...
 
+    @abc.abstractmethod
+    def epoch(self) -> int:
+        """The current coordinator epoch (0 = never claimed)."""
+
+    @abc.abstractmethod
     def version(self) -> int:
         """The table's latest version (increases with every commit)."""
-        ...
+
+    @abc.abstractmethod
+    def partition_counts(self) -> dict[str, int]:
+        """Partition key -> rows in this table (a dead-letter table's bad records)."""
+
+    @property
+    @abc.abstractmethod
+    def filesystem(self) -> Any:
+        """The table location's pyarrow filesystem."""
+
+    @property
+    @abc.abstractmethod
+    def dead_letter_table(self) -> TableCommitter | None:
+        """The committer of this table's dead-letter table (None: a raw table, or the
+        dead-letter table itself)."""
+
+    # -- the round commit (written once) ----------------------------------------------------
 
     def commit(
         self,
@@ -148,11 +245,208 @@ class TableCommitter(Protocol):
         epoch: int | None = None,
     ) -> int:
         """Commit ``files`` and every partition's offset in ONE table version, if the table
-        still has ``expected`` and ``epoch``; else raise and commit nothing. Returns the
-        new version."""
-        ...
+        still has ``expected`` (the offsets the round started from; None = never
+        committed) and ``epoch``; else raise and commit nothing. Raises
+        ``OffsetMismatchError`` (``StaleEpochError`` if a newer epoch was claimed),
+        ``SchemaMismatchError`` if a file does not fit the table, ``CommitConflictError``
+        if a concurrent commit won the race. Returns the new version."""
+        read = self._snapshot()
+        self._check_fence(read, offsets, expected, epoch)
+        dead = [f for f in files if is_dead_letter_file(f)]
+        files = [f for f in files if not is_dead_letter_file(f)]
+        read, pending = self._grow(read, files)
+        changes = self.apply.changes(self, read, files)
+        if dead:
+            dead_table = self.dead_letter_table
+            if dead_table is None:
+                raise SchemaMismatchError(f"dead-letter files for a raw table: {dead[0].path}")
+            dead_table.add_dead_letters(dead, offsets, self.location, self.filesystem)
+        write = VersionWrite(changes, dict(offsets), dict(metadata or {}), epoch, pending)
+        for attempt in range(1, self.commit_attempts + 1):
+            try:
+                version = self._write(read, write)
+                break
+            except CommitConflictError as conflict:
+                # delta-rs also fails a blind append when another writer's DELETE, UPDATE
+                # or MERGE landed since our read. If the table still has our epoch and
+                # offsets, no rival of ours won: the same commit is as right on the new
+                # read (nothing landed; compare-and-set again).
+                if attempt == self.commit_attempts:
+                    raise
+                read = self._snapshot()
+                try:
+                    self._check_fence(read, offsets, expected, epoch)
+                except OffsetMismatchError:
+                    raise conflict from None
+        self._after_commit()
+        return version
+
+    def claim_epoch(self) -> int:
+        """Become the coordinator: bump the epoch in a version of its own (no files) and
+        return it. From then on commits of older epochs fail; of two racing claims one
+        raises ``CommitConflictError``."""
+        read = self._snapshot()
+        new_epoch = self._fence_state(read, [])[0] + 1
+        # "rayconnect.epoch", as in a round's metadata: history tools find the claim by it
+        metadata = {"rayconnect.epoch": str(new_epoch)}
+        self._write(read, VersionWrite(RoundChanges(), {}, metadata, new_epoch))
+        return new_epoch
+
+    def add_dead_letters(
+        self,
+        files: Sequence[DataFile],
+        offsets: Mapping[str, int],
+        staged_in: TableLocation,
+        filesystem: Any,
+    ) -> int:
+        """This (dead-letter) table's side of a round: the round's dead-letter ``files``
+        (staged under ``staged_in``'s ``DEAD_LETTER_DIR``) without the rows an earlier
+        attempt committed, and its offsets moved to ``max(what it had, offsets)``, in one
+        version. No fence: only the main table's commit decides whether the round counts
+        (``tables.dead_letters``: why that is exactly once). Returns the version."""
+        read = self._snapshot()
+        had = self._fence_state(read, list(offsets))[1]
+        done = {k: had[k] or 0 for k in offsets}
+        keep = dead_letters.unseen(files, done, staged_in, self.location, filesystem)
+        read, pending = self._grow(read, keep)
+        changes = self.apply.changes(self, read, keep)
+        moved = dead_letters.next_offsets(done, offsets)
+        metadata = {"rayconnect.deadLetters": "1"}
+        version = self._write(read, VersionWrite(changes, moved, metadata, None, pending))
+        self._after_commit()
+        return version
+
+    def commit_dead_letters(self, files: Sequence[DataFile], offsets: Mapping[str, int]) -> None:
+        """The round's dead-letter step alone (what a coordinator that dies before the
+        main commit leaves behind)."""
+        dead_table = self.dead_letter_table
+        assert dead_table is not None, "a raw table has no dead letters"
+        dead_table.add_dead_letters(files, offsets, self.location, self.filesystem)
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        """Partition key -> rows in the dead-letter table ({} if it was never made)."""
+        dead = self.dead_letter_table
+        if dead is None or not dead.exists():
+            return {}
+        return dead.partition_counts()
 
     def vacuum(self, retention_hours: float, dry_run: bool = False) -> list[str]:
         """Delete files the table does not reference (aborted rounds') older than
-        ``retention_hours``; returns what was (or would be) removed."""
+        ``retention_hours``, the dead-letter table's too; returns what was (or would be)
+        removed, relative to the table. ``retention_hours`` must exceed the longest open
+        round: its files are not in the table yet."""
+        removed = self._vacuum_files(retention_hours, dry_run)
+        dead = self.dead_letter_table
+        if dead is not None and dead.exists():
+            removed += [f"{DEAD_LETTER_DIR}/{p}" for p in dead.vacuum(retention_hours, dry_run)]
+        return removed
+
+    def _check_fence(
+        self,
+        read: Any,
+        offsets: Mapping[str, int],
+        expected: Mapping[str, int | None],
+        epoch: int | None,
+    ) -> None:
+        """Compare-and-set's compare on ``read``: the epoch (if fenced), then every
+        partition's offset."""
+        table_epoch, current = self._fence_state(read, list(offsets))
+        check_epoch(epoch, table_epoch)
+        check_offsets(offsets, expected, current)
+
+    def _grow(self, read: Any, files: Sequence[DataFile]) -> tuple[Any, pa.Schema]:
+        """Check every file against the table grown by the columns the files bring; returns
+        the read to commit on and the columns still to add in the round's own version."""
+        footers = {f.path: self._footer(f) for f in files}
+        grown = new_columns(self._schema_at(read), footers) if self.typed else EMPTY_SCHEMA
+        read, pending = self._add_columns(read, grown) if len(grown) else (read, grown)
+        table_schema = self._schema_at(read)
+        for f in files:
+            self._check_file(f, footers[f.path], table_schema, pending)
+        return read, pending
+
+    def _footer(self, data_file: DataFile) -> pa.Schema:
+        try:
+            return pq.read_schema(self.location.path(data_file.path), filesystem=self.filesystem)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise SchemaMismatchError(
+                f"{data_file.path}: not a readable Parquet file ({exc})"
+            ) from exc
+
+    def _check_file(
+        self, data_file: DataFile, footer: pa.Schema, table: pa.Schema, pending: pa.Schema
+    ) -> None:
+        """The file's footer has the table's schema (a typed table's plus ``pending``: a
+        file may lack newer columns or hold a narrower int/float): neither delta-rs nor
+        pyiceberg checks it as clearly."""
+        if self.typed:
+            grown = pa.schema(list(table) + list(pending))
+            problems = evolution.merge(grown, footer)[1]
+            if self.rejects_unknown_columns:
+                extra = [n for n in footer.names if n not in grown.names]
+                problems += [f"column {n!r} is not in the table" for n in extra]
+        else:
+            problems = schema_differences(footer, table)
+        if problems:
+            raise SchemaMismatchError(
+                f"{data_file.path} does not match the table schema: {'; '.join(problems)}"
+            )
+
+    # -- the format's hooks -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _snapshot(self) -> Any:
+        """The table as read now: a round is built on, and committed on, exactly this read."""
+
+    @abc.abstractmethod
+    def _fence_state(self, read: Any, keys: Sequence[str]) -> tuple[int, dict[str, int | None]]:
+        """The epoch (0 = never claimed) and ``keys``' offsets (None = never committed) in
+        ``read``."""
+
+    @abc.abstractmethod
+    def _schema_at(self, read: Any) -> pa.Schema:
+        """``read``'s schema as the writers' files spell it (``normalize_type``)."""
+
+    @abc.abstractmethod
+    def _add_columns(self, read: Any, columns: pa.Schema) -> tuple[Any, pa.Schema]:
+        """Make the round's new ``columns`` (nullable) part of the table: returns the read
+        to commit on and the columns the round's own version must still add (a format that
+        can add them in the same version defers them all)."""
+
+    @abc.abstractmethod
+    def file_entry(self, data_file: DataFile) -> Any:
+        """A checked file as this format's commit names it (a Delta ``AddAction``, an
+        Iceberg file path)."""
+
+    @abc.abstractmethod
+    def _write(self, read: Any, write: VersionWrite) -> int:
+        """ONE version on exactly ``read``: the changes, the pending columns, every
+        partition's offset set, the epoch (re-)asserted if given, the metadata beside.
+        A concurrent commit makes it raise ``CommitConflictError`` (nothing committed).
+        Returns the new version."""
+
+    @abc.abstractmethod
+    def _vacuum_files(self, retention_hours: float, dry_run: bool) -> list[str]:
+        """This table's own vacuum (``vacuum`` adds the dead-letter table's)."""
+
+    @abc.abstractmethod
+    def _after_commit(self) -> None:
+        """Upkeep that rides on a commit that landed (its failure is logged, never raised:
+        the commit stands)."""
+
+
+class TableUpkeep(Protocol):
+    """Upkeep of one table, whatever its format, run in the coordinator's upkeep thread
+    beside the rounds (``protocol.upkeep.UpkeepSchedule`` says when)."""
+
+    def configure_table(self) -> dict[str, str]:
+        """Set the table properties upkeep relies on, at start-up; returns what changed."""
+        ...
+
+    def compact(self) -> dict[str, Any]:
+        """Merge small files; returns what it did."""
+        ...
+
+    def tidy(self) -> dict[str, Any]:
+        """Tidy the table's metadata and vacuum unreferenced files; returns what it did."""
         ...

@@ -26,18 +26,17 @@ import contextlib
 import math
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
 from rayconnect.formats import evolution, partitioning
 from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema, partition_specs
-from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, is_dead_letter_file
+from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import (
@@ -47,15 +46,16 @@ from rayconnect.spark_bridge.files import (
     schema_differences,
 )
 from rayconnect.storage.location import TableLocation, as_location
-from rayconnect.tables import dead_letters
+from rayconnect.tables.append import APPEND
 from rayconnect.tables.base import (
     COORDINATOR_KEY,
+    EMPTY_SCHEMA,
     CommitConflictError,
-    OffsetMismatchError,
+    RoundApply,
     SchemaMismatchError,
     TableBrokenError,
-    check_epoch,
-    check_offsets,
+    TableCommitter,
+    VersionWrite,
 )
 from rayconnect.tables.delta_log import NO_LOG_CLEANUP, DeltaLog, LogState
 from rayconnect.tables.delta_txns import TxnVersions
@@ -63,11 +63,9 @@ from rayconnect.tables.delta_txns import TxnVersions
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168
 _COMMIT_ID = "rayconnect.commitId"
-#: a round's commit that another writer's DELETE/UPDATE made conflict is tried this often
-COMMIT_ATTEMPTS = 3
 
 
-class DeltaCommitter:
+class DeltaCommitter(TableCommitter):
     """Commits rounds of one pipeline to one Delta table; reads back its committed offsets.
 
     Not thread-safe; one per coordinator. The table is a local path or an object-store URI
@@ -83,6 +81,7 @@ class DeltaCommitter:
         schema: pa.Schema = RAW_RECORD_SCHEMA,
         record_format: RecordFormat | None = None,
         dead_letters: bool = False,
+        apply: RoundApply = APPEND,
     ) -> None:
         self.location = as_location(table)
         self.table_path = self.location.uri
@@ -93,10 +92,11 @@ class DeltaCommitter:
         self.partition_by = (
             [p.name for p in partition_specs(record_format)] if self.typed else []  # type: ignore[arg-type]
         )
+        self.apply = apply
         self._dead: DeltaCommitter | None = None
         if self.typed and not dead_letters:
             # Bad records (errors: dead_letter) go to a Delta table of their own inside this
-            # one's folder; it carries the same txn app ids (see ``_commit_dead_letters``).
+            # one's folder; it carries the same txn app ids (``tables.dead_letters``).
             dl = TableLocation(self.location.join(DEAD_LETTER_DIR), self.location.options)
             self._dead = DeltaCommitter(dl, pipeline, DEAD_LETTER_SCHEMA, dead_letters=True)
         self._options = self.location.delta_options()
@@ -108,12 +108,24 @@ class DeltaCommitter:
         #: the partitions' committed offsets, followed through the log (compare-and-set)
         self._txns = TxnVersions(self.log)
 
+    #: a round's commit that another writer's DELETE/UPDATE made conflict is tried this often
+    commit_attempts = 3
+    #: delta-rs would commit a file with a column the table lacks; readers then miss it
+    rejects_unknown_columns = True
+
     @property
     def filesystem(self) -> Any:
         """The table's pyarrow filesystem (made on first use)."""
         if self._fs is None:
             self._fs = self.location.filesystem()
         return self._fs
+
+    @property
+    def dead_letter_table(self) -> DeltaCommitter | None:
+        return self._dead
+
+    def exists(self) -> bool:
+        return bool(DeltaTable.is_deltatable(self.table_path, storage_options=self._options))
 
     # -- table ----------------------------------------------------------------------------
 
@@ -258,162 +270,36 @@ class DeltaCommitter:
         self._txns.seed(state)
         return state
 
-    # -- commit ---------------------------------------------------------------------------
+    # -- the round commit's hooks (the algorithm: ``TableCommitter.commit``) ------------
 
-    def commit(
-        self,
-        files: Sequence[DataFile],
-        offsets: Mapping[str, int],
-        expected: Mapping[str, int | None],
-        metadata: Mapping[str, str] | None = None,
-        epoch: int | None = None,
-    ) -> int:
-        """Commit ``files`` and set each partition's offset, in ONE table version.
+    def _snapshot(self) -> DeltaTable:
+        return self._table()
 
-        ``expected[key]`` is the offset the round started from (None = never committed).
-        Raises ``OffsetMismatchError`` (or ``StaleEpochError`` if ``epoch`` is given and a
-        newer one was claimed) if the table moved on, ``SchemaMismatchError`` if a file has
-        another schema, ``CommitConflictError`` if a concurrent commit won the race; in every
-        case nothing is committed. Returns the new table version.
-        """
-        dt = self._table()
-        self._check_fence(dt, offsets, expected, epoch)
-        dead = [f for f in files if is_dead_letter_file(f)]
-        files = [f for f in files if not is_dead_letter_file(f)]
-        if self.typed:
-            self._evolve(dt, files)
-        txns = [Transaction(self.app_id(k), v) for k, v in sorted(offsets.items())]
-        if epoch is not None:
-            # Re-asserting the epoch makes a racing claim_epoch conflict with this commit.
-            txns.append(Transaction(self.app_id(COORDINATOR_KEY), epoch))
-        table_schema = self._table_arrow_schema(dt)
-        adds = [self._add_action(f, table_schema) for f in files]
-        if dead:
-            if self._dead is None:
-                raise SchemaMismatchError(f"dead-letter files for a raw table: {dead[0].path}")
-            self._commit_dead_letters(dead, offsets)
-        for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            try:
-                return self._write(dt, dt.version(), adds, txns, dict(metadata or {}))
-            except CommitConflictError as conflict:
-                # delta-rs also fails a blind append when another writer's DELETE, UPDATE or
-                # MERGE (dataChange=true removes) landed since our read. If the table still
-                # has our epoch and offsets, no rival of ours won: the same commit is as
-                # right on the new snapshot (nothing landed; compare-and-set again).
-                if attempt == COMMIT_ATTEMPTS:
-                    raise
-                dt = self._table()
-                try:
-                    self._check_fence(dt, offsets, expected, epoch)
-                except OffsetMismatchError:
-                    raise conflict from None
-        raise AssertionError("unreachable")
-
-    def _check_fence(
-        self,
-        dt: DeltaTable,
-        offsets: Mapping[str, int],
-        expected: Mapping[str, int | None],
-        epoch: int | None,
-    ) -> None:
-        """Compare-and-set's compare: the epoch (if fenced), then every partition's offset."""
-        apps = {k: self.app_id(k) for k in offsets}
+    def _fence_state(
+        self, read: DeltaTable, keys: Sequence[str]
+    ) -> tuple[int, dict[str, int | None]]:
+        apps = {k: self.app_id(k) for k in keys}
         coordinator = self.app_id(COORDINATOR_KEY)
-        versions = self._txns.of(dt.version(), [coordinator, *apps.values()])
-        if epoch is not None:
-            check_epoch(epoch, versions[coordinator] or 0)
-        check_offsets(offsets, expected, {k: versions[app] for k, app in apps.items()})
+        versions = self._txns.of(read.version(), [coordinator, *apps.values()])
+        return versions[coordinator] or 0, {k: versions[app] for k, app in apps.items()}
 
-    def _evolve(self, dt: DeltaTable, files: Sequence[DataFile]) -> None:
-        """Add the columns the round's files bring (nullable) before the round's commit.
+    def _schema_at(self, read: DeltaTable) -> pa.Schema:
+        return self._table_arrow_schema(read)
 
-        delta-rs 1.6.6 cannot put a metaData action into ``create_write_transaction``'s
+    def _add_columns(self, read: DeltaTable, columns: pa.Schema) -> tuple[DeltaTable, pa.Schema]:
+        """delta-rs 1.6.6 cannot put a metaData action into ``create_write_transaction``'s
         commit (delta-rs issue #3934), so new columns are one schema-only version right
         before the data's. Crash in between: the table has a column nobody wrote yet (null
         in every row), the round is retried and commits into it - nothing is lost or
-        doubled. A conflicting file raises ``SchemaMismatchError`` (nothing committed).
-        """
-        table_schema = self._table_arrow_schema(dt)
-        merged = table_schema
-        for f in files:
-            footer = pq.read_schema(self.location.path(f.path), filesystem=self.filesystem)
-            merged, conflicts = evolution.merge(merged, footer)
-            if conflicts:
-                raise SchemaMismatchError(f"{f.path}: {'; '.join(conflicts)}")
-        new = [f for f in merged if f.name not in table_schema.names]
-        if new:
-            from deltalake.schema import Schema as DeltaSchema
+        doubled."""
+        from deltalake.schema import Schema as DeltaSchema
 
-            fields = DeltaSchema.from_arrow(pa.schema(new)).fields
-            dt.alter.add_columns(fields, post_commithook_properties=NO_LOG_CLEANUP)
-            dt.update_incremental()
+        fields = DeltaSchema.from_arrow(columns).fields
+        read.alter.add_columns(fields, post_commithook_properties=NO_LOG_CLEANUP)
+        read.update_incremental()
+        return read, EMPTY_SCHEMA
 
-    def _commit_dead_letters(self, dead: Sequence[DataFile], offsets: Mapping[str, int]) -> None:
-        """Commit the round's dead letters to the dead-letter table, BEFORE the main commit
-        (``tables.dead_letters``: why that is exactly once). The dead-letter table carries
-        the same txn app ids, each at ``max(its version, the round's next offset)``."""
-        assert self._dead is not None
-        ddt = self._dead._table()
-        read_version = ddt.version()
-        apps = self._dead._txns.of(read_version, [self._dead.app_id(k) for k in offsets])
-        done = {k: apps[self._dead.app_id(k)] or 0 for k in offsets}
-        keep = dead_letters.unseen(dead, done, self.location, self._dead.location, self.filesystem)
-        txns = [
-            Transaction(self._dead.app_id(k), v)
-            for k, v in dead_letters.next_offsets(done, offsets).items()
-        ]
-        dead_schema = self._dead._table_arrow_schema(ddt)
-        adds = [self._dead._add_action(f, dead_schema) for f in keep]
-        self._dead._write(ddt, read_version, adds, txns, {"rayconnect.deadLetters": "1"})
-
-    def dead_letter_counts(self) -> dict[str, int]:
-        """Partition key -> rows in the dead-letter table ({} if it was never made), from
-        the log's file stats alone (a file holds one partition's bad records)."""
-        if self._dead is None or not DeltaTable.is_deltatable(
-            self._dead.table_path, storage_options=self._dead._options
-        ):
-            return {}
-        adds = pa.table(self._dead._table().get_add_actions(flatten=True)).to_pylist()
-        counts: dict[str, int] = {}
-        for add in adds:
-            parts = [add.get(f"min._kafka_{c}") for c in ("cluster", "topic", "partition")]
-            key = "?" if None in parts else "/".join(str(p) for p in parts)
-            counts[key] = counts.get(key, 0) + int(add["num_records"] or 0)
-        return counts
-
-    def claim_epoch(self) -> int:
-        """Become the coordinator: bump ``<pipeline>/_coordinator`` and return the new epoch.
-
-        From then on, commits with an older epoch fail. Two concurrent claims: one wins, the
-        other raises ``CommitConflictError``.
-        """
-        dt = self._table()
-        read_version = dt.version()
-        coordinator = self.app_id(COORDINATOR_KEY)
-        new_epoch = (self._txns.of(read_version, [coordinator])[coordinator] or 0) + 1
-        txns = [Transaction(self.app_id(COORDINATOR_KEY), new_epoch)]
-        self._write(dt, read_version, [], txns, {"rayconnect.epoch": str(new_epoch)})
-        return new_epoch
-
-    def _add_action(self, data_file: DataFile, table_schema: pa.Schema) -> AddAction:
-        """Check the file's footer against the table (delta-rs would not) and describe it."""
-        full = self.location.path(data_file.path)
-        try:
-            file_schema = pq.read_schema(full, filesystem=self.filesystem)
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise SchemaMismatchError(
-                f"{data_file.path}: not a readable Parquet file ({exc})"
-            ) from exc
-        if self.typed:  # a file may lack newer columns (null) or hold a narrower int/float
-            _, problems = evolution.merge(table_schema, file_schema)
-            extra = [n for n in file_schema.names if n not in table_schema.names]
-            problems += [f"column {n!r} is not in the table" for n in extra]
-        else:
-            problems = schema_differences(file_schema, table_schema)
-        if problems:
-            raise SchemaMismatchError(
-                f"{data_file.path} does not match the table schema: {'; '.join(problems)}"
-            )
+    def file_entry(self, data_file: DataFile) -> AddAction:
         return AddAction(
             path=data_file.path,
             size=data_file.size,
@@ -423,21 +309,22 @@ class DeltaCommitter:
             stats=delta_stats_json(data_file),
         )
 
-    def _write(
-        self,
-        dt: DeltaTable,
-        read_version: int,
-        adds: list[AddAction],
-        txns: list[Transaction],
-        metadata: dict[str, str],
-    ) -> int:
+    def _write(self, read: DeltaTable, write: VersionWrite) -> int:
+        """Every partition's offset is a txn; the epoch is re-asserted (same value) in one
+        more, so a racing ``claim_epoch`` conflicts with this commit instead of being
+        rebased around it."""
+        assert not len(write.pending), "Delta adds columns in a version of their own"
+        txns = [Transaction(self.app_id(k), v) for k, v in sorted(write.offsets.items())]
+        if write.epoch is not None:
+            txns.append(Transaction(self.app_id(COORDINATOR_KEY), write.epoch))
+        read_version = read.version()
         commit_id = uuid.uuid4().hex
-        metadata[_COMMIT_ID] = commit_id
+        metadata = {**write.metadata, _COMMIT_ID: commit_id}
         try:
-            dt.create_write_transaction(
-                adds,
+            read.create_write_transaction(
+                list(write.changes.adds),
                 "append",
-                self._table_arrow_schema(dt),
+                self._table_arrow_schema(read),
                 commit_properties=CommitProperties(app_transactions=txns, custom_metadata=metadata),
                 post_commithook_properties=NO_LOG_CLEANUP,
             )
@@ -446,8 +333,22 @@ class DeltaCommitter:
                 f"a concurrent commit to {self.table_path} conflicted (this commit's app ids: "
                 f"{[t.app_id for t in txns]}); nothing committed: {exc}"
             ) from exc
-        dt.update_incremental()
-        return self._find_commit(commit_id, read_version, dt.version())
+        read.update_incremental()
+        return self._find_commit(commit_id, read_version, read.version())
+
+    def _after_commit(self) -> None:
+        """None: a Delta table's upkeep is ``DeltaUpkeep``'s, on its own schedule."""
+
+    def partition_counts(self) -> dict[str, int]:
+        """From the log's file stats alone (a dead-letter file holds one partition's bad
+        records)."""
+        adds = pa.table(self._table().get_add_actions(flatten=True)).to_pylist()
+        counts: dict[str, int] = {}
+        for add in adds:
+            parts = [add.get(f"min._kafka_{c}") for c in ("cluster", "topic", "partition")]
+            key = "?" if None in parts else "/".join(str(p) for p in parts)
+            counts[key] = counts.get(key, 0) + int(add["num_records"] or 0)
+        return counts
 
     def _find_commit(self, commit_id: str, after: int, latest: int) -> int:
         """The version our commit got (a concurrent, rebased-over commit may be later)."""
@@ -461,14 +362,10 @@ class DeltaCommitter:
 
     # -- maintenance ----------------------------------------------------------------------
 
-    def vacuum(self, retention_hours: float, dry_run: bool = False) -> list[str]:
-        """Delete files not in the table (aborted rounds' staging files) older than retention.
-
-        ``retention_hours`` must exceed the longest open round, or a file being written for
-        the current round could be deleted before it is committed. Runs delta-rs's *full*
-        vacuum: the default mode only removes files the log marks as removed, never files
-        the log has not seen. Returns the relative paths removed.
-        """
+    def _vacuum_files(self, retention_hours: float, dry_run: bool) -> list[str]:
+        """delta-rs's *full* vacuum: the default mode only removes files the log marks as
+        removed, never files the log has not seen (an aborted round's). It skips the
+        dead-letter folder (its leading "_"): that table's files go with its own vacuum."""
         dt = self._table()
         # delta-rs takes whole hours; round UP so a file is never removed earlier than asked.
         hours = math.ceil(retention_hours)
@@ -482,14 +379,7 @@ class DeltaCommitter:
         )
         if not dry_run and self.location.is_local:  # object stores have no folders to drop
             _remove_empty_dirs(os.path.join(self.table_path, STAGING_DIR))
-        if self._dead is not None and DeltaTable.is_deltatable(
-            self._dead.table_path, storage_options=self._dead._options
-        ):
-            # The main table's vacuum skips the dead-letter folder (its leading "_"): the
-            # dead-letter files of aborted rounds go with the dead-letter table's own.
-            dead = self._dead.vacuum(retention_hours, dry_run)
-            removed = [*removed, *(f"{DEAD_LETTER_DIR}/{path}" for path in dead)]
-        return removed
+        return list(removed)
 
 
 def _remove_empty_dirs(root: str) -> None:

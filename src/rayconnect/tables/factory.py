@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.pipelines.sink_config import DeltaSink, IcebergSink, TableSink
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings, UpkeepSchedule
-from rayconnect.tables.base import TableCommitter
+from rayconnect.tables.base import TableCommitter, TableUpkeep
 
 if TYPE_CHECKING:
-    from rayconnect.tables.delta_upkeep import DeltaUpkeep
+    from rayconnect.tables.iceberg import IcebergCommitter
 
 
 def open_committer(
@@ -20,17 +20,7 @@ def open_committer(
     """The committer for ``sink``'s table, for pipeline ``pipeline`` (no IO yet);
     ``record_format``: the source's decoding (None or raw: the raw table)."""
     if isinstance(sink, IcebergSink):
-        from rayconnect.tables.iceberg import IcebergCommitter
-
-        return IcebergCommitter(
-            sink.catalog_properties(),
-            sink.table,
-            sink.location(),
-            pipeline,
-            catalog_name=sink.catalog_name,
-            keep_snapshots=sink.keep_snapshots,
-            record_format=record_format,
-        )
+        return _iceberg_committer(sink, pipeline, record_format)
     if isinstance(sink, DeltaSink):
         from rayconnect.tables.delta import DeltaCommitter
 
@@ -38,11 +28,34 @@ def open_committer(
     raise TypeError(f"no committer for a sink of type {type(sink).__name__}")
 
 
+def _iceberg_committer(
+    sink: IcebergSink, pipeline: str, record_format: RecordFormat | None
+) -> IcebergCommitter:
+    from rayconnect.tables.iceberg import IcebergCommitter
+
+    return IcebergCommitter(
+        sink.catalog_properties(),
+        sink.table,
+        sink.location(),
+        pipeline,
+        catalog_name=sink.catalog_name,
+        keep_snapshots=sink.keep_snapshots,
+        record_format=record_format,
+    )
+
+
 def open_upkeep(
     sink: TableSink, pipeline: str, record_format: RecordFormat | None = None
-) -> DeltaUpkeep | None:
-    """Compaction and log upkeep for ``sink``'s table (no IO yet); None for Iceberg, whose
-    committer expires snapshots and merges manifests as it commits."""
+) -> TableUpkeep:
+    """Upkeep for ``sink``'s table (no IO yet), with table objects of its own: it runs in a
+    thread beside the rounds' committer. A Delta table's: compaction, checkpoints, log
+    cleanup, vacuum; an Iceberg table's: vacuum (its committer expires snapshots and merges
+    manifests as it commits)."""
+    if isinstance(sink, IcebergSink):
+        from rayconnect.tables.iceberg_upkeep import IcebergUpkeep
+
+        committer = _iceberg_committer(sink, pipeline, record_format)
+        return IcebergUpkeep(committer, sink.vacuum_retention_hours)
     if isinstance(sink, DeltaSink):
         from rayconnect.tables.delta_upkeep import DeltaUpkeep
 
@@ -54,7 +67,7 @@ def open_upkeep(
             sink.vacuum_retention_hours,
             record_format,
         )
-    return None
+    raise TypeError(f"no upkeep for a sink of type {type(sink).__name__}")
 
 
 #: how often an Iceberg sink's table is vacuumed (a Delta sink's: ``sink.log.tidy_every_s``)

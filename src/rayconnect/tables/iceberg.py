@@ -47,23 +47,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyarrow import fs
 
 from rayconnect.formats import evolution
 from rayconnect.formats.partitioning import PartitionSpec
 from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema, partition_specs
-from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, is_dead_letter_file
+from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.files import STAGING_DIR, normalize_type, schema_differences
 from rayconnect.storage.location import TableLocation, as_location
-from rayconnect.tables import dead_letters
+from rayconnect.tables.append import APPEND
 from rayconnect.tables.base import (
     CommitConflictError,
+    RoundApply,
     SchemaMismatchError,
-    check_epoch,
-    check_offsets,
+    TableCommitter,
+    VersionWrite,
 )
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ _UPKEEP = set(TABLE_PROPERTIES) - {NUM_RETRIES, "format-version"}
 MAINTAIN_EVERY = 20
 
 
-class IcebergCommitter:
+class IcebergCommitter(TableCommitter):
     """Commits rounds of one pipeline to one Iceberg table; reads back its committed offsets.
 
     Not thread-safe; one per coordinator. ``catalog`` is pyiceberg catalog properties
@@ -102,7 +102,9 @@ class IcebergCommitter:
         catalog_name: str = "rayconnect",
         keep_snapshots: int = 10,
         record_format: RecordFormat | None = None,
+        apply: RoundApply = APPEND,
     ) -> None:
+        self.apply = apply
         self.catalog_properties = dict(catalog)
         self.catalog_name = catalog_name
         self.identifier = identifier
@@ -148,6 +150,13 @@ class IcebergCommitter:
     def summary_key(self, key: str) -> str:
         """Snapshot summary key of a partition's next offset."""
         return f"rayconnect.{self.pipeline}.offset.{key}"
+
+    @property
+    def dead_letter_table(self) -> IcebergCommitter | None:
+        return self._dead
+
+    def exists(self) -> bool:
+        return bool(self.catalog().table_exists(self.identifier))
 
     # -- table -----------------------------------------------------------------------------
 
@@ -289,138 +298,53 @@ class IcebergCommitter:
         """The current coordinator epoch (0 = never claimed)."""
         return self._epoch_of(self._table())
 
-    # -- commit ----------------------------------------------------------------------------
+    # -- the round commit's hooks (the algorithm: ``TableCommitter.commit``) -------------
 
-    def commit(
-        self,
-        files: Sequence[DataFile],
-        offsets: Mapping[str, int],
-        expected: Mapping[str, int | None],
-        metadata: Mapping[str, str] | None = None,
-        epoch: int | None = None,
-    ) -> int:
-        """Add ``files`` and set each partition's offset in ONE snapshot (see the module
-        docstring for why nothing else can land in between). Raises ``StaleEpochError``,
-        ``OffsetMismatchError``, ``SchemaMismatchError`` or ``CommitConflictError``; in
-        every case nothing is committed. Returns the new version (sequence number)."""
-        table = self._table()
-        if epoch is not None:
-            check_epoch(epoch, self._epoch_of(table))
-        self._check_offsets(table, offsets, expected)
-        dead = [f for f in files if is_dead_letter_file(f)]
-        files = [f for f in files if not is_dead_letter_file(f)]
-        footers = {f.path: self._footer(f) for f in files}
-        new_columns = self._new_columns(footers, table) if self.typed else pa.schema([])
-        paths = [self._checked_path(f, table, new_columns, footers[f.path]) for f in files]
-        summary = {self.summary_key(k): str(v) for k, v in sorted(offsets.items())}
-        properties = {
-            self.offsets_property: json.dumps(
-                self._offsets_of(table) | dict(offsets), sort_keys=True
-            )
-        }
-        if epoch is not None:
-            summary[self.epoch_property] = properties[self.epoch_property] = str(epoch)
-        summary.update(metadata or {})
-        if dead:
-            if self._dead is None:
-                raise SchemaMismatchError(f"dead-letter files for a raw table: {dead[0].path}")
-            self._commit_dead_letters(dead, offsets)
-        version = self._write(table, paths, summary, properties, new_columns)
-        self._commits += 1
-        if self._commits % MAINTAIN_EVERY == 0:
-            try:
-                self.expire_snapshots()
-            except Exception:  # upkeep: the commit itself landed
-                log.exception("iceberg %s: expiring snapshots failed", self.identifier)
-        return version
+    def _snapshot(self) -> Any:
+        return self._table()
 
-    def claim_epoch(self) -> int:
-        """Become the coordinator: bump the epoch in a snapshot of its own (no files)."""
-        table = self._table()
-        new_epoch = self._epoch_of(table) + 1
-        self._write(
-            table,
-            [],
-            # "rayconnect.epoch" as in a round's summary (and Delta's claim): history tools
-            # find the claim by it
-            {self.epoch_property: str(new_epoch), "rayconnect.epoch": str(new_epoch)},
-            {self.epoch_property: str(new_epoch)},
-        )
-        return new_epoch
+    def _fence_state(self, read: Any, keys: Sequence[str]) -> tuple[int, dict[str, int | None]]:
+        offsets = self._offsets_of(read)
+        return self._epoch_of(read), {k: offsets.get(k) for k in keys}
 
-    def _check_offsets(
-        self, table: Any, offsets: Mapping[str, int], expected: Mapping[str, int | None]
-    ) -> None:
-        check_offsets(offsets, expected, self._offsets_of(table))
+    def _schema_at(self, read: Any) -> pa.Schema:
+        return _arrow_schema(read)
 
-    def _footer(self, data_file: DataFile) -> pa.Schema:
-        try:
-            return pq.read_schema(self.location.path(data_file.path), filesystem=self.filesystem)
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise SchemaMismatchError(
-                f"{data_file.path}: not a readable Parquet file ({exc})"
-            ) from exc
+    def _add_columns(self, read: Any, columns: pa.Schema) -> tuple[Any, pa.Schema]:
+        """Nothing yet: a schema update goes into the round's own metadata commit."""
+        return read, columns
 
-    def _new_columns(self, footers: Mapping[str, pa.Schema], table: Any) -> pa.Schema:
-        """The columns the round's files (path -> footer schema) bring that the table lacks
-        (``formats.evolution``); a file contradicting the table raises
-        ``SchemaMismatchError`` (nothing committed)."""
-        table_schema = _arrow_schema(table)
-        merged = table_schema
-        for path, footer in footers.items():
-            merged, conflicts = evolution.merge(merged, footer)
-            if conflicts:
-                raise SchemaMismatchError(f"{path}: {'; '.join(conflicts)}")
-        return pa.schema([f for f in merged if f.name not in table_schema.names])
-
-    def _checked_path(
-        self,
-        data_file: DataFile,
-        table: Any,
-        new_columns: pa.Schema | None = None,
-        footer: pa.Schema | None = None,
-    ) -> str:
-        """The file's full path, once its footer (``footer`` if read already) has the
-        table's schema (a typed table's plus ``new_columns``): pyiceberg would find out only
-        half-way through building the snapshot, with a less clear error."""
-        file_schema = footer if footer is not None else self._footer(data_file)
-        table_schema = _arrow_schema(table)
-        if self.typed:
-            grown = pa.schema(list(table_schema) + list(new_columns or []))
-            problems = evolution.merge(grown, file_schema)[1]
-        else:
-            problems = schema_differences(file_schema, table_schema)
-        if problems:
-            raise SchemaMismatchError(
-                f"{data_file.path} does not match the table schema: {'; '.join(problems)}"
-            )
+    def file_entry(self, data_file: DataFile) -> str:
         return self.location.join(data_file.path)
 
-    def _write(
-        self,
-        table: Any,
-        paths: list[str],
-        summary: dict[str, str],
-        properties: dict[str, str],
-        new_columns: pa.Schema | None = None,
-    ) -> int:
-        """One transaction on exactly the metadata ``table`` was read at: properties, the
-        ``new_columns`` (optional), and a snapshot of ``paths``. A concurrent commit makes
-        it fail, never rebase."""
+    def _write(self, read: Any, write: VersionWrite) -> int:
+        """One transaction on exactly the metadata ``read`` was read at: the offsets (each
+        in the snapshot summary, all of the pipeline's in a table property) and the epoch,
+        the ``pending`` columns, and a snapshot of the files. A concurrent commit makes it
+        fail, never rebase."""
         from pyiceberg.exceptions import CommitFailedException
 
-        if table.properties.get(NUM_RETRIES) != "0":
+        if read.properties.get(NUM_RETRIES) != "0":
             raise CommitConflictError(
                 f"{self.identifier}: {NUM_RETRIES} is "
-                f"{table.properties.get(NUM_RETRIES)!r}, not '0': a failed commit would be "
+                f"{read.properties.get(NUM_RETRIES)!r}, not '0': a failed commit would be "
                 "rebased and could land twice; not committing"
             )
+        summary = {self.summary_key(k): str(v) for k, v in sorted(write.offsets.items())}
+        properties = {}
+        if write.offsets:
+            merged = self._offsets_of(read) | write.offsets
+            properties[self.offsets_property] = json.dumps(merged, sort_keys=True)
+        if write.epoch is not None:
+            summary[self.epoch_property] = properties[self.epoch_property] = str(write.epoch)
+        summary.update(write.metadata)
+        paths = list(write.changes.adds)
         try:
-            with table.transaction() as tx:
+            with read.transaction() as tx:
                 tx.set_properties(properties)
-                if new_columns:
+                if len(write.pending):
                     with tx.update_schema() as update:
-                        update.union_by_name(new_columns)
+                        update.union_by_name(write.pending)
                 # Duplicates are excluded by the offsets' compare-and-set; pyiceberg's own
                 # check reads every manifest of the table (slower with every round).
                 tx.add_files(paths, snapshot_properties=summary, check_duplicate_files=False)
@@ -428,41 +352,20 @@ class IcebergCommitter:
             raise CommitConflictError(
                 f"concurrent commit to {self.identifier}; nothing committed: {exc}"
             ) from exc
-        return int(table.metadata.last_sequence_number)
+        return int(read.metadata.last_sequence_number)
 
-    def _commit_dead_letters(self, dead: Sequence[DataFile], offsets: Mapping[str, int]) -> None:
-        """Commit the round's dead letters to the dead-letter table, BEFORE the main commit
-        (``tables.dead_letters``: why that is exactly once); its offsets property moves to
-        ``max(what it had, the round's next offset)`` in the same snapshot."""
-        assert self._dead is not None
-        d = self._dead
-        table = d._table()
-        had = d._offsets_of(table)
-        done = {k: had.get(k, 0) for k in offsets}
-        keep = dead_letters.unseen(dead, done, self.location, d.location, self.filesystem)
-        paths = [d._checked_path(f, table) for f in keep]
-        moved = had | dead_letters.next_offsets(done, offsets)
-        d._write(
-            table,
-            paths,
-            {"rayconnect.deadLetters": "1"},
-            {d.offsets_property: json.dumps(moved, sort_keys=True)},
-        )
-        d._commits += 1
-        if d._commits % MAINTAIN_EVERY == 0:
-            with contextlib.suppress(Exception):  # upkeep: the commit itself landed
-                d.expire_snapshots()
+    def _after_commit(self) -> None:
+        """Every ``MAINTAIN_EVERY`` commits, expire old snapshots."""
+        self._commits += 1
+        if self._commits % MAINTAIN_EVERY == 0:
+            try:
+                self.expire_snapshots()
+            except Exception:  # upkeep: the commit itself landed
+                log.exception("iceberg %s: expiring snapshots failed", self.identifier)
 
-    def _dead_table_exists(self) -> bool:
-        return self._dead is not None and self.catalog().table_exists(self._dead.identifier)
-
-    def dead_letter_counts(self) -> dict[str, int]:
-        """Partition key -> rows in the dead-letter table ({} if it was never made)."""
-        if not self._dead_table_exists():
-            return {}
-        assert self._dead is not None
+    def partition_counts(self) -> dict[str, int]:
         rows = (
-            self._dead._table()
+            self._table()
             .scan(selected_fields=("_kafka_cluster", "_kafka_topic", "_kafka_partition"))
             .to_arrow()
         )
@@ -501,11 +404,9 @@ class IcebergCommitter:
                     found.add(entry.data_file.file_path)
         return found
 
-    def vacuum(self, retention_hours: float, dry_run: bool = False) -> list[str]:
-        """Delete files under the table location that no metadata reaches and that are
-        older than ``retention_hours``: aborted rounds' staging files, and the manifests of
-        expired snapshots. ``retention_hours`` must exceed the longest open round (its
-        files are not in the table yet). Returns the paths removed, relative to the table."""
+    def _vacuum_files(self, retention_hours: float, dry_run: bool) -> list[str]:
+        """Files under the table location that no metadata reaches: aborted rounds'
+        staging files, and the manifests of expired snapshots."""
         referenced = {_same_place(p) for p in self.referenced_files()}
         cutoff = time.time() - retention_hours * 3600
         removed: list[str] = []
@@ -523,10 +424,6 @@ class IcebergCommitter:
             if not dry_run:
                 self.filesystem.delete_file(info.path)
             removed.append(rel)
-        if self._dead_table_exists():
-            assert self._dead is not None
-            dead = self._dead.vacuum(retention_hours, dry_run)
-            removed += [f"{DEAD_LETTER_DIR}/{p}" for p in dead]
         return removed
 
 

@@ -146,13 +146,13 @@ def test_stale_epoch_cannot_commit(sink: rc.IcebergSink, committer: IcebergCommi
 def _released_together(committer: IcebergCommitter, barrier: threading.Barrier) -> None:
     """Hold ``committer`` after its checks passed, until its rival passed them too: both
     then build their commit on the same snapshot."""
-    original = committer._check_offsets
+    original = committer._check_fence
 
     def check_then_wait(*args, **kwargs):
         original(*args, **kwargs)
         barrier.wait(timeout=30)
 
-    committer._check_offsets = check_then_wait  # type: ignore[method-assign]
+    committer._check_fence = check_then_wait  # type: ignore[method-assign]
 
 
 def test_two_committers_racing_on_the_same_round_one_wins_every_time(
@@ -207,7 +207,7 @@ def test_a_zombie_that_passed_its_epoch_check_loses_to_the_new_claim(
     checks when the new one claims; its commit must fail, not be rebased onto the claim."""
     assert committer.claim_epoch() == 1
     rival = new_committer(sink)
-    original = committer._check_offsets
+    original = committer._check_fence
 
     def check_then_rival_claims(*args, **kwargs):
         original(*args, **kwargs)
@@ -215,7 +215,7 @@ def test_a_zombie_that_passed_its_epoch_check_loses_to_the_new_claim(
         claimer.start()
         claimer.join(30)
 
-    committer._check_offsets = check_then_rival_claims  # type: ignore[method-assign]
+    committer._check_fence = check_then_rival_claims  # type: ignore[method-assign]
     with pytest.raises(CommitConflictError):
         committer.commit([stage(table_dir(sink), records(K0, 0, 3))], {K0: 3}, {K0: None}, epoch=1)
     assert rival.epoch() == 2

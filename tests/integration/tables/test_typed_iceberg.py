@@ -129,7 +129,7 @@ def test_dead_letters_exactly_once_when_the_coordinator_dies_between_commits(
     files = stage_round(first, values, 0)
     dead = [f for f in files if f.path.startswith(DEAD_LETTER_DIR)]
     # The first coordinator commits the dead letters, then dies before the main commit.
-    first._commit_dead_letters(dead, {KEY: 4})
+    first.commit_dead_letters(dead, {KEY: 4})
     assert scan(sink, "db.typed_dead_letters").height == 2
     assert first.committed_offsets() == {}
     # Its successor re-reads the round from the table's offsets, with more records now.
