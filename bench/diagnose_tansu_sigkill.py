@@ -33,11 +33,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 import rayconnect as rc
 from rayconnect.actors.source_task import TaskRunner
+from rayconnect.config.source import SourceSettings
 from rayconnect.kafka.admin import create_topic
 from rayconnect.kafka.broker_storage import on_s3
 from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.pipelines.source import prepare_generation
-from rayconnect.pipelines.source_config import SourceSettings
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 
 

@@ -16,11 +16,11 @@ import asyncio
 import time
 
 from rayconnect.actors.source_task import TaskRunner
+from rayconnect.config.source import KafkaTarget, SourceSettings
 from rayconnect.kafka.admin import create_topic
 from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.kafka.transactions import producer, stop_quietly
 from rayconnect.pipelines.source import prepare_generation
-from rayconnect.pipelines.source_config import KafkaTarget, SourceSettings
 from rayconnect.source_tasks import GeneratorSource
 from rayconnect.source_tasks.base import SourceTaskContext, to_bytes
 

@@ -35,13 +35,13 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rayconnect.actors.names import DEFAULT_PARTITIONS_PER_HOST
+from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.protocol.upkeep import CompactSettings, Job, LogSettings, UpkeepSchedule
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables.delta import DeltaCommitter
 from rayconnect.tables.delta_upkeep import DeltaUpkeep
+from rayconnect.tables.files import STAGING_DIR, describe_file
 
 PIPELINE = "soak"
 OUT = Path(__file__).parent / "results" / "upkeep"

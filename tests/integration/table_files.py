@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
 from rayconnect.storage.location import TableLocation
+from rayconnect.tables.files import STAGING_DIR, describe_file
 
 PIPELINE = "pipe"
 K0 = "c1/orders/0"

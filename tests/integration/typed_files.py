@@ -15,8 +15,8 @@ from rayconnect.formats.rows import decode_block, partition_specs
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
 from rayconnect.storage.location import TableLocation
+from rayconnect.tables.files import STAGING_DIR, describe_file
 
 
 def raw(values: list[bytes], start: int, partition: int = 0) -> pa.Table:

@@ -1,5 +1,7 @@
-"""The package's shape, checked: no import cycles (not even through imports placed inside
-functions, which only hide a cycle), no private name used outside its module, no test code
+"""The package's shape, checked: no import cycles between modules (not even through imports
+placed inside functions, which only hide a cycle) nor between packages (the subpackages and
+top-level modules of ``rayconnect`` form a DAG: each can be read knowing only those below
+it), no private name used outside its module, no test code
 shipped in the package, and the pure ``protocol`` kept pure (see test_protocol_purity)."""
 
 from __future__ import annotations
@@ -61,6 +63,21 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
+def _package(module: str) -> str:
+    """The subpackage of ``rayconnect`` a module is in; a top-level module is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        mine = _package(module)
+        packages.setdefault(mine, set()).update(_package(t) for t in targets if _package(t) != mine)
+        for target in targets:
+            packages.setdefault(_package(target), set())
+    return packages
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -103,6 +120,22 @@ def test_the_modules_were_found() -> None:
 
 def test_no_import_cycles_even_through_function_level_imports() -> None:
     assert _cycles(_graph()) == []
+
+
+def test_no_import_cycles_between_packages() -> None:
+    assert _cycles(_package_graph(_graph())) == []
+
+
+def test_the_package_check_finds_a_cycle_no_module_is_in() -> None:
+    modules = {
+        "rayconnect.a.x": {"rayconnect.b.y"},
+        "rayconnect.b.y": set(),
+        "rayconnect.b.z": {"rayconnect.a.w"},
+        "rayconnect.a.w": set(),
+        "rayconnect.c": {"rayconnect.a.x"},
+    }
+    assert _cycles(modules) == []
+    assert _cycles(_package_graph(modules)) == [["rayconnect.a", "rayconnect.b"]]
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:

@@ -42,9 +42,9 @@ import msgspec
 import ray
 
 from rayconnect.actors import names
+from rayconnect.config.sink import SinkPipelineConfig
 from rayconnect.formats.settings import dead_letter_partition, is_dead_letter_file
 from rayconnect.metrics import SinkMetrics
-from rayconnect.pipelines.sink_config import SinkPipelineConfig
 from rayconnect.protocol.coordinator import Coordinator, CoordinatorStatus
 from rayconnect.protocol.effects import (
     Broadcast,

@@ -23,7 +23,7 @@ import msgspec
 import ray
 
 from rayconnect.actors import names
-from rayconnect.pipelines.sink_config import SinkPipelineConfig
+from rayconnect.config.sink import SinkPipelineConfig
 from rayconnect.protocol.enumerator import Enumerator, EnumeratorConfig, EnumeratorSnapshot
 from rayconnect.protocol.enumerator_effects import (
     AssignPartitions,

@@ -17,13 +17,6 @@ def writer(pipeline: str) -> str:
     return f"{pipeline}/writer"
 
 
-#: partitions of one topic per participant host, unless the pipeline says otherwise. Measured
-#: on 2 cores (bench h, 1,024 partitions of one topic, defaults): 64 a host (16 hosts) 74k
-#: rec/s, start-up 39 s, 4.4 GB; 256 (4 hosts) 102k rec/s, 26 s, 3.4 GB. Fewer processes win
-#: where cores are few; a host's CPU is one Python thread, so lower it on a big cluster.
-DEFAULT_PARTITIONS_PER_HOST = 256
-
-
 def participant_host(pipeline: str, key: str, partitions_per_host: int) -> str:
     """The participant host of partition ``key`` (``cluster/topic/partition``):
     ``<pipeline>/participants/<cluster>/<topic>/<n>`` holds the partitions

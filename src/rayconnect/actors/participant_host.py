@@ -41,7 +41,7 @@ import ray
 
 from rayconnect.actors import names
 from rayconnect.actors.reader_calls import ReaderCalls
-from rayconnect.pipelines.sink_config import StartingOffsets
+from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST, StartingOffsets
 from rayconnect.protocol.effects import (
     Flush,
     Pause,
@@ -102,7 +102,7 @@ class ParticipantHostActor:
         commit: CommitSettings,
         clusters: dict[str, ClusterMetadata],
         starting_offsets: StartingOffsets | dict[str, int] = "earliest",
-        partitions_per_host: int = names.DEFAULT_PARTITIONS_PER_HOST,
+        partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST,
     ) -> None:
         self.pipeline = pipeline
         self.name = name

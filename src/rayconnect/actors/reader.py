@@ -33,6 +33,7 @@ import pyarrow as pa
 import ray
 
 from rayconnect.actors import names
+from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.reachability import Reachability, watch
 from rayconnect.metrics import SinkMetrics
@@ -57,7 +58,7 @@ class ReaderActor:
         cluster: ClusterMetadata,
         reader_id: str,
         max_poll_records: int = 50_000,
-        partitions_per_host: int = names.DEFAULT_PARTITIONS_PER_HOST,
+        partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST,
     ) -> None:
         self.pipeline = pipeline
         self.cluster_id = cluster_id

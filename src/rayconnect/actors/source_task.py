@@ -31,11 +31,11 @@ import ray
 from aiokafka.errors import MessageSizeTooLargeError
 
 from rayconnect.actors import names
+from rayconnect.config.source import SourceSettings
 from rayconnect.kafka import compat
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_value
 from rayconnect.kafka.transactions import init_transactions, producer, stop_quietly
-from rayconnect.pipelines.source_config import SourceSettings
 from rayconnect.protocol.outages import OutageWatch
 from rayconnect.protocol.source_task import (
     AbortTransaction,

@@ -40,8 +40,9 @@ import pyarrow as pa
 import ray
 
 from rayconnect.actors import names
+from rayconnect.config.placement import Placement
+from rayconnect.config.spark import SparkSettings
 from rayconnect.formats.settings import RecordFormat
-from rayconnect.pipelines.placement import Placement
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.executor_group import (
@@ -53,7 +54,6 @@ from rayconnect.spark_bridge.executor_group import (
 from rayconnect.spark_bridge.executor_watch import ExecutorWatch
 from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups
 from rayconnect.spark_bridge.session import registered_executors, start_spark, stop_spark
-from rayconnect.spark_bridge.settings import SparkSettings
 from rayconnect.storage.location import TableLocation, as_location
 
 log = logging.getLogger(__name__)

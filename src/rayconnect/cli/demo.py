@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from rayconnect.cli.demo_stage import DemoStage
 from rayconnect.cli.demo_view import LiveView
+from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
 
 PIPELINE = "demo"
 CLUSTER = "local"
@@ -75,7 +76,7 @@ def _victims(partitions: int) -> list[tuple[str, str, str]]:
     from rayconnect.actors import names
 
     part = f"{CLUSTER}/{TOPIC}/{min(1, partitions - 1)}"
-    host = names.participant_host(PIPELINE, part, names.DEFAULT_PARTITIONS_PER_HOST)
+    host = names.participant_host(PIPELINE, part, DEFAULT_PARTITIONS_PER_HOST)
     return [
         ("coordinator", names.coordinator(PIPELINE), "ray.kill"),
         (f"participant host {host.split('/participants/')[1]}", host, "sigkill"),

@@ -103,8 +103,8 @@ class _Tasks:
 
 
 def _committed_offsets(bootstrap: str) -> dict[str, Any]:
+    from rayconnect.config.source import default_offsets_topic
     from rayconnect.kafka.offsets_store import read_offsets
-    from rayconnect.pipelines.source_config import default_offsets_topic
 
     snapshot = asyncio.run(read_offsets(bootstrap, default_offsets_topic(PIPELINE), PIPELINE))
     return dict(snapshot.offsets)

@@ -1,6 +1,6 @@
 """Pipeline files: YAML decoded with msgspec into the very types of the Python API.
 
-A pipeline file is the keyword arguments of ``rayconnect.pipelines.sink_config.SinkPipelineConfig`` written as
+A pipeline file is the keyword arguments of ``rayconnect.config.sink.SinkPipelineConfig`` written as
 YAML, plus ``kind``::
 
     kind: sink                      # sink: Kafka -> Delta
@@ -26,7 +26,7 @@ YAML, plus ``kind``::
     partitions_per_host: 256        # partitions of one topic per participant host process
 
 A source pipeline (KIP-618: any source -> Kafka) is ``rc.SourcePipeline``'s keyword
-arguments (``rayconnect.pipelines.source_config.SourcePipelineConfig``), with the task as a tagged
+arguments (``rayconnect.config.source.SourcePipelineConfig``), with the task as a tagged
 mapping - ``type`` is one of ``files`` (rc.FileSource), ``delta`` (rc.DeltaTableSource),
 ``generator`` (rc.GeneratorSource), each with its constructor's parameters, or ``python``
 for any SourceTask subclass, imported when the file is read::
@@ -68,9 +68,9 @@ from typing import Any
 import msgspec
 import yaml
 
+from rayconnect.config.sink import SinkPipelineConfig
+from rayconnect.config.source import SourcePipelineConfig
 from rayconnect.errors import ConfigError
-from rayconnect.pipelines.sink_config import SinkPipelineConfig
-from rayconnect.pipelines.source_config import SourcePipelineConfig
 
 __all__ = ["KINDS", "PipelineFileError", "load_pipeline_file", "loads_pipeline"]
 

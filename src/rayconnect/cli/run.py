@@ -130,10 +130,10 @@ def _err(message: str) -> None:
 
 def run_command(args) -> int:
     from rayconnect.cli.pipeline_file import load_pipeline_file
+    from rayconnect.config.sink import SinkPipelineConfig
+    from rayconnect.config.source import SourcePipelineConfig
     from rayconnect.errors import ConfigError, DiscoveryError, JavaNotFoundError, PipelineError
     from rayconnect.pipelines.sink import SinkPipeline
-    from rayconnect.pipelines.sink_config import SinkPipelineConfig
-    from rayconnect.pipelines.source_config import SourcePipelineConfig
 
     err = _err
     try:

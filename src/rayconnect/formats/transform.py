@@ -68,7 +68,7 @@ def analyse(sql: str, records: pa.Schema) -> pa.Schema:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "rayconnect.formats.transform_analysis"],
+            [sys.executable, "-m", "rayconnect.spark_bridge.transform_analysis"],
             input=request,
             capture_output=True,
             text=True,

@@ -1,2 +1,2 @@
 """The two pipeline APIs side by side: ``sink`` (Kafka -> table) and ``source`` (any source ->
-Kafka), each with its configuration module, and ``attach`` for either."""
+Kafka), and ``attach`` for either; their settings are in ``rayconnect.config``."""

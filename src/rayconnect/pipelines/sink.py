@@ -16,17 +16,17 @@ from typing import Any
 import ray
 
 from rayconnect.actors import names
-from rayconnect.actors.names import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.aio import run_sync
-from rayconnect.errors import ConfigError, PipelineError, no_such
-from rayconnect.pipelines.placement import Placement
-from rayconnect.pipelines.sink_config import (
+from rayconnect.config.placement import Placement
+from rayconnect.config.sink import (
+    DEFAULT_PARTITIONS_PER_HOST,
     IcebergSink,
     KafkaSource,
     SinkPipelineConfig,
     SparkSettings,
     TableSink,
 )
+from rayconnect.errors import ConfigError, PipelineError, no_such
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import TopicPartition

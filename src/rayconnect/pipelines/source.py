@@ -26,13 +26,13 @@ import ray
 
 from rayconnect.actors import names
 from rayconnect.aio import run_sync
-from rayconnect.errors import ConfigError, PipelineError
-from rayconnect.pipelines.source_config import (
+from rayconnect.config.source import (
     ExactlyOnce,
     KafkaTarget,
     SourcePipelineConfig,
     SourceSettings,
 )
+from rayconnect.errors import ConfigError, PipelineError
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.runtime import Handle, ensure_ray, get_actor, task_actor_names
 from rayconnect.source_tasks.base import SourceTask

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 import ray
 
 from rayconnect.formats import partitioning
+from rayconnect.formats.evolution import schema_differences
 from rayconnect.formats.partitioning import split as split_partitions
 from rayconnect.formats.rows import (
     BadRecordError,
@@ -51,8 +52,8 @@ from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.formats.transform import RECORDS_VIEW, records_schema, row_keys
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.files import STAGING_DIR, describe_file, schema_differences
 from rayconnect.storage.location import TableLocation, as_location
+from rayconnect.tables.files import STAGING_DIR, describe_file
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rayconnect.formats import evolution
+from rayconnect.formats.evolution import schema_differences
 from rayconnect.formats.settings import DEAD_LETTER_DIR, is_dead_letter_file
 from rayconnect.protocol.types import DataFile
-from rayconnect.spark_bridge.files import schema_differences
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables import dead_letters
 

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 
 from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.protocol.types import DataFile
-from rayconnect.spark_bridge.files import describe_file
 from rayconnect.storage.location import TableLocation
+from rayconnect.tables.files import describe_file
 
 
 def unseen(

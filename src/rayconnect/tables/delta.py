@@ -35,16 +35,11 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
 from rayconnect.formats import evolution, partitioning
+from rayconnect.formats.evolution import normalize_type, schema_differences
 from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema, partition_specs
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.files import (
-    STAGING_DIR,
-    delta_stats_json,
-    normalize_type,
-    schema_differences,
-)
 from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.append import APPEND
 from rayconnect.tables.base import (
@@ -59,6 +54,7 @@ from rayconnect.tables.base import (
 )
 from rayconnect.tables.delta_log import NO_LOG_CLEANUP, DeltaLog, LogState
 from rayconnect.tables.delta_txns import TxnVersions
+from rayconnect.tables.files import STAGING_DIR, delta_stats_json
 
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rayconnect.config.sink import DeltaSink, IcebergSink, TableSink
 from rayconnect.formats.settings import RecordFormat
-from rayconnect.pipelines.sink_config import DeltaSink, IcebergSink, TableSink
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings, UpkeepSchedule
 from rayconnect.tables.base import TableCommitter, TableUpkeep
 

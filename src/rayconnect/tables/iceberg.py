@@ -50,12 +50,12 @@ import pyarrow as pa
 from pyarrow import fs
 
 from rayconnect.formats import evolution
+from rayconnect.formats.evolution import normalize_type, schema_differences
 from rayconnect.formats.partitioning import PartitionSpec
 from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema, partition_specs
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.files import STAGING_DIR, normalize_type, schema_differences
 from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.append import APPEND
 from rayconnect.tables.base import (
@@ -65,6 +65,7 @@ from rayconnect.tables.base import (
     TableCommitter,
     VersionWrite,
 )
+from rayconnect.tables.files import STAGING_DIR
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from sink_checks import Produced, kill_landed_in_round, open_round_with_data, ta
 
 import rayconnect as rc
 from rayconnect.actors import names
+from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.runtime import pipeline_actor_names
 
 CLUSTER = sink_checks.CLUSTER
@@ -131,9 +132,7 @@ def test_a_restarted_host_steers_a_reader_that_lived_on_once_the_enumerator_is_b
         enumerator = ray.get_actor(names.enumerator(name), namespace=names.NAMESPACE)
         ray.kill(enumerator, no_restart=True)
         before = sink_checks.produce_into_an_open_round(handle, produced, 300)
-        host = names.participant_host(
-            name, f"{CLUSTER}/{name}/0", names.DEFAULT_PARTITIONS_PER_HOST
-        )
+        host = names.participant_host(name, f"{CLUSTER}/{name}/0", DEFAULT_PARTITIONS_PER_HOST)
         kill(host, "sigkill")
         # the restarted host's machines get their START and seek - into the void
         start = before["txn_id"]

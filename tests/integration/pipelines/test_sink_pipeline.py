@@ -32,6 +32,7 @@ from sink_checks import caught_up as _caught_up
 
 import rayconnect as rc
 from rayconnect.actors import names
+from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.kafka.admin import create_topic, produce_demo_records
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 
@@ -78,7 +79,7 @@ def test_exactly_once_while_every_role_is_killed_mid_round(
     by_role = {
         "coordinator": names.coordinator(name),
         "participant": names.participant_host(
-            name, f"{CLUSTER}/{topic}/1", names.DEFAULT_PARTITIONS_PER_HOST
+            name, f"{CLUSTER}/{topic}/1", DEFAULT_PARTITIONS_PER_HOST
         ),
         "reader": names.reader(name, CLUSTER, 0),
         "writer": names.writer(name),

@@ -23,6 +23,7 @@ import ray
 import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.actors.source_task import TaskRunner
+from rayconnect.config.source import SourceSettings
 from rayconnect.kafka import compat
 from rayconnect.kafka.admin import create_topic
 from rayconnect.kafka.embedded import EmbeddedBroker
@@ -35,7 +36,6 @@ from rayconnect.kafka.offsets_store import (
 )
 from rayconnect.kafka.read_back import read_topic
 from rayconnect.pipelines.source import prepare_generation
-from rayconnect.pipelines.source_config import SourceSettings
 from rayconnect.source_tasks.base import encode_partition
 from rayconnect.source_tasks.generator import sequences
 

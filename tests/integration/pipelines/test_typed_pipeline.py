@@ -24,6 +24,7 @@ from table_files_duckdb import duckdb_delta_rows
 
 import rayconnect as rc
 from rayconnect.actors import names
+from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.kafka.admin import create_topic
 
@@ -162,7 +163,7 @@ def test_json_inferred_evolution_and_dead_letters_exactly_once_through_kills(
         ]
         # Killed mid-round: the coordinator, then the participant host of both partitions.
         host = names.participant_host(
-            "typed", f"{CLUSTER}/{topic.topic}/0", names.DEFAULT_PARTITIONS_PER_HOST
+            "typed", f"{CLUSTER}/{topic.topic}/0", DEFAULT_PARTITIONS_PER_HOST
         )
         feed = Feed(topic, later)
         for victim in (names.coordinator("typed"), host):

@@ -16,7 +16,6 @@ from deltalake import DeltaTable
 from table_files import K0, K1, PIPELINE, records, stage
 
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.files import delta_stats_json, describe_file
 from rayconnect.tables.base import (
     CommitConflictError,
     OffsetMismatchError,
@@ -24,6 +23,7 @@ from rayconnect.tables.base import (
     StaleEpochError,
 )
 from rayconnect.tables.delta import DeltaCommitter
+from rayconnect.tables.files import delta_stats_json, describe_file
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -21,13 +21,14 @@ from ray_tmp import cleaned_ray_tmp
 from rayconnect.actors import names
 from rayconnect.actors.writer import start_writer
 from rayconnect.errors import JavaNotFoundError
+from rayconnect.formats.evolution import schema_differences
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.executor_group import no_room, release, reserve_executors
-from rayconnect.spark_bridge.files import STAGING_DIR, schema_differences
 from rayconnect.spark_bridge.parquet_writer import InputSchemaError
 from rayconnect.spark_bridge.session import require_java, spark_configs
 from rayconnect.tables.delta import DeltaCommitter
+from rayconnect.tables.files import STAGING_DIR
 
 pytestmark = [pytest.mark.timeout(180)]
 

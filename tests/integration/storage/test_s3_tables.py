@@ -26,8 +26,7 @@ import pytest
 from deltalake import DeltaTable
 from table_files import K0, K1, PIPELINE, records, stage
 
-from rayconnect.pipelines.sink_config import ConfigError, DeltaSink
-from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
+from rayconnect.config.sink import ConfigError, DeltaSink
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables.base import (
@@ -37,6 +36,7 @@ from rayconnect.tables.base import (
     StaleEpochError,
 )
 from rayconnect.tables.delta import DeltaCommitter
+from rayconnect.tables.files import STAGING_DIR, describe_file
 
 pytestmark = [pytest.mark.timeout(120)]
 

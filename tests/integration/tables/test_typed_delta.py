@@ -18,10 +18,10 @@ from typed_files import raw, stage_decoded
 from rayconnect.formats.rows import decode_block
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.types import DataFile
-from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables.base import SchemaMismatchError
 from rayconnect.tables.delta import DeltaCommitter, current_schema
+from rayconnect.tables.files import STAGING_DIR, describe_file
 
 pytestmark = [pytest.mark.timeout(60)]
 KEY = "c/t/0"

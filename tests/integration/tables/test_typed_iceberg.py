@@ -19,10 +19,10 @@ from typed_files import raw, stage_decoded
 import rayconnect as rc
 from rayconnect.formats.rows import decode_block
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
-from rayconnect.spark_bridge.files import STAGING_DIR, describe_file
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables.base import SchemaMismatchError
 from rayconnect.tables.factory import open_committer
+from rayconnect.tables.files import STAGING_DIR, describe_file
 from rayconnect.tables.iceberg import IcebergCommitter
 
 pytestmark = [pytest.mark.timeout(120)]

@@ -8,6 +8,7 @@ import pytest
 import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.actors.participant_host import hosts_of
+from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.errors import ConfigError
 
 
@@ -40,4 +41,4 @@ def test_partitions_per_host_below_one_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="partitions_per_host"):
         rc.SinkPipeline("p", rc.KafkaSource(meta), rc.DeltaSink("/tmp/x"), partitions_per_host=0)
     pipeline = rc.SinkPipeline("p", rc.KafkaSource(meta), rc.DeltaSink("/tmp/x"))
-    assert pipeline.config.partitions_per_host == names.DEFAULT_PARTITIONS_PER_HOST
+    assert pipeline.config.partitions_per_host == DEFAULT_PARTITIONS_PER_HOST

@@ -9,15 +9,15 @@ import pytest
 
 import rayconnect as rc
 from rayconnect.cli.pipeline_file import PipelineFileError, load_pipeline_file, loads_pipeline
-from rayconnect.errors import ConfigError
-from rayconnect.pipelines.sink_config import SinkPipelineConfig
-from rayconnect.pipelines.source_config import (
+from rayconnect.config.sink import SinkPipelineConfig
+from rayconnect.config.source import (
     DeltaTask,
     FilesTask,
     GeneratorTask,
     PythonTask,
     SourcePipelineConfig,
 )
+from rayconnect.errors import ConfigError
 
 pytestmark = [pytest.mark.timeout(30)]
 

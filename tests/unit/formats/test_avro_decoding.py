@@ -10,11 +10,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from rayconnect.config.sink import KafkaSource
 from rayconnect.errors import ConfigError
 from rayconnect.formats.avro import AvroDecoder, _varint
 from rayconnect.formats.rows import decode_block, initial_schema
 from rayconnect.metadata.static import StaticMetadataService
-from rayconnect.pipelines.sink_config import KafkaSource
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream
 from rayconnect.schema import RAW_RECORD_SCHEMA
 

@@ -9,9 +9,9 @@ import pytest
 
 import rayconnect as rc
 from rayconnect.cli.pipeline_file import PipelineFileError, loads_pipeline
+from rayconnect.config import placement as placement_module
+from rayconnect.config.placement import matches
 from rayconnect.errors import ConfigError
-from rayconnect.pipelines import placement as placement_module
-from rayconnect.pipelines.placement import matches
 
 pytestmark = [pytest.mark.timeout(30)]
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 import rayconnect as rc
-from rayconnect.pipelines.sink_config import ConfigError
+from rayconnect.config.sink import ConfigError
 from rayconnect.storage.location import StorageError, TableLocation
 
 pytestmark = [pytest.mark.timeout(30)]

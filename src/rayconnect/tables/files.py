@@ -1,4 +1,4 @@
-"""Parquet footers -> ``DataFile`` entries, Delta stats JSON, and schema comparison.
+"""Parquet footers -> ``DataFile`` entries and Delta stats JSON; where files are staged.
 
 Shared by the writer (which describes the files Spark wrote) and the committer (which checks
 every file against the table before committing it). Everything is read from the Parquet
@@ -29,43 +29,6 @@ STAGING_DIR = "staging"
 #: Delta truncates string stats; a longer min/max could be wrong as a bound, so it is left
 #: out (no stat = no file skipping, never a wrong answer).
 MAX_STRING_STAT = 32
-
-
-def normalize_type(t: pa.DataType) -> pa.DataType:
-    """The part of an Arrow type Delta cares about.
-
-    Dropped: nullability, field metadata and list item names (Spark writes ``element``,
-    pyarrow defaults to ``item``), none of which changes how Delta reads the column.
-    """
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(normalize_type(t.value_type))
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, normalize_type(f.type)) for f in t])
-    if pa.types.is_map(t):
-        return pa.map_(normalize_type(t.key_type), normalize_type(t.item_type))
-    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return pa.string()
-    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return pa.binary()
-    return t
-
-
-def schema_differences(file_schema: pa.Schema, table_schema: pa.Schema) -> list[str]:
-    """Human-readable differences that would make the file unreadable as part of the table.
-
-    Empty list = compatible. Column order and nullability are ignored (the table's columns
-    are all nullable; Delta reads files by column name).
-    """
-    problems: list[str] = []
-    file_fields = {f.name: f for f in file_schema}
-    for field in table_schema:
-        other = file_fields.pop(field.name, None)
-        if other is None:
-            problems.append(f"missing column {field.name!r}")
-        elif normalize_type(other.type) != normalize_type(field.type):
-            problems.append(f"column {field.name!r} is {other.type}, table has {field.type}")
-    problems.extend(f"extra column {name!r}" for name in file_fields)
-    return problems
 
 
 def _stat_value(value: Any) -> int | float | str | None:

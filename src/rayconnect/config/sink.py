@@ -14,13 +14,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from rayconnect.actors.names import DEFAULT_PARTITIONS_PER_HOST
+from rayconnect.config.placement import Placement
+from rayconnect.config.spark import SparkSettings
 from rayconnect.errors import ConfigError, require
 from rayconnect.formats.settings import ErrorPolicy, KeyFormat, RecordFormat, ValueFormat
 from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
 from rayconnect.metadata.static import StaticMetadataService
-from rayconnect.pipelines.placement import Placement
 from rayconnect.properties import check_client_properties
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.settings import CommitSettings
@@ -34,8 +34,13 @@ from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 from rayconnect.redact import redacted_repr
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.settings import SparkSettings
 from rayconnect.storage.location import StorageError, TableLocation
+
+#: partitions of one topic per participant host, unless the pipeline says otherwise. Measured
+#: on 2 cores (bench h, 1,024 partitions of one topic, defaults): 64 a host (16 hosts) 74k
+#: rec/s, start-up 39 s, 4.4 GB; 256 (4 hosts) 102k rec/s, 26 s, 3.4 GB. Fewer processes win
+#: where cores are few; a host's CPU is one Python thread, so lower it on a big cluster.
+DEFAULT_PARTITIONS_PER_HOST = 256
 
 StartingOffsets = Literal["earliest", "latest"]
 
