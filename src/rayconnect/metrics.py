@@ -34,6 +34,8 @@ import contextlib
 import threading
 from typing import Any
 
+from rayconnect.protocol.types import TopicPartition
+
 PARTITION_TAGS = ("pipeline", "cluster", "topic", "partition")
 PIPELINE_TAGS = ("pipeline",)
 
@@ -118,8 +120,13 @@ def _registry() -> dict[str, Any]:
 
 
 def _partition_tags(pipeline: str, key: str) -> dict[str, str]:
-    cluster, topic, partition = key.rsplit("/", 2)
-    return {"pipeline": pipeline, "cluster": cluster, "topic": topic, "partition": partition}
+    tp = TopicPartition.from_key(key)
+    return {
+        "pipeline": pipeline,
+        "cluster": tp.cluster,
+        "topic": tp.topic,
+        "partition": str(tp.partition),
+    }
 
 
 class SinkMetrics:

@@ -55,5 +55,6 @@ def stage_decoded(
         if rows.num_rows:
             (table / rel).parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(rows, str(table / rel))
-            files.append(describe_file(location, rel)[0])
+            dead = rel.startswith(DEAD_LETTER_DIR)
+            files.append(describe_file(location, rel, dead_letters=dead)[0])
     return files

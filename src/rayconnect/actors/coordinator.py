@@ -43,7 +43,6 @@ import ray
 
 from rayconnect.actors import names
 from rayconnect.config.sink import SinkPipelineConfig
-from rayconnect.formats.settings import dead_letter_partition, is_dead_letter_file
 from rayconnect.metrics import SinkMetrics
 from rayconnect.protocol.coordinator import Coordinator, CoordinatorStatus
 from rayconnect.protocol.effects import (
@@ -347,7 +346,7 @@ class CoordinatorActor:
                     list(commit.files),
                     commit.offsets,
                     commit.expected,
-                    commit.metadata,
+                    commit.metadata.as_table_metadata(),
                     commit.epoch,
                 ),
                 self.config.commit.write_timeout_s,
@@ -363,13 +362,13 @@ class CoordinatorActor:
             return
         self.commit_latencies.append(time.monotonic() - started)
         self.table_version = version
-        dead = [f for f in commit.files if is_dead_letter_file(f)]
+        dead = [f for f in commit.files if f.dead_letters]
         records = sum(f.records for f in commit.files) - sum(f.records for f in dead)
         self.records_committed += records
         for f in dead:
-            key = dead_letter_partition(f)
-            self.dead_letters[key] = self.dead_letters.get(key, 0) + f.records
-            self._metrics.dead_letters(key, f.records)
+            for key, count in f.dead_letters.items():
+                self.dead_letters[key] = self.dead_letters.get(key, 0) + count
+                self._metrics.dead_letters(key, count)
         await self._apply(lambda: self.machine.commit_succeeded(version, time.monotonic()))
         duration = self.machine.status().last_round_duration_s
         if duration is not None:

@@ -36,6 +36,7 @@ from rayconnect.protocol.enumerator_effects import (
     StopReaders,
 )
 from rayconnect.protocol.messages import GetMetadataUpdateEvent
+from rayconnect.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class EnumeratorActor:
             if names.participant_host(self.config.name, key, pph) == host
         )
         clusters = self._clusters()
-        wanted = {key.rsplit("/", 2)[0] for key in keys}
+        wanted = {TopicPartition.from_key(key).cluster for key in keys}
         return keys, {cid: clusters[cid] for cid in wanted if cid in clusters}
 
     async def status(self) -> dict[str, Any]:

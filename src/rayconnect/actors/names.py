@@ -6,6 +6,8 @@ process (a new driver, ``rc.attach``, the CLI) find a running pipeline's actors 
 
 from __future__ import annotations
 
+from rayconnect.protocol.types import TopicPartition
+
 NAMESPACE = "rayconnect"
 
 
@@ -25,8 +27,8 @@ def participant_host(pipeline: str, key: str, partitions_per_host: int) -> str:
     A pure function of the key, so every actor (coordinator, readers, enumerator, a restarted
     host) finds a partition's host without asking anyone, and a partition that joins later
     (a topic that grows) lands in the host its number says."""
-    cluster, topic, partition = key.rsplit("/", 2)
-    return f"{pipeline}/participants/{cluster}/{topic}/{int(partition) // partitions_per_host}"
+    tp = TopicPartition.from_key(key)
+    return f"{pipeline}/participants/{tp.cluster}/{tp.topic}/{tp.partition // partitions_per_host}"
 
 
 def reader(pipeline: str, cluster: str, index: int) -> str:

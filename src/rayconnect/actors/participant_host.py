@@ -40,6 +40,7 @@ import msgspec
 import ray
 
 from rayconnect.actors import names
+from rayconnect.actors.pieces import Piece
 from rayconnect.actors.reader_calls import ReaderCalls
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST, StartingOffsets
 from rayconnect.protocol.effects import (
@@ -65,10 +66,6 @@ IDLE_TICK_S = 1.0
 POLICY_GATHER_S = 0.05
 #: how long a host gathers its machines' messages before sending them to the coordinator
 SEND_GATHER_S = 0.005
-
-#: One batch from a reader: key, first offset, next offset, records, bytes, the Arrow batch's
-#: object ref (nested in the call's list, so Ray passes the ref, not the batch), caught up.
-Piece = tuple[str, int, int, int, int, Any, bool]
 
 
 class _Slot:
@@ -223,22 +220,28 @@ class ParticipantHostActor:
         again)."""
         by_key: dict[str, list[Piece]] = {}
         for piece in pieces:
-            by_key.setdefault(piece[0], []).append(piece)
+            by_key.setdefault(piece.key, []).append(piece)
         failed: list[str] = []
 
         async def one(slot: _Slot, batch: list[Piece]) -> None:
-            for key, first, next_offset, count, nbytes, ref, caught_up in batch:
-                slot.records_in += count
+            for p in batch:
+                slot.records_in += p.records
                 try:
                     await self._apply(
                         slot,
-                        lambda f=first, n=next_offset, c=count, b=nbytes, r=ref, u=caught_up: (
-                            slot.machine.records(f, n, c, b, r, time.monotonic(), caught_up=u)
+                        lambda p=p: slot.machine.records(
+                            p.first,
+                            p.next_offset,
+                            p.records,
+                            p.nbytes,
+                            p.batch,
+                            time.monotonic(),
+                            caught_up=p.caught_up,
                         ),
                     )
                 except Exception:
-                    log.exception("participant host %s: batch of %s not taken", self.name, key)
-                    failed.append(key)
+                    log.exception("participant host %s: batch of %s not taken", self.name, p.key)
+                    failed.append(p.key)
                     return
 
         await self._for_each(by_key.items(), one)

@@ -33,6 +33,7 @@ import pyarrow as pa
 import ray
 
 from rayconnect.actors import names
+from rayconnect.actors.pieces import Piece
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.reachability import Reachability, watch
@@ -301,7 +302,7 @@ class ReaderActor:
             for key, tp, batch, first in fetches
         }
         while pending:
-            waves: dict[str, list[tuple]] = {}
+            waves: dict[str, list[Piece]] = {}
             sent: dict[str, int] = {}  # key -> first offset of its piece in this wave
             for key, entry in list(pending.items()):
                 tp, batch, first, start, high_watermark = entry
@@ -333,7 +334,7 @@ class ReaderActor:
                 )
                 caught_up = high_watermark is not None and next_offset >= high_watermark
                 waves.setdefault(self._host_of[key], []).append(
-                    (key, first, next_offset, piece.num_rows, piece.nbytes, ref, caught_up)
+                    Piece(key, first, next_offset, piece.num_rows, piece.nbytes, ref, caught_up)
                 )
                 sent[key] = first
                 if end < batch.num_rows:
@@ -346,7 +347,7 @@ class ReaderActor:
             )
             for pieces, result in zip(waves.values(), results, strict=True):
                 if isinstance(result, BaseException):  # the host is restarting
-                    failed = {p[0]: result for p in pieces}
+                    failed = {p.key: result for p in pieces}
                 else:
                     failed = {key: RuntimeError("batch not taken") for key in result}
                 for key, cause in failed.items():

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from rayconnect.protocol.types import TopicPartition
+
 
 @dataclass
 class _Pending:
@@ -67,10 +69,11 @@ class LiveView:
         self.committed = sum(offsets.values())
         committed_rounds, discarded = self.rounds
         lag = status.get("lag") or {}
-        lags = " ".join(
-            f"p{key.rsplit('/', 1)[1]}={'-' if v is None else f'{v:,}'}"
-            for key, v in sorted(lag.items(), key=lambda kv: int(kv[0].rsplit("/", 1)[1]))
+        by_partition = sorted(
+            ((TopicPartition.from_key(k).partition, v) for k, v in lag.items()),
+            key=lambda pv: pv[0],
         )
+        lags = " ".join(f"p{p}={'-' if v is None else f'{v:,}'}" for p, v in by_partition)
         self._print(
             f"rounds {committed_rounds} committed / {discarded} discarded | records "
             f"{self.committed:,} committed / {produced:,} produced | lag {lags or '-'} | "

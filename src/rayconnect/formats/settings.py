@@ -15,7 +15,6 @@ import pyarrow as pa
 
 from rayconnect.errors import ConfigError, require
 from rayconnect.formats.types import TypeNameError, declared_fields
-from rayconnect.protocol.types import DataFile
 
 ValueFormat = Literal["raw", "string", "json", "avro"]
 KeyFormat = Literal["raw", "string", "json"]
@@ -142,22 +141,3 @@ class RecordFormat(msgspec.Struct, frozen=True):
         if self.value_schema is None:
             return None
         return pa.schema(declared_fields(self.value_schema, "source.value_schema"))
-
-
-def is_dead_letter_file(data_file: DataFile) -> bool:
-    """Whether a written file holds dead letters (it is staged in the dead-letter table)."""
-    return data_file.path.startswith(DEAD_LETTER_DIR + "/")
-
-
-def dead_letter_partition(data_file: DataFile) -> str:
-    """The partition key (cluster/topic/partition) of a dead-letter file, from its stats:
-    a file holds one partition's bad records. "?" when the stats leave it out (a cluster or
-    topic name longer than the 32 characters Delta keeps)."""
-    low, high = data_file.stats.min_values, data_file.stats.max_values
-    parts = [low.get(f"{KAFKA_PREFIX}{c}") for c in ("cluster", "topic", "partition")]
-    if any(p is None for p in parts) or any(
-        high.get(f"{KAFKA_PREFIX}{c}") != low.get(f"{KAFKA_PREFIX}{c}")
-        for c in ("cluster", "topic", "partition")
-    ):
-        return "?"
-    return "/".join(str(p) for p in parts)

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from rayconnect.protocol.effects import CommitTable
+from rayconnect.protocol.effects import CommitTable, RoundMetadata
 from rayconnect.protocol.messages import RequestCommit, WriteStatus
 
 
@@ -223,13 +223,11 @@ class CommitState:
             files=tuple(files.values()),
             expected={k: self.start_offsets.get(k) for k in keys},
             offsets={s.partition: s.next_offset for s in statuses},
-            metadata={
-                "rayconnect.pipeline": pipeline,
-                "rayconnect.epoch": str(self.epoch),
-                "rayconnect.txn_id": str(self.txn_id),
-                "rayconnect.partial": str(
-                    bool(self.missing() or self.lost or len(keys) < len(self.statuses))
-                ).lower(),
-                "rayconnect.records": str(sum(s.records for s in statuses)),
-            },
+            metadata=RoundMetadata(
+                pipeline=pipeline,
+                epoch=self.epoch,
+                txn_id=self.txn_id,
+                partial=bool(self.missing() or self.lost or len(keys) < len(self.statuses)),
+                records=sum(s.records for s in statuses),
+            ),
         )

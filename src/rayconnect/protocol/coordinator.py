@@ -421,7 +421,7 @@ class Coordinator(TableMachine[State, Event]):
         self._pending = None
         self._offsets.update(commit.offsets)
         self._committed += 1
-        self._partial += int(commit.metadata["rayconnect.partial"] == "true")
+        self._partial += int(commit.metadata.partial)
         self._last_duration = now - rnd.started_at
         ack = AckCommit(
             epoch=self._epoch,

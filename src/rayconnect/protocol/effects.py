@@ -41,6 +41,28 @@ class Broadcast(_Effect):
     message: Message
 
 
+class RoundMetadata(msgspec.Struct, frozen=True):
+    """What a round's table version records about the round beside its files and offsets
+    (Delta commit info, Iceberg snapshot summary), for history tools and operators."""
+
+    pipeline: str
+    epoch: int
+    txn_id: int
+    #: committed without every partition (some missed the round's deadline)
+    partial: bool
+    records: int
+
+    def as_table_metadata(self) -> dict[str, str]:
+        """The table's spelling: ``rayconnect.<field>`` string values."""
+        return {
+            "rayconnect.pipeline": self.pipeline,
+            "rayconnect.epoch": str(self.epoch),
+            "rayconnect.txn_id": str(self.txn_id),
+            "rayconnect.partial": str(self.partial).lower(),
+            "rayconnect.records": str(self.records),
+        }
+
+
 class CommitTable(_Effect):
     """Commit ``files`` and the partitions' new ``offsets`` as ONE table version.
 
@@ -56,7 +78,7 @@ class CommitTable(_Effect):
     files: tuple[DataFile, ...]
     expected: dict[str, int | None]
     offsets: dict[str, int]
-    metadata: dict[str, str]
+    metadata: RoundMetadata
 
 
 class ReloadTable(_Effect):

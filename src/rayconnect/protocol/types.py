@@ -73,6 +73,9 @@ class DataFile(msgspec.Struct, frozen=True):
     modification_time_ms: int = 0
     stats: FileStats = FileStats()
     shared_by: tuple[str, ...] = ()
+    #: a dead-letter file (bad records, for the dead-letter table): partition key -> its bad
+    #: records in the file, counted when the file was written. Empty: a data file.
+    dead_letters: dict[str, int] = {}
 
 
 class ClusterMetadata(msgspec.Struct, frozen=True):

@@ -552,8 +552,9 @@ def _describe_files(
         groups_of.setdefault(rel, []).append(group)
     for rel, groups in groups_of.items():
         # dead-letter files come with their path from the table root
-        full = rel if rel.startswith(DEAD_LETTER_DIR + "/") else f"{staging_rel}/{rel}"
-        data_file, _ = describe_file(location, full, filesystem)
+        dead = rel.startswith(DEAD_LETTER_DIR + "/")
+        full = rel if dead else f"{staging_rel}/{rel}"
+        data_file, _ = describe_file(location, full, filesystem, dead_letters=dead)
         if len(groups) > 1:
             if keys is None or any(keys[g] is None for g in groups):
                 raise AssertionError(f"{rel} holds groups {groups} without partition keys")

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from rayconnect.formats import evolution
 from rayconnect.formats.evolution import schema_differences
-from rayconnect.formats.settings import DEAD_LETTER_DIR, is_dead_letter_file
+from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.protocol.types import DataFile
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables import dead_letters
@@ -252,8 +252,8 @@ class TableCommitter(abc.ABC):
         if a concurrent commit won the race. Returns the new version."""
         read = self._snapshot()
         self._check_fence(read, offsets, expected, epoch)
-        dead = [f for f in files if is_dead_letter_file(f)]
-        files = [f for f in files if not is_dead_letter_file(f)]
+        dead = [f for f in files if f.dead_letters]
+        files = [f for f in files if not f.dead_letters]
         read, pending = self._grow(read, files)
         changes = self.apply.changes(self, read, files)
         if dead:

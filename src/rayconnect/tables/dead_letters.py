@@ -15,11 +15,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rayconnect.formats.settings import DEAD_LETTER_DIR
-from rayconnect.protocol.types import DataFile
+from rayconnect.protocol.types import DataFile, TopicPartition
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables.files import describe_file
 
@@ -40,7 +41,7 @@ def unseen(
         rel = f.path[len(DEAD_LETTER_DIR) + 1 :]
         rows = pq.read_table(table.path(f.path), filesystem=filesystem)
         keys = [
-            f"{c}/{t}/{p}"
+            TopicPartition(c, t, p).key
             for c, t, p in zip(
                 rows["_kafka_cluster"].to_pylist(),
                 rows["_kafka_topic"].to_pylist(),
@@ -53,13 +54,13 @@ def unseen(
             for k, off in zip(keys, rows["_kafka_offset"].to_pylist(), strict=True)
         ]
         if all(mask):
-            keep.append(DataFile(rel, f.size, f.records, f.modification_time_ms, f.stats))
+            keep.append(msgspec.structs.replace(f, path=rel))
         elif any(mask):
             part = rel.rsplit(".", 1)[0] + f"-from-{uuid.uuid4().hex[:8]}.parquet"
             pq.write_table(
                 rows.filter(pa.array(mask)), dead_table.path(part), filesystem=filesystem
             )
-            keep.append(describe_file(dead_table, part, filesystem)[0])
+            keep.append(describe_file(dead_table, part, filesystem, dead_letters=True)[0])
     return keep
 
 

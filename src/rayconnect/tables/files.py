@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rayconnect.protocol.types import DataFile, FileStats
+from rayconnect.protocol.types import DataFile, FileStats, TopicPartition
 from rayconnect.storage.location import TableLocation, as_location
 
 #: Folder (under the table root) where writers stage files before they are committed. Not
@@ -91,13 +91,15 @@ def footer_stats(metadata: pq.FileMetaData) -> FileStats:
 
 
 def describe_file(
-    table: str | TableLocation, rel_path: str, filesystem: Any = None
+    table: str | TableLocation, rel_path: str, filesystem: Any = None, dead_letters: bool = False
 ) -> tuple[DataFile, pa.Schema]:
     """Build the ``DataFile`` of one Parquet file under the table from its footer.
 
     Reads through the table's filesystem (a local folder or an object store: a footer is one
     ranged GET). ``filesystem`` reuses an open one. Also returns the file's Arrow schema, so
-    a caller can check it without a second read.
+    a caller can check it without a second read. ``dead_letters``: the file holds bad
+    records; their partitions are counted from its ``_kafka_*`` columns (one more read, of
+    a small file: bad records are rare), not guessed from its min/max stats.
     """
     location = as_location(table)
     fs = filesystem if filesystem is not None else location.filesystem()
@@ -114,8 +116,19 @@ def describe_file(
         records=metadata.num_rows,
         modification_time_ms=mtime,
         stats=footer_stats(metadata),
+        dead_letters=_partition_counts(path, fs) if dead_letters else {},
     )
     return data_file, metadata.schema.to_arrow_schema()
+
+
+#: the columns of a decoded row that say which partition it came from
+_COORDINATES = ["_kafka_cluster", "_kafka_topic", "_kafka_partition"]
+
+
+def _partition_counts(path: str, filesystem: Any) -> dict[str, int]:
+    rows = pq.read_table(path, columns=_COORDINATES, filesystem=filesystem)
+    counts = rows.group_by(_COORDINATES).aggregate([([], "count_all")]).to_pylist()
+    return {TopicPartition(*(row[c] for c in _COORDINATES)).key: row["count_all"] for row in counts}
 
 
 def delta_stats_json(data_file: DataFile) -> str:

@@ -84,6 +84,7 @@ def test_dead_letters_exactly_once_when_the_coordinator_dies_between_commits(
     values = [b'{"id":0}', b"bad-1", b'{"id":2}', b"bad-3"]
     files = stage_round(table, values, 0)
     dead = [f for f in files if f.path.startswith(DEAD_LETTER_DIR)]
+    assert [f.dead_letters for f in files] == [{}, {KEY: 2}]  # counted as written
     # The first coordinator commits the dead letters, then dies before the main commit.
     first.commit_dead_letters(dead, {KEY: 4})
     assert pl.read_delta(str(table / DEAD_LETTER_DIR)).height == 2

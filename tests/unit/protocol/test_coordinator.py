@@ -150,8 +150,8 @@ def test_all_reported_commits_then_ack_and_next_start() -> None:
     assert commit.expected == {A: 10, B: 20}
     assert commit.offsets == {A: 15, B: 20}
     assert [f.path for f in commit.files] == ["c1/t/0/f0.parquet"]
-    assert commit.metadata["rayconnect.pipeline"] == "pipe"
-    assert commit.metadata["rayconnect.partial"] == "false"
+    assert commit.metadata.pipeline == "pipe"
+    assert commit.metadata.partial is False
     assert coord.state is State.COMMITTING
     ready = coord.commit_succeeded(version=42, now=12.0)
     assert ready == [
@@ -212,7 +212,7 @@ def test_timeout_commits_the_partitions_that_reported_partially() -> None:
     [commit] = coord.tick(15.0)
     assert isinstance(commit, CommitTable)
     assert commit.expected == {A: 10} and commit.offsets == {A: 15}
-    assert commit.metadata["rayconnect.partial"] == "true"
+    assert commit.metadata.partial is True
     ack, start = coord.commit_succeeded(version=3, now=16.0)
     assert ack == Broadcast(to=(A, B), message=AckCommit(7, 1, 3, {A: 15, B: 20}))
     assert start == Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 15, B: 20}))
@@ -352,7 +352,7 @@ def test_a_lost_participant_is_not_waited_for_after_end() -> None:
     [commit] = ready  # at once, not after write_timeout_s
     assert isinstance(commit, CommitTable)
     assert commit.offsets == {A: 15}  # B keeps its offset
-    assert commit.metadata["rayconnect.partial"] == "true"
+    assert commit.metadata.partial is True
 
 
 def test_a_round_lost_of_another_round_is_ignored() -> None:
@@ -413,7 +413,7 @@ def test_a_file_shared_by_partitions_that_all_reported_it_is_committed_once() ->
     assert isinstance(commit, CommitTable)
     assert sorted(x.path for x in commit.files) == ["c1/t/2/f0.parquet", "host-f0.parquet"]
     assert commit.offsets == {A: 15, B: 22, C: 31}
-    assert commit.metadata["rayconnect.partial"] == "false"
+    assert commit.metadata.partial is False
 
 
 def test_a_partition_is_left_out_with_the_partner_whose_status_never_came() -> None:
@@ -427,7 +427,7 @@ def test_a_partition_is_left_out_with_the_partner_whose_status_never_came() -> N
     assert isinstance(commit, CommitTable)
     assert commit.offsets == {C: 31} and commit.expected == {C: 30}
     assert [x.path for x in commit.files] == ["c1/t/2/f0.parquet"]
-    assert commit.metadata["rayconnect.partial"] == "true"
+    assert commit.metadata.partial is True
     ack, start = coord.commit_succeeded(version=4, now=16.0)
     assert ack.message.offsets == {A: 10, B: 20, C: 31}  # A starts again from the table
     assert start.message == StartCommit(7, 2, {A: 10, B: 20, C: 31})
