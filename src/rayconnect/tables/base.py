@@ -3,7 +3,10 @@
 The table is the only source of truth for committed offsets (design.md, I2), and only the
 coordinator of the newest epoch may commit (I3). Each format keeps both in its own way (Delta
 ``txn`` actions, Iceberg snapshot summaries and table properties); the coordinator sees only
-this interface and these errors, so a new format is one module and one factory entry.
+this interface (``TableCommitter``, ``TableUpkeep``) and these errors, so a new format is
+one module of hooks and one factory entry. The round-commit algorithm itself is here, once
+(``TableCommitter.commit``); how a round's files change the table is a write mode
+(``RoundApply``: ``tables.append``), so a new mode is one small module too.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rayconnect.formats import evolution
-from rayconnect.formats.evolution import schema_differences
 from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.protocol.types import DataFile
 from rayconnect.storage.location import TableLocation
@@ -386,7 +388,7 @@ class TableCommitter(abc.ABC):
                 extra = [n for n in footer.names if n not in grown.names]
                 problems += [f"column {n!r} is not in the table" for n in extra]
         else:
-            problems = schema_differences(footer, table)
+            problems = evolution.schema_differences(footer, table)
         if problems:
             raise SchemaMismatchError(
                 f"{data_file.path} does not match the table schema: {'; '.join(problems)}"

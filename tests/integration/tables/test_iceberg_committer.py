@@ -25,7 +25,7 @@ from rayconnect.tables.base import (
     SchemaMismatchError,
     StaleEpochError,
 )
-from rayconnect.tables.factory import open_committer
+from rayconnect.tables.factory import open_committer, open_upkeep
 from rayconnect.tables.iceberg import MAINTAIN_EVERY, NUM_RETRIES, IcebergCommitter
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -241,6 +241,25 @@ def test_vacuum_removes_uncommitted_files_and_keeps_the_table_whole(
     assert (table_dir(sink) / committed.path).exists()
     assert len(iceberg_rows(sink)) == 3
     assert new_committer(sink).committed_offsets() == {K0: 3}
+
+
+def test_upkeep_tidies_through_the_same_door_as_deltas(tmp_path: Path) -> None:
+    """``open_upkeep`` gives an Iceberg sink a ``TableUpkeep`` too: its tidy vacuums (with
+    a committer of its own), nothing to configure or compact."""
+    sink = rc.IcebergSink(
+        "db.orders", warehouse=str(tmp_path / "warehouse"), vacuum_retention_hours=1
+    )
+    committer = new_committer(sink)
+    committer.commit([stage(table_dir(sink), records(K0, 0, 3))], {K0: 3}, {K0: None})
+    aborted = stage(table_dir(sink), records(K0, 3, 3))
+    old = time.time() - 3 * 3600
+    os.utime(table_dir(sink) / aborted.path, (old, old))
+    upkeep = open_upkeep(sink, PIPELINE)
+    assert upkeep.configure_table() == {}
+    assert upkeep.compact() == {}
+    assert upkeep.tidy() == {"files_vacuumed": 1}
+    assert not (table_dir(sink) / aborted.path).exists()
+    assert len(iceberg_rows(sink)) == 3
 
 
 def test_expiry_and_manifest_merging_keep_the_metadata_small_and_commits_flat(
