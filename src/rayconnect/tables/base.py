@@ -257,14 +257,15 @@ class TableCommitter(abc.ABC):
         dead = [f for f in files if f.dead_letters]
         files = [f for f in files if not f.dead_letters]
         read, pending = self._grow(read, files)
-        changes = self.apply.changes(self, read, files)
         if dead:
             dead_table = self.dead_letter_table
             if dead_table is None:
                 raise SchemaMismatchError(f"dead-letter files for a raw table: {dead[0].path}")
             dead_table.add_dead_letters(dead, offsets, self.location, self.filesystem)
-        write = VersionWrite(changes, dict(offsets), dict(metadata or {}), epoch, pending)
         for attempt in range(1, self.commit_attempts + 1):
+            # the write mode works on the read the version is built on (a retry's too)
+            changes = self.apply.changes(self, read, files)
+            write = VersionWrite(changes, dict(offsets), dict(metadata or {}), epoch, pending)
             try:
                 version = self._write(read, write)
                 break
