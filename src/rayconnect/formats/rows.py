@@ -18,7 +18,9 @@ import pyarrow.compute as pc
 
 from rayconnect.formats import evolution, partitioning
 from rayconnect.formats.base import Decoded, ValueDecoder
+from rayconnect.formats.debezium import unwrap
 from rayconnect.formats.settings import KAFKA_PREFIX, RecordFormat
+from rayconnect.formats.upsert_rows import keyed_rows
 from rayconnect.schema import RAW_RECORD_SCHEMA
 
 _RAW_TO_KAFKA = {
@@ -155,6 +157,7 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
         )
     values = raw.column("value").combine_chunks()
     keys, bad = _decode_keys(raw, fmt)
+    values, deletes = _changes(values, fmt, bad)
     if fmt.max_value_bytes:
         too_long = pc.fill_null(pc.greater(pc.binary_length(values), fmt.max_value_bytes), False)
         for i in pc.indices_nonzero(too_long).to_pylist():
@@ -199,17 +202,49 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
             columns, bad = _reject_where(columns, uses_new, reason, len(values), bad)
             continue
         columns, bad = _reject(columns, name, reason, len(values), bad)
-    if bad and fmt.errors == "stop":
-        first = min(bad)
-        row = raw.slice(first, 1).to_pylist()[0]
-        key = f"{row['cluster']}/{row['topic']}/{row['partition']}"
-        raise BadRecordError(key, row["offset"], bad[first])
     good = _mask_without(raw.num_rows, bad) if bad else None
     good_raw = raw.filter(good) if good is not None else raw
     if keys is not None and good is not None:
         keys = keys.filter(good)
     rows = partitioning.with_derived(_with_coordinates(good_raw, columns, fmt, keys), specs)
+    if deletes is not None:
+        origin = (
+            pc.indices_nonzero(good).to_numpy() if good is not None else np.arange(raw.num_rows)
+        )
+        rows, missing = keyed_rows(
+            rows, deletes.filter(good) if good is not None else deletes, fmt.upsert_keys, origin
+        )
+        bad.update(missing)
+    bad = {i: reason for i, reason in bad.items() if reason is not _UNCHANGED}
+    if bad and fmt.errors == "stop":
+        first = min(bad)
+        row = raw.slice(first, 1).to_pylist()[0]
+        key = f"{row['cluster']}/{row['topic']}/{row['partition']}"
+        raise BadRecordError(key, row["offset"], bad[first])
     return DecodedBlock(conform_to_table(rows, table_schema), _dead_letters(raw, bad))
+
+
+#: the "reason" of a record that changes nothing (Debezium's tombstone after a delete): left
+#: out of the rows like a bad record, but no dead letter
+_UNCHANGED = "\0unchanged"
+
+
+def _changes(
+    values: pa.Array, fmt: RecordFormat, bad: dict[int, str]
+) -> tuple[pa.Array, pa.Array | None]:
+    """An upsert table's values as rows to decode and whether each deletes its key;
+    ``bad`` gains the change events that cannot apply and, as ``_UNCHANGED``, those that
+    change nothing. Append tables: the values as they are, no flags."""
+    if not fmt.upsert_keys:
+        return values, None
+    if fmt.envelope == "none":
+        return values, pc.is_null(values)
+    unwrapped = unwrap(values)
+    for i, reason in unwrapped.bad.items():
+        bad.setdefault(i, reason)
+    for i in unwrapped.skipped:
+        bad.setdefault(i, _UNCHANGED)
+    return unwrapped.rows, unwrapped.delete
 
 
 def _reject(

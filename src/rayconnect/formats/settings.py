@@ -19,6 +19,7 @@ from rayconnect.formats.types import TypeNameError, declared_fields
 ValueFormat = Literal["raw", "string", "json", "avro"]
 KeyFormat = Literal["raw", "string", "json"]
 ErrorPolicy = Literal["stop", "dead_letter"]
+Envelope = Literal["none", "debezium"]
 
 #: Where dead letters are staged and committed: a Delta table of its own inside the table's
 #: folder. Its leading ``_`` hides it from the main table's vacuum; the main table's log
@@ -61,6 +62,12 @@ class RecordFormat(msgspec.Struct, frozen=True):
     transform: str | None = None
     #: the transform's output schema (Arrow IPC), from its analysis before start
     transform_schema: bytes | None = None
+    #: ``debezium``: each value is a change event and its row is ``after`` (``before`` for
+    #: a delete) - ``formats.debezium``; ``none``: the value is the row
+    envelope: Envelope = "none"
+    #: an upsert table's key columns (the sink's ``key_columns``); empty: append. Rows then
+    #: carry whether they delete their key (``formats.upsert_rows``)
+    upsert_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         require(
@@ -105,6 +112,7 @@ class RecordFormat(msgspec.Struct, frozen=True):
                 "transform needs rows whose columns are known before start: value_format "
                 "string or avro, or json with a value_schema",
             )
+        self._check_upsert()
         if self.typed:
             return
         require(not self.partition_by, "sink.partition_by needs a typed source.value_format")
@@ -118,6 +126,34 @@ class RecordFormat(msgspec.Struct, frozen=True):
             "source.errors/key_format need a value_format other than raw (nothing in a raw "
             "record can be bad)",
         )
+
+    def _check_upsert(self) -> None:
+        require(
+            self.envelope == "none" or self.value_format == "json",
+            f"source.envelope {self.envelope} needs value_format json, not {self.value_format!r}",
+        )
+        require(
+            self.envelope == "none" or bool(self.upsert_keys),
+            "source.envelope debezium needs sink.write_mode upsert (change events fold into "
+            "rows by key; to keep the events themselves, read them with envelope none)",
+        )
+        if not self.upsert_keys:
+            return
+        require(self.typed, "sink.write_mode upsert needs a typed source.value_format")
+        require(self.transform is None, "sink.write_mode upsert cannot take a transform yet")
+        require(not self.partition_by, "sink.write_mode upsert cannot take partition_by yet")
+        reserved = [k for k in self.upsert_keys if k.startswith(KAFKA_PREFIX)]
+        require(not reserved, f"sink.key_columns: {reserved} are rayconnect's columns, not keys")
+        declared = self.declared_schema()
+        if declared is not None:
+            keys = self.key_struct()
+            known = set(declared.names) | ({f.name for f in keys} if keys else set())
+            unknown = [k for k in self.upsert_keys if k not in known]
+            require(
+                not unknown,
+                f"sink.key_columns: {unknown} are in neither source.value_schema nor "
+                "source.key_schema",
+            )
 
     @property
     def typed(self) -> bool:

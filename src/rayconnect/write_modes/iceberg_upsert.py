@@ -1,0 +1,49 @@
+"""An upsert round into an Iceberg table: delete the round's keys, append its rows, in the
+transaction that carries the round's offsets - one atomic catalog commit.
+
+pyiceberg (0.12) writes no equality or position deletes of its own accord: its DELETE is
+copy-on-write (files whose statistics exclude every key are not read; a file whose rows all
+match is dropped whole; others rewritten without the matched rows). So a round is a
+copy-on-write overwrite of the files holding its keys, then an append of the new rows; both
+are staged in the committer's transaction, which the catalog swaps in only on exactly the
+metadata it read (no retry, no rebase: ``tables/iceberg.py``), so a concurrent rewrite of one
+of those files or a rival coordinator's commit fails this one, never both landing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rayconnect.write_modes.fold import Folded
+
+
+def upsert_round(
+    tx: Any,
+    folded: Folded,
+    key_columns: Sequence[str],
+    summary: Mapping[str, str],
+) -> None:
+    """Stage ``folded`` in ``tx`` (a pyiceberg ``Transaction``): every key of the round
+    deleted, then the round's rows appended with ``summary`` as the snapshot's summary."""
+    keys = pa.concat_tables([folded.rows.select(list(key_columns)), folded.deleted])
+    if keys.num_rows:
+        tx.delete(_match(keys, key_columns), snapshot_properties=dict(summary))
+    if folded.rows.num_rows or not keys.num_rows:
+        tx.append(folded.rows, snapshot_properties=dict(summary))
+
+
+def _match(keys: pa.Table, key_columns: Sequence[str]) -> Any:
+    """An Iceberg filter matching exactly ``keys``: ``In`` for one key column, an ``Or`` of
+    ``And``s for several (pyiceberg's own upsert builds it the same way)."""
+    from pyiceberg.expressions import And, EqualTo, In, Or
+
+    if len(key_columns) == 1:
+        (name,) = key_columns
+        return In(name, pc.unique(keys.column(name)).to_pylist())
+    unique = keys.group_by(list(key_columns)).aggregate([]).to_pylist()
+    terms = [And(*[EqualTo(c, row[c]) for c in key_columns]) for row in unique]
+    return terms[0] if len(terms) == 1 else Or(*terms)

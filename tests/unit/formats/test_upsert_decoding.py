@@ -1,0 +1,121 @@
+"""An upsert table's blocks decoded without IO: each row's key and delete flag, from plain
+records (a tombstone deletes, its key from the record key) and from Debezium change events
+(tombstones skipped without a dead letter), and the changes that cannot apply as dead
+letters with their reason; the settings that cannot work refused before start."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from test_json_decoding import raw
+
+from rayconnect.errors import ConfigError
+from rayconnect.formats.rows import BadRecordError, decode_block
+from rayconnect.formats.settings import RecordFormat
+from rayconnect.write_modes.fold import DELETE_COLUMN
+
+KEYED = dict(
+    value_format="json",
+    key_format="json",
+    key_schema={"id": "long"},
+    include_key=True,
+    errors="dead_letter",
+    upsert_keys=("id",),
+)
+
+
+def _rows(block) -> list[tuple]:
+    return [
+        (r["_kafka_offset"], r["id"], r.get("v"), r[DELETE_COLUMN]) for r in block.rows.to_pylist()
+    ]
+
+
+def _raw_keyed(items: list[tuple[bytes | None, bytes | None]]) -> pa.Table:
+    table = raw([v for _, v in items])
+    return table.set_column(
+        table.column_names.index("key"), "key", pa.array([k for k, _ in items], pa.binary())
+    )
+
+
+def test_plain_records_upsert_and_a_tombstone_deletes_the_key_the_record_key_names():
+    block = decode_block(
+        _raw_keyed(
+            [
+                (b'{"id":1}', b'{"id":1,"v":"a"}'),
+                (b'{"id":2}', None),  # tombstone: the key from the record key
+                (b'{"id":3}', b'{"v":"c"}'),  # the row lacks its key: the record key's
+            ]
+        ),
+        RecordFormat(**KEYED),
+        None,
+    )
+    assert _rows(block) == [(0, 1, "a", False), (1, 2, None, True), (2, 3, "c", False)]
+    assert block.dead_letters.num_rows == 0
+
+
+def test_a_change_with_no_key_anywhere_is_a_dead_letter_with_the_reason():
+    fmt = RecordFormat(value_format="json", errors="dead_letter", upsert_keys=("id",))
+    block = decode_block(raw([b'{"id":1,"v":"a"}', b'{"v":"b"}', None]), fmt, None)
+    assert _rows(block) == [(0, 1, "a", False)]
+    assert block.dead_letters.column("_kafka_offset").to_pylist() == [1, 2]
+    assert set(block.dead_letters.column("reason").to_pylist()) == {
+        "key column(s) ['id']: not all in the row or the record key"
+    }
+    with pytest.raises(BadRecordError, match="key column"):
+        decode_block(
+            raw([b'{"v":"b"}']), RecordFormat(value_format="json", upsert_keys=("id",)), None
+        )
+
+
+def test_debezium_events_become_rows_and_deletes_and_tombstones_change_nothing():
+    events = [
+        {"op": "r", "after": {"id": 1, "v": "a"}},
+        {"op": "u", "before": None, "after": {"id": 1, "v": "b"}},
+        {"op": "d", "before": {"id": 1, "v": None}, "after": None},
+        None,  # Debezium's tombstone after the delete
+        {"op": "c", "after": {"v": "no id"}},
+        {"op": "q", "after": {"id": 5}},
+    ]
+    fmt = RecordFormat(
+        value_format="json", envelope="debezium", errors="dead_letter", upsert_keys=("id",)
+    )
+    block = decode_block(
+        raw([None if e is None else json.dumps(e).encode() for e in events]), fmt, None
+    )
+    assert _rows(block) == [(0, 1, "a", False), (1, 1, "b", False), (2, 1, None, True)]
+    assert dict(
+        zip(
+            block.dead_letters.column("_kafka_offset").to_pylist(),
+            block.dead_letters.column("reason").to_pylist(),
+            strict=True,
+        )
+    ) == {
+        4: "key column(s) ['id']: not all in the row or the record key",
+        5: "debezium envelope: op must be one of c, r, u, d, not 'q'",
+    }
+
+
+def test_append_tables_are_unchanged_by_the_upsert_path():
+    block = decode_block(raw([b'{"id":1}', None]), RecordFormat(value_format="json"), None)
+    assert DELETE_COLUMN not in block.rows.column_names and block.rows.num_rows == 2
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (dict(value_format="json", envelope="debezium"), "needs sink.write_mode upsert"),
+        (
+            dict(value_format="avro", avro_schema="{}", envelope="debezium", upsert_keys=("id",)),
+            "needs value_format json",
+        ),
+        (dict(value_format="raw", upsert_keys=("id",)), "typed"),
+        (dict(value_format="json", upsert_keys=("_kafka_offset",)), "rayconnect's columns"),
+        (dict(value_format="json", value_schema={"v": "string"}, upsert_keys=("id",)), "neither"),
+        (dict(value_format="json", partition_by=("v",), upsert_keys=("id",)), "partition_by"),
+    ],
+)
+def test_settings_an_upsert_table_cannot_take_are_refused(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        RecordFormat(**settings)
