@@ -17,7 +17,7 @@ import msgspec
 from rayconnect.config.placement import Placement
 from rayconnect.config.spark import SparkSettings
 from rayconnect.errors import ConfigError, require
-from rayconnect.formats.settings import ErrorPolicy, KeyFormat, RecordFormat, ValueFormat
+from rayconnect.formats.settings import Envelope, ErrorPolicy, KeyFormat, RecordFormat, ValueFormat
 from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
 from rayconnect.metadata.static import StaticMetadataService
@@ -43,6 +43,7 @@ from rayconnect.storage.location import StorageError, TableLocation
 DEFAULT_PARTITIONS_PER_HOST = 256
 
 StartingOffsets = Literal["earliest", "latest"]
+WriteMode = Literal["append", "upsert"]
 
 
 class KafkaSource(msgspec.Struct, frozen=True):
@@ -73,6 +74,9 @@ class KafkaSource(msgspec.Struct, frozen=True):
     include_headers: bool = False
     errors: ErrorPolicy = "stop"
     max_value_bytes: int = 0
+    #: ``debezium``: each value is a Debezium change event (op c/r/u/d, before/after), and
+    #: the row is ``after`` (``before`` for a delete); needs ``sink.write_mode: upsert``
+    envelope: Envelope = "none"
 
     __repr__ = redacted_repr
 
@@ -118,6 +122,7 @@ class KafkaSource(msgspec.Struct, frozen=True):
             include_headers=self.include_headers,
             errors=self.errors,
             max_value_bytes=self.max_value_bytes,
+            envelope=self.envelope,
         )
 
     def streams(self) -> tuple[KafkaStream, ...]:
@@ -154,11 +159,17 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     partition_by: tuple[str, ...] = ()
     compact: CompactSettings = CompactSettings()
     log: LogSettings = LogSettings()
+    #: ``append``: every record is a row; ``upsert``: the table holds one row per key, the
+    #: last change of each (a tombstone or a Debezium delete removes it) - ``write_modes``
+    write_mode: WriteMode = "append"
+    #: upsert: the key's columns; empty: the record key's fields (``source.key_schema``)
+    key_columns: tuple[str, ...] = ()
 
     __repr__ = redacted_repr  # storage options hold credentials
 
     def __post_init__(self) -> None:
         require(bool(self.path), "sink.path is empty")
+        check_write_mode(self.write_mode, self.key_columns)
         require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
         unknown = [c for c in self.compact.zorder_by if c not in RAW_RECORD_SCHEMA.names]
         require(
@@ -200,6 +211,11 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     storage_options: dict[str, str] = {}
     #: partition spec of a typed table: ``col`` (identity) or ``name=day(col)``/``hour(col)``
     partition_by: tuple[str, ...] = ()
+    #: ``append``: every record is a row; ``upsert``: the table holds one row per key, the
+    #: last change of each (a tombstone or a Debezium delete removes it) - ``write_modes``
+    write_mode: WriteMode = "append"
+    #: upsert: the key's columns; empty: the record key's fields (``source.key_schema``)
+    key_columns: tuple[str, ...] = ()
 
     __repr__ = redacted_repr  # catalog properties and storage options may hold credentials
 
@@ -217,6 +233,7 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
         )
         require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
         require(self.keep_snapshots >= 1, "sink.keep_snapshots must be >= 1")
+        check_write_mode(self.write_mode, self.key_columns)
         try:
             self.location()
         except StorageError as e:
@@ -300,6 +317,18 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
             # (a transform's partition columns are known once it is analysed)
             partition_specs(self.record_format())  # ConfigError naming the bad entry
 
+    def key_columns(self) -> tuple[str, ...]:
+        """An upsert table's key: the sink's ``key_columns``, else the record key's fields."""
+        if self.sink.key_columns:
+            return self.sink.key_columns
+        require(
+            self.source.key_schema is not None,
+            "sink.write_mode upsert needs sink.key_columns, or source.key_format json with a "
+            "key_schema whose fields are the key",
+        )
+        assert self.source.key_schema is not None
+        return tuple(self.source.key_schema)
+
     def analysed(self) -> SinkPipelineConfig:
         """This config with its transform analysed (a local Spark in a child process, ~5 s;
         ``ConfigError`` if the statement is wrong); itself if it has none."""
@@ -311,8 +340,16 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self, transform_schema=fmt.transform_schema)
 
     def record_format(self) -> RecordFormat:
-        """How records become rows: the source's format, partitioned as the sink says."""
+        """How records become rows: the source's format, partitioned and keyed as the sink
+        says."""
         fmt = self.source.record_format()
+        if self.sink.write_mode == "upsert":
+            fmt = msgspec.structs.replace(fmt, upsert_keys=self.key_columns())
+        require(
+            fmt.envelope == "none" or bool(fmt.upsert_keys),
+            "source.envelope debezium needs sink.write_mode upsert (change events fold into "
+            "rows by key; to keep the events themselves, read them with envelope none)",
+        )
         if self.transform is not None:
             fmt = msgspec.structs.replace(
                 fmt, transform=self.transform, transform_schema=self.transform_schema
@@ -324,6 +361,15 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
             partition_by=self.sink.partition_by,
             partition_values_in_files=isinstance(self.sink, IcebergSink),
         )
+
+
+def check_write_mode(write_mode: str, key_columns: tuple[str, ...]) -> None:
+    """``key_columns`` are an upsert table's, and name each column once."""
+    require(
+        write_mode == "upsert" or not key_columns,
+        "sink.key_columns are for write_mode upsert (an append table keeps every record)",
+    )
+    require(len(set(key_columns)) == len(key_columns), f"sink.key_columns repeat: {key_columns}")
 
 
 def _read_avsc(path: str | None) -> str | None:

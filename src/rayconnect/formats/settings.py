@@ -132,11 +132,6 @@ class RecordFormat(msgspec.Struct, frozen=True):
             self.envelope == "none" or self.value_format == "json",
             f"source.envelope {self.envelope} needs value_format json, not {self.value_format!r}",
         )
-        require(
-            self.envelope == "none" or bool(self.upsert_keys),
-            "source.envelope debezium needs sink.write_mode upsert (change events fold into "
-            "rows by key; to keep the events themselves, read them with envelope none)",
-        )
         if not self.upsert_keys:
             return
         require(self.typed, "sink.write_mode upsert needs a typed source.value_format")

@@ -12,6 +12,7 @@ one module of hooks and one factory entry. The round-commit algorithm itself is 
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -24,6 +25,9 @@ from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.protocol.types import DataFile
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables import dead_letters
+from rayconnect.write_modes.fold import DELETE_COLUMN
+
+log = logging.getLogger(__name__)
 
 #: The key of the coordinator epoch beside the partition keys (never a partition).
 COORDINATOR_KEY = "_coordinator"
@@ -116,10 +120,14 @@ def check_epoch(epoch: int | None, current: int) -> None:
 
 class RoundChanges(msgspec.Struct, frozen=True):
     """What a round does to the table besides moving its offsets, in the format's own terms
-    (``TableCommitter.file_entry``): the files it adds. A write mode that replaces rows
-    (upsert) will add what it removes here."""
+    (``TableCommitter.file_entry``): the files it adds (append), or the rows it upserts and
+    the keys it deletes (``tables.upsert.UpsertRound``: each format writes them its own
+    way). ``discard``: staged files the version does not reference (an upsert round's,
+    whose rows it rewrote), deleted once it landed."""
 
     adds: tuple[Any, ...] = ()
+    upsert: Any = None
+    discard: tuple[str, ...] = ()
 
 
 class RoundApply(Protocol):
@@ -281,8 +289,19 @@ class TableCommitter(abc.ABC):
                     self._check_fence(read, offsets, expected, epoch)
                 except OffsetMismatchError:
                     raise conflict from None
+        self._discard(changes.discard)
         self._after_commit()
         return version
+
+    def _discard(self, paths: Sequence[str]) -> None:
+        """Delete staged files no version references (best effort: vacuum finds any left)."""
+        for path in paths:
+            try:
+                self.filesystem.delete_file(self.location.path(path))
+            except OSError as exc:
+                log.warning(
+                    "%s: staged file %s not deleted (vacuum will): %s", self.table_path, path, exc
+                )
 
     def claim_epoch(self) -> int:
         """Become the coordinator: bump the epoch in a version of its own (no files) and
@@ -369,12 +388,16 @@ class TableCommitter(abc.ABC):
         return read, pending
 
     def _footer(self, data_file: DataFile) -> pa.Schema:
+        """The file's columns as the table would hold them (an upsert round's delete flag
+        is the write mode's, never a table column)."""
         try:
-            return pq.read_schema(self.location.path(data_file.path), filesystem=self.filesystem)
+            schema = pq.read_schema(self.location.path(data_file.path), filesystem=self.filesystem)
         except (OSError, pa.ArrowInvalid) as exc:
             raise SchemaMismatchError(
                 f"{data_file.path}: not a readable Parquet file ({exc})"
             ) from exc
+        flag = schema.get_field_index(DELETE_COLUMN)
+        return schema if flag < 0 else schema.remove(flag)
 
     def _check_file(
         self, data_file: DataFile, footer: pa.Schema, table: pa.Schema, pending: pa.Schema

@@ -36,7 +36,12 @@ from deltalake.transaction import AddAction, CommitProperties, Transaction
 
 from rayconnect.formats import evolution, partitioning
 from rayconnect.formats.evolution import normalize_type, schema_differences
-from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema, partition_specs
+from rayconnect.formats.rows import (
+    DEAD_LETTER_SCHEMA,
+    conform_to_table,
+    initial_schema,
+    partition_specs,
+)
 from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
@@ -55,6 +60,9 @@ from rayconnect.tables.base import (
 from rayconnect.tables.delta_log import NO_LOG_CLEANUP, DeltaLog, LogState
 from rayconnect.tables.delta_txns import TxnVersions
 from rayconnect.tables.files import STAGING_DIR, delta_stats_json
+from rayconnect.tables.upsert import UpsertRound
+from rayconnect.write_modes.delta_merge import merge_round
+from rayconnect.write_modes.fold import Folded
 
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168
@@ -316,14 +324,18 @@ class DeltaCommitter(TableCommitter):
         read_version = read.version()
         commit_id = uuid.uuid4().hex
         metadata = {**write.metadata, _COMMIT_ID: commit_id}
+        commit = CommitProperties(app_transactions=txns, custom_metadata=metadata)
         try:
-            read.create_write_transaction(
-                list(write.changes.adds),
-                "append",
-                self._table_arrow_schema(read),
-                commit_properties=CommitProperties(app_transactions=txns, custom_metadata=metadata),
-                post_commithook_properties=NO_LOG_CLEANUP,
-            )
+            if write.changes.upsert is not None:
+                self._merge(read, write.changes.upsert, commit)
+            else:
+                read.create_write_transaction(
+                    list(write.changes.adds),
+                    "append",
+                    self._table_arrow_schema(read),
+                    commit_properties=commit,
+                    post_commithook_properties=NO_LOG_CLEANUP,
+                )
         except CommitFailedError as exc:
             raise CommitConflictError(
                 f"a concurrent commit to {self.table_path} conflicted (this commit's app ids: "
@@ -331,6 +343,14 @@ class DeltaCommitter(TableCommitter):
             ) from exc
         read.update_incremental()
         return self._find_commit(commit_id, read_version, read.version())
+
+    def _merge(self, read: DeltaTable, upsert: UpsertRound, commit: CommitProperties) -> None:
+        """An upsert round as one MERGE (``write_modes.delta_merge``), its rows in the
+        table's columns (a column the round's rows lack is null: a row is its record)."""
+        schema = self._table_arrow_schema(read)
+        rows = conform_to_table(upsert.folded.rows, schema).select(schema.names)
+        folded = Folded(rows, upsert.folded.deleted)
+        merge_round(read, folded, upsert.key_columns, commit, NO_LOG_CLEANUP)
 
     def _after_commit(self) -> None:
         """None: a Delta table's upkeep is ``DeltaUpkeep``'s, on its own schedule."""

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from rayconnect.config.sink import DeltaSink, IcebergSink, TableSink
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings, UpkeepSchedule
-from rayconnect.tables.base import TableCommitter, TableUpkeep
+from rayconnect.tables.append import APPEND
+from rayconnect.tables.base import RoundApply, TableCommitter, TableUpkeep
 
 if TYPE_CHECKING:
     from rayconnect.tables.iceberg import IcebergCommitter
@@ -24,7 +25,9 @@ def open_committer(
     if isinstance(sink, DeltaSink):
         from rayconnect.tables.delta import DeltaCommitter
 
-        return DeltaCommitter(sink.location(), pipeline, record_format=record_format)
+        return DeltaCommitter(
+            sink.location(), pipeline, record_format=record_format, apply=write_mode(record_format)
+        )
     raise TypeError(f"no committer for a sink of type {type(sink).__name__}")
 
 
@@ -41,7 +44,17 @@ def _iceberg_committer(
         catalog_name=sink.catalog_name,
         keep_snapshots=sink.keep_snapshots,
         record_format=record_format,
+        apply=write_mode(record_format),
     )
+
+
+def write_mode(record_format: RecordFormat | None) -> RoundApply:
+    """How a round's files change the table: upserted by key if the format has keys."""
+    if record_format is not None and record_format.upsert_keys:
+        from rayconnect.tables.upsert import Upsert
+
+        return Upsert(record_format.upsert_keys)
+    return APPEND
 
 
 def open_upkeep(

@@ -66,6 +66,7 @@ from rayconnect.tables.base import (
     VersionWrite,
 )
 from rayconnect.tables.files import STAGING_DIR
+from rayconnect.write_modes.iceberg_upsert import upsert_round
 
 log = logging.getLogger(__name__)
 
@@ -346,9 +347,13 @@ class IcebergCommitter(TableCommitter):
                 if len(write.pending):
                     with tx.update_schema() as update:
                         update.union_by_name(write.pending)
-                # Duplicates are excluded by the offsets' compare-and-set; pyiceberg's own
-                # check reads every manifest of the table (slower with every round).
-                tx.add_files(paths, snapshot_properties=summary, check_duplicate_files=False)
+                if write.changes.upsert is not None:
+                    upsert = write.changes.upsert
+                    upsert_round(tx, upsert.folded, upsert.key_columns, summary)
+                else:
+                    # Duplicates are excluded by the offsets' compare-and-set; pyiceberg's
+                    # own check reads every manifest of the table (slower every round).
+                    tx.add_files(paths, snapshot_properties=summary, check_duplicate_files=False)
         except CommitFailedException as exc:
             raise CommitConflictError(
                 f"concurrent commit to {self.identifier}; nothing committed: {exc}"

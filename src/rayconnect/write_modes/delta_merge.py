@@ -28,6 +28,7 @@ def merge_round(
     folded: Folded,
     key_columns: Sequence[str],
     commit_properties: object,
+    post_commithook_properties: object = None,
 ) -> dict[str, int]:
     """MERGE ``folded`` into ``dt`` (a ``deltalake.DeltaTable``) and commit it with
     ``commit_properties``; returns delta-rs's merge metrics (rows and files touched)."""
@@ -41,6 +42,7 @@ def merge_round(
             source_alias=_SOURCE,
             target_alias=_TARGET,
             commit_properties=commit_properties,
+            post_commithook_properties=post_commithook_properties,
         )
         .when_matched_delete(f"{_SOURCE}.`{flag}`")
         .when_matched_update_all(keep, except_cols=[flag])

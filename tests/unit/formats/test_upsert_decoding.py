@@ -105,7 +105,6 @@ def test_append_tables_are_unchanged_by_the_upsert_path():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (dict(value_format="json", envelope="debezium"), "needs sink.write_mode upsert"),
         (
             dict(value_format="avro", avro_schema="{}", envelope="debezium", upsert_keys=("id",)),
             "needs value_format json",
