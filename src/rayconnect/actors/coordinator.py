@@ -415,6 +415,7 @@ class CoordinatorActor:
         else:
             return  # gave up: no further round
         self._error = None
+        self._store(None)
         self.table_version = version
         await self._apply(
             lambda: self.machine.table_reloaded(offsets, time.monotonic(), table_epoch=epoch)

@@ -143,7 +143,10 @@ class ParticipantHostActor:
         return key not in self._retired and self._owns(key)
 
     def _create(self, key: str) -> _Slot:
+        """A fresh machine, paused, that does not know where its reader is (one that lived
+        on reads on): its first tick asks to find it."""
         slot = self.slots[key] = _Slot(key, self.commit)
+        slot.machine.reader_lost(time.monotonic())
         return slot
 
     async def add(self, keys: list[str], clusters: dict[str, ClusterMetadata]) -> int:
@@ -181,9 +184,8 @@ class ParticipantHostActor:
         if not new:
             return
         slots = [self.slots[k] for k in new]
-        for slot in slots:  # lost at once, so the tick asks for FindReader
-            m, now = slot.machine, time.monotonic()
-            await self._apply(slot, lambda m=m, now=now: m.reader_lost(now) + m.tick(now))
+        for slot in slots:  # the first tick asks for FindReader
+            await self._apply(slot, lambda m=slot.machine: m.tick(time.monotonic()))
         await asyncio.gather(*(s.finding for s in slots if s.finding is not None))
         self._outbox.extend(ParticipantStarted(k) for k in new)
         self._send()
