@@ -8,14 +8,15 @@ return within ``write_timeout_s`` is reported as failed, and the machine reloads
 rather than guess whether it landed.
 
 Outages outside Ray are waited out and shown in status (``outages``): the table's store
-failing is seen here - a light probe every 2 s (``storage.check``, one attempt, 5 s timeout:
-writes that hang on a store that is gone say nothing by themselves), claim, commit and reload
-errors, every round discarded - and a broker that cannot be reached is reported by the
-readers (``outage``). ``protocol.outages.OutageWatch``
-decides when one has lasted ``give_up_after_s`` without a break; then the coordinator stops
-its rounds (committing nothing more) and its status says ``gave_up`` with the reason. A table
-another writer broke under the pipeline (dropped, schema changed, offsets moved backwards:
-``TableBrokenError``) stops the rounds at once, the same way, with that reason.
+failing is seen here - a light probe (``storage.check``, one attempt) every 2 s, claim,
+commit and reload errors, every round discarded (the machine's ``RoundDiscarded``) - and a
+broker that cannot be reached is reported by the readers (``outage``). When to probe, which
+upkeep job is due and when an outage has lasted ``give_up_after_s`` without a break are the
+decisions of a second pure machine, ``protocol.housekeeping.Housekeeping``; this actor carries
+out its chores. On ``StopRounds`` the coordinator stops its rounds (committing nothing more)
+and its status says ``gave_up`` with the reason. A table another writer broke under the
+pipeline (dropped, schema changed, offsets moved backwards: ``TableBrokenError``) stops the
+rounds at once, the same way, with that reason.
 
 Table upkeep (compaction, checkpoints, log cleanup, vacuum; ``protocol.upkeep`` says when) runs
 here, in a thread of its own beside the rounds, not in an actor of its own: the coordinator
@@ -44,7 +45,7 @@ import ray
 from rayconnect.actors import names
 from rayconnect.config.sink import SinkPipelineConfig
 from rayconnect.metrics import SinkMetrics
-from rayconnect.protocol.coordinator import Coordinator, CoordinatorStatus
+from rayconnect.protocol.coordinator import Coordinator
 from rayconnect.protocol.effects import (
     Broadcast,
     CommitTable,
@@ -52,22 +53,26 @@ from rayconnect.protocol.effects import (
     PartitionsRetired,
     Ready,
     ReloadTable,
+    RoundDiscarded,
+    RoundFinished,
     SendMessage,
     Stopped,
 )
+from rayconnect.protocol.housekeeping import (
+    TABLE_STORE,
+    Chore,
+    Housekeeping,
+    ProbeStore,
+    RunUpkeep,
+    StopRounds,
+)
 from rayconnect.protocol.messages import Message
-from rayconnect.protocol.outages import OutageWatch
 from rayconnect.protocol.upkeep import Job
 from rayconnect.tables.base import TableBrokenError, check_not_behind
 
 log = logging.getLogger(__name__)
 
 MAX_TICK_S = 0.25
-#: what the outage watch calls the coordinator's own troubles
-TABLE_STORE = "table store"
-ROUNDS = "rounds (every one discarded)"
-STORE_PROBE_PERIOD_S = 2.0
-STORE_PROBE_TIMEOUT_S = 5.0
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
@@ -78,7 +83,10 @@ class CoordinatorActor:
         self.config = config
         self.committer = open_committer(config.sink, config.name, config.record_format())
         self.upkeep = open_upkeep(config.sink, config.name, config.record_format())
-        self.schedule = upkeep_schedule(config.sink, time.monotonic())
+        # one clock for probes, upkeep and outages: the wall clock readers report outages in
+        self.housekeeping = Housekeeping(
+            upkeep_schedule(config.sink, time.time()), config.give_up_after_s, time.time()
+        )
         self.upkeep_log: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         # one thread per job kind at most (the schedule runs one of each at a time)
         self._upkeep_pool = concurrent.futures.ThreadPoolExecutor(2, "table-upkeep")
@@ -102,14 +110,15 @@ class CoordinatorActor:
         self._recovered = asyncio.Event()
         self._stopped = asyncio.Event()  # the machine's Stopped: a stop asked for is done
         self._error: str | None = None
-        self.outages = OutageWatch(config.give_up_after_s)
-        self.gave_up: str | None = None
+        self.gave_up: str | None = None  # the housekeeping's StopRounds
+        self._round_duration: float | None = None  # of the last RoundFinished
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
-        self._main_task = asyncio.get_running_loop().create_task(self._main())
+        loop = asyncio.get_running_loop()
+        self._main_task = loop.create_task(self._main())
         self._probe_pool = concurrent.futures.ThreadPoolExecutor(1, "table-store-probe")
-        self._probe_task = asyncio.get_running_loop().create_task(self._probe_store())
+        self._housekeeping_task = loop.create_task(self._housekeep())
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -119,9 +128,12 @@ class CoordinatorActor:
             return
         epoch, offsets = claimed
         await self._apply(lambda: self.machine.recover(epoch, offsets, time.monotonic()))
+        self._do(self.housekeeping.recovered(time.time()))  # before any round can finish
         self._recovered.set()
         while self.fenced is None:
-            if await self._gave_up():
+            if self.gave_up is not None:
+                log.error("coordinator %s: %s; no further round", self.config.name, self.gave_up)
+                await self._apply(lambda: self.machine.stop(False, time.monotonic()))
                 return
             deadline = self.machine.next_deadline()
             wait = MAX_TICK_S if deadline is None else deadline - time.monotonic()
@@ -131,25 +143,26 @@ class CoordinatorActor:
             await self._apply(lambda: self.machine.tick(time.monotonic()))
             self._metrics.rounds(self.machine.status())  # dashboard metrics
             now = time.time()
-            self._metrics.outage(max((o.lasted(now) for o in self.outages.outages), default=0.0))
+            outages = self.housekeeping.outages
+            self._metrics.outage(max((o.lasted(now) for o in outages), default=0.0))
 
     async def _claim_until_done(self) -> tuple[int, dict[str, int]] | None:
         """Claim a new epoch and read the offsets; a table that cannot be reached yet is
         retried, not fatal, so a restarted coordinator waits out a storage hiccup - until
         it gives up (None)."""
-        while True:
+        while self.gave_up is None:
             try:
                 epoch, offsets, self.table_version = await asyncio.to_thread(self._claim)
                 self._error = None
-                self.outages.fine(TABLE_STORE)
+                self._store(None)
                 return epoch, offsets
             except Exception as e:
                 self._error = f"recovery failed: {type(e).__name__}: {e}"
-                self.outages.failing(TABLE_STORE, self._error, time.time())
+                self._store(self._error)
                 log.warning("coordinator %s: %s", self.config.name, self._error)
-                if await self._gave_up():
-                    return None
                 await asyncio.sleep(1.0)
+        log.error("coordinator %s: %s; no round at all", self.config.name, self.gave_up)
+        return None
 
     def _claim(self) -> tuple[int, dict[str, int], int]:
         self.committer.ensure_table()
@@ -162,51 +175,52 @@ class CoordinatorActor:
         offsets = self.committer.committed_offsets(None)
         return epoch, offsets, self.committer.version()
 
-    async def _probe_store(self) -> None:
-        """Every ``STORE_PROBE_PERIOD_S``: does the table's store answer? (One probe at a
-        time: one that hangs counts as failing until it returns.)"""
+    # -- housekeeping: probes, upkeep, give-up (the decisions are protocol.housekeeping's) --
+
+    async def _housekeep(self) -> None:
+        """Tick the housekeeping machine until it gives up; its chores run beside."""
+        while self.gave_up is None:
+            self._do(self.housekeeping.tick(time.time()))
+            await asyncio.sleep(MAX_TICK_S)
+
+    def _do(self, chores: list[Chore]) -> None:
+        """Carry out the housekeeping's chores. Never waits (it is called while an effect
+        of the rounds is carried out): IO goes to tasks, and the rounds stop in ``_main``."""
+        loop = asyncio.get_running_loop()
+        for chore in chores:
+            if isinstance(chore, ProbeStore):
+                loop.create_task(self._probe_store(chore))
+            elif isinstance(chore, RunUpkeep):
+                loop.create_task(self._run_upkeep(chore.job))
+            elif isinstance(chore, StopRounds):
+                self.gave_up = chore.reason
+                self._wake.set()
+            else:
+                raise TypeError(f"coordinator cannot carry out {chore!r}")
+
+    def _store(self, error: str | None) -> None:
+        """The table's store failed (``error``) in a claim, commit or reload, or worked."""
+        self._do(self.housekeeping.failing(TABLE_STORE, error, time.time()))
+
+    async def _probe_store(self, probe: ProbeStore) -> None:
+        """Does the table's store answer? (``storage.check``: one attempt.)"""
         from rayconnect.storage.check import check_table_store
 
         location = self.config.sink.location()
         loop = asyncio.get_running_loop()
-        probe: asyncio.Future[None] | None = None
-        while self.gave_up is None:
-            if probe is None or probe.done():
-                probe = loop.run_in_executor(
-                    self._probe_pool, check_table_store, location, STORE_PROBE_TIMEOUT_S
-                )
-            try:
-                await asyncio.wait_for(asyncio.shield(probe), STORE_PROBE_TIMEOUT_S + 1)
-                self.outages.fine(TABLE_STORE)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                reason = "no answer" if isinstance(e, TimeoutError) else str(e)
-                self.outages.failing(TABLE_STORE, reason, time.time())
-            if self._recovered.is_set():
-                self._start_due_upkeep()
-            await asyncio.sleep(STORE_PROBE_PERIOD_S)
-
-    async def _gave_up(self) -> bool:
-        """Has an outage lasted ``give_up_after_s``? Then stop the rounds, for good."""
-        if self.gave_up is not None:
-            return True
-        decision = self.outages.decide(time.time())
-        if decision is None:
-            return False
-        self.gave_up = decision.reason
-        log.error("coordinator %s: %s; no further round", self.config.name, self.gave_up)
-        if self._recovered.is_set():
-            await self._apply(lambda: self.machine.stop(False, time.monotonic()))
-        return True
+        try:
+            await loop.run_in_executor(
+                self._probe_pool, check_table_store, location, probe.timeout_s
+            )
+            error = None
+        except Exception as e:
+            error = str(e) or type(e).__name__
+        self._do(self.housekeeping.probe_finished(error, time.time()))
 
     async def outage(self, what: str, reason: str | None, since: float | None = None) -> None:
         """A reader's word on its broker: unreachable since ``since`` (wall clock) for
         ``reason``, or reachable again (``reason`` None)."""
-        if reason is None:
-            self.outages.fine(what)
-        else:
-            self.outages.failing(what, reason, time.time(), since)
+        self._do(self.housekeeping.failing(what, reason, time.time(), since))
 
     async def ready(self, timeout_s: float = 120.0) -> bool:
         """Wait until the coordinator claimed its epoch and sent the first START."""
@@ -284,7 +298,7 @@ class CoordinatorActor:
 
     async def close(self) -> None:
         self._main_task.cancel()
-        self._probe_task.cancel()
+        self._housekeeping_task.cancel()
         self._probe_pool.shutdown(wait=False, cancel_futures=True)
         self._upkeep_pool.shutdown(wait=False, cancel_futures=True)
 
@@ -292,15 +306,7 @@ class CoordinatorActor:
 
     async def _apply(self, step) -> None:
         async with self._lock:
-            before = self.machine.status()
             await self._carry_out(step())
-            after = self.machine.status()  # one status each side: it copies every partition
-            if _rounds_finished(after) > _rounds_finished(before):  # committed or empty
-                self.outages.fine(ROUNDS)
-                if after.last_end_to_start_s is not None:
-                    self.end_to_starts.append(after.last_end_to_start_s)
-            elif after.rounds_discarded > before.rounds_discarded:
-                self.outages.failing(ROUNDS, after.last_error or "discarded", time.time())
 
     async def _carry_out(self, ready: Ready) -> None:
         # Messages of one Ready go out as one call per participant host, carrying every
@@ -327,6 +333,10 @@ class CoordinatorActor:
             elif isinstance(effect, Stopped):
                 self._stopped.set()
                 self._main_task.cancel()
+            elif isinstance(effect, RoundFinished):
+                self._round_finished(effect)
+            elif isinstance(effect, RoundDiscarded):
+                self._do(self.housekeeping.round_discarded(effect.reason, time.time()))
             else:
                 raise TypeError(f"coordinator cannot carry out {effect!r}")
         for name, messages in outbox.items():
@@ -336,6 +346,16 @@ class CoordinatorActor:
                 log.warning("coordinator %s: no participant host %s", self.config.name, name)
         for effect in retired:
             asyncio.get_running_loop().create_task(self._retire(effect))
+
+    def _round_finished(self, effect: RoundFinished) -> None:
+        """Rounds work (the outage watch hears it; committed files count for upkeep)."""
+        self._do(self.housekeeping.round_finished(effect.files, time.time()))
+        if effect.end_to_start_s is not None:
+            self.end_to_starts.append(effect.end_to_start_s)
+        if effect.version is not None:
+            self._round_duration = effect.duration_s
+            if effect.duration_s is not None:
+                self.round_durations.append(effect.duration_s)
 
     async def _commit(self, commit: CommitTable) -> None:
         started = time.monotonic()
@@ -357,7 +377,7 @@ class CoordinatorActor:
                 await self._stop_broken(reason)
                 return
             log.warning("coordinator %s: commit failed: %s", self.config.name, reason)
-            self.outages.failing(TABLE_STORE, f"commit failed: {reason}", time.time())
+            self._store(f"commit failed: {reason}")
             await self._apply(lambda: self.machine.commit_failed(reason, time.monotonic()))
             return
         self.commit_latencies.append(time.monotonic() - started)
@@ -370,24 +390,12 @@ class CoordinatorActor:
                 self.dead_letters[key] = self.dead_letters.get(key, 0) + count
                 self._metrics.dead_letters(key, count)
         await self._apply(lambda: self.machine.commit_succeeded(version, time.monotonic()))
-        duration = self.machine.status().last_round_duration_s
-        if duration is not None:
-            self.round_durations.append(duration)
         self._metrics.committed(  # dashboard metrics
             commit.offsets,
             records,
             self.commit_latencies[-1],
-            duration,
+            self._round_duration,
         )
-        self.schedule.committed(len(commit.files), time.monotonic())
-        self._start_due_upkeep()
-
-    def _start_due_upkeep(self) -> None:
-        """Start the upkeep jobs that are due (after a commit, and every store probe: an
-        idle pipeline's table still gets tidied, and another writer's OPTIMIZE racing
-        the last compaction is still found)."""
-        for job in self.schedule.due(time.monotonic()):
-            asyncio.get_running_loop().create_task(self._run_upkeep(job))
 
     async def _reload(self) -> None:
         while self.gave_up is None:
@@ -400,11 +408,12 @@ class CoordinatorActor:
                 return
             except Exception as e:
                 self._error = f"reload failed: {type(e).__name__}: {e}"
-                self.outages.failing(TABLE_STORE, self._error, time.time())
+                self._store(self._error)
                 await asyncio.sleep(1.0)
         else:
             return  # gave up: no further round
         self._error = None
+        self._store(None)
         self.table_version = version
         await self._apply(
             lambda: self.machine.table_reloaded(offsets, time.monotonic(), table_epoch=epoch)
@@ -421,12 +430,9 @@ class CoordinatorActor:
 
     async def _stop_broken(self, reason: str) -> None:
         """Another writer broke the table's assumptions: no further round, for good."""
-        if self.gave_up is not None:
-            return
-        self.gave_up = f"table broken: {reason}"
-        self._error = self.gave_up
-        log.error("coordinator %s: %s; no further round", self.config.name, self.gave_up)
-        await self._apply(lambda: self.machine.stop(False, time.monotonic()))
+        if self.gave_up is None:
+            self._do(self.housekeeping.table_broken(reason, time.time()))
+            self._error = self.gave_up
 
     async def _run_upkeep(self, job: Job) -> None:
         """One upkeep job in the upkeep thread; its outcome goes back to the schedule."""
@@ -444,10 +450,10 @@ class CoordinatorActor:
         except Exception as e:
             error = f"{type(e).__name__}: {e}"
             log.warning("coordinator %s: %s failed: %s", self.config.name, job.value, error)
-            self.schedule.finished(job, False, time.monotonic(), error)
+            self._do(self.housekeeping.upkeep_finished(job, error, time.time()))
             self.upkeep_log.append({"job": job.value, "ok": False, "error": error})
             return
-        self.schedule.finished(job, True, time.monotonic())
+        self._do(self.housekeeping.upkeep_finished(job, None, time.time()))
         result.update(job=job.value, ok=True, s=round(time.monotonic() - started, 3))
         self.upkeep_log.append(result)
         log.info("coordinator %s: upkeep %s", self.config.name, result)
@@ -464,25 +470,20 @@ class CoordinatorActor:
             dead_letters=dict(sorted(self.dead_letters.items())),
             fenced=self.fenced,
             error=self._error,
-            outages=self.outages.describe(time.time()),
+            outages=self.housekeeping.describe(time.time()),
             gave_up=self.gave_up,
             give_up_after_s=self.config.give_up_after_s,
             round_s_median=_median(durations),
             round_s_max=max(durations) if durations else None,
             end_to_start_s_median=_median(self.end_to_starts),
             commit_s_median=_median(self.commit_latencies),
-            upkeep=msgspec.to_builtins(self.schedule.status()),
+            upkeep=msgspec.to_builtins(self.housekeeping.upkeep_status()),
             upkeep_recent=list(self.upkeep_log),
             started_at=self.started_at,
             # which participant host (actor) holds each partition
             participant_hosts={key: self._host_name(key) for key in status["partitions"]},
         )
         return status
-
-
-def _rounds_finished(status: CoordinatorStatus) -> int:
-    """Rounds committed (partially or fully) or found empty."""
-    return status.rounds_committed + status.rounds_empty
 
 
 def _median(values: Iterable[float]) -> float | None:

@@ -22,14 +22,15 @@ ever reported. The restarted host learns its partitions from the enumerator (par
 joined after it was created are not in its constructor's arguments), stops their readers and
 tells the coordinator (PARTICIPANT-STARTED), which re-sends a running round's START. Readers
 are found through the enumerator; when it is away too (a lost node took both), the machines'
-seeks reach no reader, so the host's timer keeps looking and then steers each reader to where
-its machine wants it (``_Slot.unsynced``) - a reader that lived on never asks by itself.
+seeks reach no reader. The host tells each machine so (``reader_lost``; a fresh machine
+starts so, as a reader may have lived on), and the machine decides when to look for the
+reader again and where to steer it once found (``protocol.reader_link``) - a reader that
+lived on never asks by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -44,6 +45,7 @@ from rayconnect.actors.pieces import Piece
 from rayconnect.actors.reader_calls import ReaderCalls
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST, StartingOffsets
 from rayconnect.protocol.effects import (
+    FindReader,
     Flush,
     Pause,
     Ready,
@@ -51,6 +53,7 @@ from rayconnect.protocol.effects import (
     Seek,
     SeekToPolicy,
     SendMessage,
+    Steer,
 )
 from rayconnect.protocol.messages import Message, ParticipantStarted
 from rayconnect.protocol.participant import Participant
@@ -69,15 +72,10 @@ SEND_GATHER_S = 0.005
 
 
 class _Slot:
-    """One partition in a host: its machine, its lock, its counters and its reader.
+    """One partition in a host: its machine, its lock, its counters, its reader (a handle,
+    once looked up) and the lookup its machine asked for (``FindReader``), if under way."""
 
-    ``unsynced``: a steering effect found no reader to carry it out (the enumerator was
-    restarting, or did not know the reader yet). A reader that starts later asks where to
-    begin (``reader_attached``); a reader that lived on would never hear the machine's seek,
-    and the machine believes it happened - so the host's timer keeps looking for the reader
-    and then steers it to what the machine wants now."""
-
-    __slots__ = ("machine", "lock", "records_in", "flushes", "reader", "unsynced")
+    __slots__ = ("machine", "lock", "records_in", "flushes", "reader", "finding")
 
     def __init__(self, key: str, commit: CommitSettings) -> None:
         self.machine = Participant(key, commit)
@@ -85,7 +83,7 @@ class _Slot:
         self.records_in = 0
         self.flushes = 0
         self.reader: Any = None
-        self.unsynced = False
+        self.finding: asyncio.Task[None] | None = None
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
@@ -110,7 +108,6 @@ class ParticipantHostActor:
         self.partitions_per_host = partitions_per_host
         self.slots: dict[str, _Slot] = {}
         self._reader_calls: dict[str, ReaderCalls] = {}
-        self._syncing: set[str] = set()  # keys whose reader is being looked for
         self._retired: set[str] = set()
         self._outbox: list[Message] = []  # to the coordinator, sent once per input
         self._send_scheduled = False
@@ -143,7 +140,10 @@ class ParticipantHostActor:
         return key not in self._retired and self._owns(key)
 
     def _create(self, key: str) -> _Slot:
+        """A fresh machine, paused, that does not know where its reader is (one that lived
+        on reads on): its first tick asks to find it."""
         slot = self.slots[key] = _Slot(key, self.commit)
+        slot.machine.reader_lost(time.monotonic())
         return slot
 
     async def add(self, keys: list[str], clusters: dict[str, ClusterMetadata]) -> int:
@@ -163,10 +163,11 @@ class ParticipantHostActor:
         return len(self.slots)
 
     async def _join(self, keys: Iterable[str], learn: bool = False) -> None:
-        """Fresh machines are paused until START: stop their readers pushing batches they
-        would drop, then tell the coordinator (PARTICIPANT-STARTED), which sends a running
-        round's START again or stops waiting for an ended one. ``learn``: a restarted host
-        also asks the enumerator which partitions it holds now."""
+        """Fresh machines are paused until START, and do not know their readers: each finds
+        its reader and pauses it (a reader that lived on would push batches it drops), then
+        the coordinator hears PARTICIPANT-STARTED, and sends a running round's START again
+        or stops waiting for an ended one. ``learn``: a restarted host also asks the
+        enumerator which partitions it holds now."""
         new = [
             self._create(k).machine.key for k in keys if k not in self.slots and self._may_hold(k)
         ]
@@ -179,18 +180,12 @@ class ParticipantHostActor:
             ]
         if not new:
             return
-        await asyncio.gather(*(self._pause_new(key) for key in new))
+        slots = [self.slots[k] for k in new]
+        for slot in slots:  # the first tick asks for FindReader
+            await self._apply(slot, lambda m=slot.machine: m.tick(time.monotonic()))
+        await asyncio.gather(*(s.finding for s in slots if s.finding is not None))
         self._outbox.extend(ParticipantStarted(k) for k in new)
         self._send()
-
-    async def _pause_new(self, key: str) -> None:
-        reader = await self._reader(key)
-        slot = self.slots.get(key)
-        if reader is None and slot is not None:
-            slot.unsynced = True
-        elif reader is not None:
-            with contextlib.suppress(Exception):
-                await self._calls_to(reader).steer("pause", key)
 
     async def _learn_keys(self) -> list[str]:
         try:
@@ -247,25 +242,16 @@ class ParticipantHostActor:
         await self._for_each(by_key.items(), one)
         return failed
 
-    async def reader_attached(
-        self, reader: Any, keys: list[str]
-    ) -> dict[str, tuple[int | None, bool]]:
-        """A reader (new, or restarted by Ray) serves ``keys``. Returns per key where it must
-        seek (None: nowhere yet) and whether to resume - the reader applies both itself, so
-        this call never calls back into a reader that is still starting."""
-        answers: dict[str, tuple[int | None, bool]] = {}
+    async def reader_attached(self, reader: Any, keys: list[str]) -> dict[str, list[Steer]]:
+        """A reader (new, or restarted by Ray) serves ``keys``. Returns per key the steering
+        its machine wants (where to seek, whether to resume): the reader applies it itself,
+        so this call never calls back into a reader that is still starting."""
+        answers: dict[str, list[Steer]] = {}
         for key in keys:
             slot = self._slot(key)
-            if slot is None:
-                answers[key] = (None, False)
-                continue
-            slot.reader = reader
-            slot.unsynced = False  # the reader applies the answer itself
-            machine = slot.machine
-            answers[key] = (
-                machine.position,
-                machine.is_reading and machine.position is not None,
-            )
+            answers[key] = [] if slot is None else slot.machine.reader_attached(time.monotonic())
+            if slot is not None:
+                slot.reader = reader
         return answers
 
     async def status(self) -> dict[str, Any]:
@@ -305,7 +291,6 @@ class ParticipantHostActor:
         most every TICK_S; every machine at least every IDLE_TICK_S. Idle partitions cost
         a comparison per tick, not a process waking up."""
         longest = min(IDLE_TICK_S, self.commit.flush_max_age_s)
-        loop = asyncio.get_running_loop()
         last_sweep = time.monotonic()
         while True:
             now = time.monotonic()
@@ -325,45 +310,41 @@ class ParticipantHostActor:
                 await asyncio.gather(
                     *(self._apply(s, lambda s=s: s.machine.tick(time.monotonic())) for s in due)
                 )
-                for slot in self.slots.values():
-                    if slot.unsynced and slot.machine.key not in self._syncing:
-                        self._syncing.add(slot.machine.key)
-                        loop.create_task(self._sync_reader(slot))
             except Exception:
                 log.exception("participant host %s: tick failed", self.name)
             self._send()
 
-    async def _sync_reader(self, slot: _Slot) -> None:
-        """Steer a reader that missed effects (``_Slot.unsynced``) to the machine's wishes:
-        its position, reading or paused. Tried again on the next tick until a reader is
-        found; a task of its own, as the lookup may wait for a restarting enumerator."""
+    async def _find_reader(self, slot: _Slot) -> None:
+        """``FindReader``: look the reader up (outside the machine's lock: the lookup may wait
+        for a restarting enumerator) and tell the machine what was found; it steers the
+        reader to what it wants by then."""
+        machine = slot.machine
         try:
-            await self._steer_to_machine(slot)
-        except Exception:
-            log.exception("participant host %s: steering %s failed", self.name, slot.machine.key)
-        finally:
-            self._syncing.discard(slot.machine.key)
-
-    async def _steer_to_machine(self, slot: _Slot) -> None:
-        async with slot.lock:
-            if not slot.unsynced:
-                return
-            key, machine = slot.machine.key, slot.machine
-            reader = await self._reader(key)
+            reader = await self._reader(machine.key)
+            if self.slots.get(machine.key) is not slot:
+                return  # retired meanwhile
             if reader is None:
-                return
-            calls = self._calls_to(reader)
-            if machine.position is not None:
-                await calls.steer("seek", key, machine.position)
-            await calls.steer("resume" if machine.is_reading else "pause", key)
-            slot.unsynced = False
-            log.info("participant host %s: reader of %s found, steered", self.name, key)
+                await self._apply(slot, lambda: machine.reader_not_found(time.monotonic()))
+            else:
+                await self._apply(slot, lambda: machine.reader_found(time.monotonic()))
+                log.info("participant host %s: reader of %s found", self.name, machine.key)
+        except Exception:
+            log.exception("participant host %s: finding %s's reader failed", self.name, machine.key)
+            await self._apply(slot, lambda: machine.reader_not_found(time.monotonic()))
+        finally:
+            slot.finding = None
+            self._send()
 
     async def _apply(self, slot: _Slot, step: Callable[[], Ready]) -> None:
         async with slot.lock:
             await self._carry_out(slot, step())
 
     async def _carry_out(self, slot: _Slot, ready: Ready) -> None:
+        """Carry out one Ready in order. Once a steering effect misses the reader the rest
+        of this Ready's steering is skipped (a Resume after a lost Seek would read from the
+        wrong place) and the machine hears ``reader_lost``."""
+        machine = slot.machine
+        missed = False
         for effect in ready:
             if isinstance(effect, SendMessage):
                 # out within SEND_GATHER_S, not after the host's reader calls of this input
@@ -372,10 +353,19 @@ class ParticipantHostActor:
             elif isinstance(effect, Flush):
                 slot.flushes += 1
                 asyncio.get_running_loop().create_task(self._flush(slot, effect))
-            elif isinstance(effect, Seek | SeekToPolicy | Pause | Resume):
-                await self._steer_reader(slot, effect)
+            elif isinstance(effect, Seek | Pause | Resume):
+                missed = missed or not await self._steer(slot, effect)
+            elif isinstance(effect, SeekToPolicy):
+                offset = await self._policy_offset(machine.key)
+                missed = missed or not await self._steer(slot, Seek(offset))
+                await self._carry_out(slot, machine.position_resolved(offset, time.monotonic()))
+            elif isinstance(effect, FindReader):
+                if slot.finding is None:
+                    slot.finding = asyncio.get_running_loop().create_task(self._find_reader(slot))
             else:
                 raise TypeError(f"participant cannot carry out {effect!r}")
+        if missed:
+            await self._carry_out(slot, machine.reader_lost(time.monotonic()))
 
     def _send(self) -> None:
         """Send what the machines said to the coordinator, in order, as one call - a moment
@@ -397,27 +387,20 @@ class ParticipantHostActor:
                 "participant host %s: no coordinator for %d messages", self.name, len(messages)
             )
 
-    async def _steer_reader(
-        self, slot: _Slot, effect: Seek | SeekToPolicy | Pause | Resume
-    ) -> None:
+    async def _steer(self, slot: _Slot, action: Steer) -> bool:
+        """Send one steering effect to the partition's reader; False if it did not get
+        there (no reader known, or the call failed: the handle is looked up again later)."""
         key = slot.machine.key
         reader = await self._reader(key)
-        calls = self._calls_to(reader) if reader is not None else None
-        if calls is None:
-            slot.unsynced = True  # a reader that starts asks; one that lives on is found later
-        if isinstance(effect, SeekToPolicy):
-            offset = await self._policy_offset(key)
-            if calls is not None:
-                await calls.steer("seek", key, offset)
-            await self._carry_out(slot, slot.machine.position_resolved(offset, time.monotonic()))
-        elif calls is None:
-            return
-        elif isinstance(effect, Seek):
-            await calls.steer("seek", key, effect.offset)
-        elif isinstance(effect, Pause):
-            await calls.steer("pause", key)
-        else:
-            await calls.steer("resume", key)
+        if reader is None:
+            return False
+        try:
+            await self._calls_to(reader).steer(key, action)
+        except Exception as e:
+            log.warning("participant host %s: steering %s failed: %r", self.name, key, e)
+            slot.reader = None
+            return False
+        return True
 
     def _calls_to(self, reader: Any) -> ReaderCalls:
         """One steering queue per reader actor (its partitions' calls share Ray calls)."""

@@ -38,6 +38,7 @@ from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.reachability import Reachability, watch
 from rayconnect.metrics import SinkMetrics
+from rayconnect.protocol import effects
 from rayconnect.protocol.messages import GetMetadataUpdateEvent, MetadataUpdateEvent
 from rayconnect.protocol.reader_positions import Hand, PollToken, ReaderPositions, Seek
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
@@ -200,17 +201,14 @@ class ReaderActor:
             by_host: dict[str, list[str]] = {}
             for key in plan.added:  # one call per host, for all its new splits
                 by_host.setdefault(self._host_of[key], []).append(key)
-            answers: dict[str, tuple[int | None, bool]] = {}
+            answers: dict[str, list[effects.Steer]] = {}
             for found in await asyncio.gather(
                 *(self._hosts[h].reader_attached.remote(me, keys) for h, keys in by_host.items())
             ):
                 answers.update(found)
             for key in plan.added:
-                offset, resume = answers[key]
-                if offset is not None:
-                    await self.seek(key, offset)
-                if resume:
-                    await self.resume(key)
+                for action in answers[key]:  # where to start, and whether to read
+                    await self._steer_one(key, action)
             self.metadata_updates += 1
             self.last_update_at = time.time()
             self._ready.set()
@@ -234,19 +232,21 @@ class ReaderActor:
         if self._positions.resume(key):
             self._consumer.resume(self._tps[key])
 
-    async def steer(self, ops: list[tuple[str, str, int | None]]) -> None:
+    async def steer(self, ops: list[effects.ReaderSteer]) -> None:
         """Several partitions' seek / pause / resume in one call, in order (a participant
         host sends what its partitions asked while its last call was out)."""
-        for op, key, offset in ops:
-            if op == "seek":
-                assert offset is not None
-                await self.seek(key, offset)
-            elif op == "pause":
-                await self.pause(key)
-            elif op == "resume":
-                await self.resume(key)
-            else:
-                raise ValueError(f"unknown reader operation {op!r}")
+        for op in ops:
+            await self._steer_one(op.key, op.action)
+
+    async def _steer_one(self, key: str, action: effects.Steer) -> None:
+        if isinstance(action, effects.Seek):
+            await self.seek(key, action.offset)
+        elif isinstance(action, effects.Pause):
+            await self.pause(key)
+        elif isinstance(action, effects.Resume):
+            await self.resume(key)
+        else:
+            raise TypeError(f"a reader cannot carry out {action!r}")
 
     def _apply(self, *seeks: Seek | None) -> None:
         """Move the consumer where the model says (None: nowhere)."""

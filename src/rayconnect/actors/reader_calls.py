@@ -15,8 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-#: (operation, partition key, offset): "seek" with an offset, "pause" / "resume" without.
-SteerOp = tuple[str, str, int | None]
+from rayconnect.protocol.effects import ReaderSteer, Steer
 
 
 class ReaderCalls:
@@ -24,13 +23,13 @@ class ReaderCalls:
 
     def __init__(self, reader: Any) -> None:
         self.reader = reader
-        self._queue: list[tuple[SteerOp, asyncio.Future[None]]] = []
+        self._queue: list[tuple[ReaderSteer, asyncio.Future[None]]] = []
         self._sending: asyncio.Task[None] | None = None
 
-    async def steer(self, op: str, key: str, offset: int | None = None) -> None:
+    async def steer(self, key: str, action: Steer) -> None:
         """Carried out by the reader when this returns; raises what the call raised."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append(((op, key, offset), future))
+        self._queue.append((ReaderSteer(key, action), future))
         if self._sending is None:
             self._sending = asyncio.ensure_future(self._drain())
         await future

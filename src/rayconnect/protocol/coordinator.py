@@ -59,6 +59,9 @@ Rules
 - Pacing is not exactly-once: DRAINED reports are never validated, only added up
   (protocol/drain_window.py). A report that completes a flush's worth ends a running round;
   one that comes while a round is being written ends the next round right after its START.
+- How each round ended is an effect: ``RoundFinished`` (committed, or found empty) or
+  ``RoundDiscarded`` (with the reason), emitted before whatever follows from it, so the actor
+  learns outcomes without comparing statuses.
 - Time is an input (``now`` in seconds, any monotonic clock); ``next_deadline()`` says when
   the actor should call ``tick`` next.
 """
@@ -80,6 +83,8 @@ from rayconnect.protocol.effects import (
     PartitionsRetired,
     Ready,
     ReloadTable,
+    RoundDiscarded,
+    RoundFinished,
     SendMessage,
     Stopped,
 )
@@ -429,16 +434,18 @@ class Coordinator(TableMachine[State, Event]):
             version=version,
             offsets={k: v for k, v in self._offsets.items() if k in rnd.partitions},
         )
-        return [Broadcast(to=tuple(sorted(rnd.partitions)), message=ack), *self._finished(now)]
+        return [
+            Broadcast(to=tuple(sorted(rnd.partitions)), message=ack),
+            *self._finished(now, version, len(commit.files), self._last_duration),
+        ]
 
     def commit_failed(self, reason: str, now: float) -> Ready:
         """The commit failed or timed out (whether it landed is unknown): reload the table."""
         if not self._fire(Event.COMMIT_FAILED):
             return []
         self._pending = None
-        self._discarded += 1
         self._last_error = reason
-        return self._reload_or_stop()
+        return self._discard(reason)
 
     def table_reloaded(
         self, table_offsets: Mapping[str, int], now: float, table_epoch: int | None = None
@@ -610,17 +617,17 @@ class Coordinator(TableMachine[State, Event]):
                 # learned nothing from an empty round would end those the newest one uses.
                 # The table says who is newest; a stop ends every participant anyway.
                 self._fire(Event.ROUND_EMPTY_RETIRING)
+                empty = RoundFinished(rnd.txn_id, None, 0, None, None)
                 if self._state is State.STOPPED:
-                    return [Stopped()]
+                    return [empty, Stopped()]
                 self._retire_after_reload = rnd.txn_id
-                return [ReloadTable()]
+                return [empty, ReloadTable()]
             self._fire(Event.ROUND_EMPTY)
-            return self._finished(now)
+            return self._finished(now, None, 0, None)
         # Timed out with nothing to commit: discard, and start again *from the table*
         # (design.md step 4). Reloading is also how a coordinator whose participants all
         # follow a newer epoch learns that it has been fenced.
         self._fire(Event.ROUND_ABANDONED)
-        self._discarded += 1
         if rnd.reported_data():  # all of it in files shared with partitions left out
             self._last_error = (
                 f"txn {rnd.txn_id}: the data of {sorted(rnd.statuses)} is in files shared with "
@@ -630,17 +637,20 @@ class Coordinator(TableMachine[State, Event]):
             self._last_error = f"txn {rnd.txn_id}: no data from {sorted(rnd.statuses)}, " + (
                 f"timed out waiting for {sorted(rnd.missing())}"
             )
-        return self._reload_or_stop()
+        return self._discard(self._last_error)
 
-    def _finished(self, now: float) -> Ready:
-        """The round finished (committed or empty): retire who waited for it, then START
-        the next round, or report that the stop is done."""
+    def _finished(
+        self, now: float, version: int | None, files: int, duration: float | None
+    ) -> Ready:
+        """The round finished (committed as ``version``, or empty): say so, retire who
+        waited for it, then START the next round, or report that the stop is done."""
         rnd = self._round
-        assert rnd is not None
-        effects = self._retire(rnd.txn_id)
+        assert rnd is not None and rnd.ended_at is not None
+        retired = self._retire(rnd.txn_id)
         if self._state is State.STOPPED:
-            return [*effects, Stopped()]
-        return [*effects, *self._start(now, interval_from=rnd.ended_at)]
+            return [RoundFinished(rnd.txn_id, version, files, duration, None), *retired, Stopped()]
+        done = RoundFinished(rnd.txn_id, version, files, duration, now - rnd.ended_at)
+        return [done, *retired, *self._start(now, interval_from=rnd.ended_at)]
 
     def _due(self, txn_id: int) -> list[str]:
         """Partitions whose retirement waited for round ``txn_id`` (or an earlier one)."""
@@ -655,6 +665,10 @@ class Coordinator(TableMachine[State, Event]):
         self._partitions -= frozenset(due)
         return [PartitionsRetired(tuple(due))]
 
-    def _reload_or_stop(self) -> Ready:
+    def _discard(self, reason: str) -> Ready:
         """A discarded round: the table says where to go on; or, when stopping, nowhere."""
-        return [Stopped()] if self._state is State.STOPPED else [ReloadTable()]
+        rnd = self._round
+        assert rnd is not None
+        self._discarded += 1
+        then = Stopped() if self._state is State.STOPPED else ReloadTable()
+        return [RoundDiscarded(rnd.txn_id, reason), then]

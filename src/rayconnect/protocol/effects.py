@@ -107,6 +107,28 @@ class Stopped(_Effect):
     nothing more; its actor stops ticking and reports."""
 
 
+class RoundFinished(_Effect):
+    """Round ``txn_id`` finished: committed as table ``version`` (``files`` added, START to
+    commit in ``duration_s``), or found empty (``version`` None). ``end_to_start_s``: its END
+    to the next round's START - the protocol's own cost of a round; None when no START
+    followed at once (a stop, or a table read first). The actor's outage watch learns that
+    rounds work again; the dashboard gets the timings."""
+
+    txn_id: int
+    version: int | None
+    files: int
+    duration_s: float | None
+    end_to_start_s: float | None
+
+
+class RoundDiscarded(_Effect):
+    """Round ``txn_id`` was discarded (its commit failed, or time ran out with nothing to
+    commit): the table decides where the next one starts. ``reason`` for the outage watch."""
+
+    txn_id: int
+    reason: str
+
+
 class Seek(_Effect):
     """Make the reader deliver this partition from ``offset`` on."""
 
@@ -124,6 +146,23 @@ class Pause(_Effect):
 
 class Resume(_Effect):
     """Start reading this partition again."""
+
+
+class FindReader(_Effect):
+    """A steering effect missed this partition's reader (``protocol.reader_link``): look the
+    reader up, then call the participant's ``reader_found`` or ``reader_not_found``."""
+
+
+#: What a participant asks of its partition's reader, in order.
+Steer: TypeAlias = Seek | Pause | Resume
+
+
+class ReaderSteer(msgspec.Struct, frozen=True):
+    """One partition's steering as a participant host sends it to the partition's reader:
+    the machine's own effect, addressed (a reader serves many partitions)."""
+
+    key: str
+    action: Seek | Pause | Resume
 
 
 class Flush(_Effect):
@@ -149,10 +188,13 @@ Effect: TypeAlias = (
     | Fenced
     | PartitionsRetired
     | Stopped
+    | RoundFinished
+    | RoundDiscarded
     | Seek
     | SeekToPolicy
     | Pause
     | Resume
+    | FindReader
     | Flush
 )
 Ready: TypeAlias = list[Effect]

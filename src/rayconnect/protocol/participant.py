@@ -38,6 +38,12 @@ Rules
   other batch drops the read-ahead, pauses the reader and makes the next START seek. A START
   with no offset (policy), a failed flush or an ACK that committed us elsewhere drop it too.
 - An idle partition reports at once on END, with no files: it never stalls a round.
+- Steering can miss the reader (no reader to send it to, or the call failed): the actor
+  says so (``reader_lost``) and the participant steers again once the reader is found, to
+  what it wants by then (``protocol/reader_link.py``: a tick asks for ``FindReader``, the
+  answer is ``reader_found`` or ``reader_not_found``). A reader that (re)starts asks where
+  to begin (``reader_attached``). Until then the reader may deliver anything: batches are
+  judged by their offsets alone, as always.
 - A failed flush loses data that the round accepted: the round cannot be reported. The
   participant pauses, tells the coordinator (ROUND-LOST, so the round does not wait for it)
   and waits for the next START.
@@ -71,6 +77,7 @@ import msgspec
 
 from rayconnect.protocol.effects import (
     COORDINATOR,
+    FindReader,
     Flush,
     Pause,
     Ready,
@@ -78,6 +85,7 @@ from rayconnect.protocol.effects import (
     Seek,
     SeekToPolicy,
     SendMessage,
+    Steer,
 )
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.machine import IGNORED, MoveTable, TableMachine
@@ -90,6 +98,7 @@ from rayconnect.protocol.messages import (
     RoundLost,
     StartCommit,
 )
+from rayconnect.protocol.reader_link import LinkEvent, LinkState, ReaderLink
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import DataFile
 from rayconnect.protocol.write_state import Batch, ReadAhead, WriteState
@@ -186,6 +195,8 @@ class ParticipantStatus(msgspec.Struct, frozen=True):
     batches_dropped: int
     messages_ignored: int
     last_error: str | None
+    #: whether its steering reached the reader: synced, lost or finding (reader_link.py)
+    reader: str = LinkState.SYNCED.value
 
 
 class Participant(TableMachine[State, Event]):
@@ -215,6 +226,7 @@ class Participant(TableMachine[State, Event]):
         self._next_flush_id = 0
         self._dropped = 0
         self._last_error: str | None = None
+        self._link = ReaderLink()
 
     # -- read-only views -------------------------------------------------------------------
 
@@ -239,12 +251,18 @@ class Participant(TableMachine[State, Event]):
         """The partition's committed offset as last heard (START or ACK)."""
         return self._committed
 
+    @property
+    def reader_synced(self) -> bool:
+        """Whether every steering effect so far reached the reader, as far as is known."""
+        return self._link.state is LinkState.SYNCED
+
     def next_deadline(self) -> float | None:
-        """When ``tick`` would flush by age, or None."""
+        """When ``tick`` would flush by age or look for a reader it lost, or None."""
         txn = self._txn
+        deadlines = [self._link.lost_at]
         if self._state is State.WRITING and txn is not None and txn.oldest_at is not None:
-            return txn.oldest_at + self.config.flush_max_age_s
-        return None
+            deadlines.append(txn.oldest_at + self.config.flush_max_age_s)
+        return min((d for d in deadlines if d is not None), default=None)
 
     def status(self) -> ParticipantStatus:
         txn = self._txn
@@ -262,6 +280,7 @@ class Participant(TableMachine[State, Event]):
             batches_dropped=self._dropped,
             messages_ignored=self._ignored,
             last_error=self._last_error,
+            reader=self._link.state.value,
         )
 
     # -- inputs ----------------------------------------------------------------------------
@@ -316,9 +335,43 @@ class Participant(TableMachine[State, Event]):
         return self._on_resolved(offset)
 
     def tick(self, now: float) -> Ready:
-        """Time passed: flush a buffer older than ``flush_max_age_s``."""
+        """Time passed: flush a buffer older than ``flush_max_age_s``; look for a reader
+        that steering missed."""
         self._fire(Event.TICK)
-        return self._on_tick(now)
+        effects = self._on_tick(now)
+        if self._link.lookup_due and self._link.fire(LinkEvent.FIND, now):
+            effects.append(FindReader())
+        return effects
+
+    def reader_lost(self, now: float) -> Ready:
+        """A steering effect did not reach the reader (none was found, or the call failed),
+        or this participant is fresh and a reader may have lived on: the next ``tick``
+        asks for the reader to be found."""
+        self._link.fire(LinkEvent.STEER_LOST, now)
+        return []
+
+    def reader_found(self, now: float) -> Ready:
+        """The actor carried out ``FindReader`` and found the reader: steer it to what this
+        participant wants now - its position, reading or paused."""
+        if not self._link.fire(LinkEvent.FOUND, now):
+            return []
+        return [*self._reader_start(), Resume() if self.is_reading else Pause()]
+
+    def reader_not_found(self, now: float) -> Ready:
+        """The actor carried out ``FindReader`` and found no reader: a later tick asks again."""
+        self._link.fire(LinkEvent.NOT_FOUND, now)
+        return []
+
+    def reader_attached(self, now: float) -> list[Steer]:
+        """A reader (new, or restarted) serves this partition and asks where to begin: the
+        steering it applies itself (a new split is paused until told to resume)."""
+        self._link.fire(LinkEvent.ATTACHED, now)
+        start = self._reader_start()
+        return [*start, Resume()] if start and self.is_reading else start
+
+    def _reader_start(self) -> list[Steer]:
+        """Where the reader must deliver from, if known."""
+        return [] if self._reader_at is None else [Seek(self._reader_at)]
 
     # -- handlers --------------------------------------------------------------------------
 

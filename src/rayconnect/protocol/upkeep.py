@@ -13,8 +13,9 @@ keep the table healthy, run by the coordinator actor beside its rounds (see
   aborted rounds and files compacted away, once older than the sink's
   ``vacuum_retention_hours``.
 
-No IO here and time is an input (``now``, any monotonic clock): the actor asks ``due`` after
-every commit and reports back with ``finished``; the tests drive it without a table.
+No IO here and time is an input (``now``, any clock): the coordinator's housekeeping machine
+(``protocol.housekeeping``) asks ``due`` on its ticks and reports back with ``finished``; the
+tests drive it without a table.
 """
 
 from __future__ import annotations

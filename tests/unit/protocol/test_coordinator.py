@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from rayconnect.protocol.coordinator import TRANSITIONS, Coordinator, State
-from rayconnect.protocol.effects import Broadcast, CommitTable, Fenced, ReloadTable, SendMessage
+from rayconnect.protocol.effects import (
+    Broadcast,
+    CommitTable,
+    Fenced,
+    ReloadTable,
+    RoundDiscarded,
+    RoundFinished,
+    SendMessage,
+)
 from rayconnect.protocol.errors import ProtocolError
 from rayconnect.protocol.messages import (
     AckCommit,
@@ -111,6 +119,7 @@ def test_a_backlog_drained_while_a_round_is_written_ends_the_next_round_at_its_s
     assert isinstance(commit, CommitTable)
     assert coord.commit_succeeded(version=1, now=2.0) == [
         Broadcast(to=(A, B), message=AckCommit(7, 1, 1, {A: 110, B: 20})),
+        RoundFinished(txn_id=1, version=1, files=1, duration_s=2.0, end_to_start_s=1.0),
         Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 110, B: 20})),
         Broadcast(to=(A, B), message=EndCommit(7, 2)),
     ]
@@ -133,7 +142,10 @@ def test_a_backlog_drained_while_a_discarded_round_was_written_ends_the_next_rou
     coord.step(status(A, 10, 110), now=1.5)
     coord.step(status(B, 20, 20), now=1.7)
     assert coord.step(Drained(B, 100, 1), now=1.8) == []  # while round 1 is committed
-    assert coord.commit_failed("conflict", now=2.0) == [ReloadTable()]
+    assert coord.commit_failed("conflict", now=2.0) == [
+        RoundDiscarded(1, "conflict"),
+        ReloadTable(),
+    ]
     assert coord.table_reloaded({A: 10, B: 20}, now=2.5) == [
         Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20})),
         Broadcast(to=(A, B), message=EndCommit(7, 2)),
@@ -156,6 +168,7 @@ def test_all_reported_commits_then_ack_and_next_start() -> None:
     ready = coord.commit_succeeded(version=42, now=12.0)
     assert ready == [
         Broadcast(to=(A, B), message=AckCommit(7, 1, 42, {A: 15, B: 20})),
+        RoundFinished(txn_id=1, version=42, files=1, duration_s=12.0, end_to_start_s=2.0),
         Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 15, B: 20})),
     ]
     s = coord.status()
@@ -200,7 +213,10 @@ def test_a_round_where_nothing_moved_is_not_committed() -> None:
     coord = ended()
     coord.step(status(A, 10, 10), now=11.0)
     ready = coord.step(status(B, 20, 20), now=11.0)
-    assert ready == [Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20}))]
+    assert ready == [
+        RoundFinished(txn_id=1, version=None, files=0, duration_s=None, end_to_start_s=1.0),
+        Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20})),
+    ]
     assert coord.status().rounds_empty == 1
 
 
@@ -213,7 +229,8 @@ def test_timeout_commits_the_partitions_that_reported_partially() -> None:
     assert isinstance(commit, CommitTable)
     assert commit.expected == {A: 10} and commit.offsets == {A: 15}
     assert commit.metadata.partial is True
-    ack, start = coord.commit_succeeded(version=3, now=16.0)
+    ack, finished, start = coord.commit_succeeded(version=3, now=16.0)
+    assert finished == RoundFinished(1, 3, 1, 16.0, 6.0)
     assert ack == Broadcast(to=(A, B), message=AckCommit(7, 1, 3, {A: 15, B: 20}))
     assert start == Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 15, B: 20}))
     assert coord.status().rounds_partial == 1
@@ -222,7 +239,9 @@ def test_timeout_commits_the_partitions_that_reported_partially() -> None:
 def test_timeout_without_data_discards_the_round_and_restarts_from_the_table() -> None:
     coord = ended()
     coord.step(status(A, 10, 10), now=11.0)
-    assert coord.tick(15.0) == [ReloadTable()]
+    [discarded, reload] = coord.tick(15.0)
+    assert discarded == RoundDiscarded(1, f"txn 1: no data from {[A]}, timed out waiting for {[B]}")
+    assert reload == ReloadTable()
     assert coord.state is State.RELOADING
     assert coord.status().rounds_discarded == 1
     ready = coord.table_reloaded({A: 10, B: 20}, now=15.1, table_epoch=7)
@@ -231,7 +250,7 @@ def test_timeout_without_data_discards_the_round_and_restarts_from_the_table() -
 
 def test_a_zombie_whose_participants_left_learns_it_is_fenced_on_timeout() -> None:
     coord = ended()  # no participant answers: they follow a newer coordinator
-    assert coord.tick(15.0) == [ReloadTable()]
+    assert coord.tick(15.0)[-1] == ReloadTable()
     assert coord.table_reloaded({A: 10, B: 20}, now=15.1, table_epoch=8) == [
         Fenced(epoch=7, table_epoch=8)
     ]
@@ -281,7 +300,10 @@ def test_commit_failed_reloads_the_table_and_starts_over_with_a_new_txn() -> Non
     coord = ended()
     coord.step(status(A, 10, 15), now=11.0)
     coord.step(status(B, 20, 20), now=11.0)
-    assert coord.commit_failed("conflict", now=12.0) == [ReloadTable()]
+    assert coord.commit_failed("conflict", now=12.0) == [
+        RoundDiscarded(1, "conflict"),
+        ReloadTable(),
+    ]
     assert coord.state is State.RELOADING
     assert coord.step(status(A, 10, 15), now=12.0) == []  # late: ignored
     ready = coord.table_reloaded({A: 15, B: 20}, now=13.0, table_epoch=7)
@@ -307,7 +329,7 @@ def test_new_partition_joins_at_next_start_and_is_not_awaited_before() -> None:
     assert coord.add_partitions({c}, now=11.0) == []  # not in this round: nobody waits for it
     [commit] = coord.step(status(B, 20, 20), now=11.0)
     assert isinstance(commit, CommitTable) and set(commit.offsets) == {A, B}
-    ack, start = coord.commit_succeeded(version=1, now=12.0)
+    ack, _, start = coord.commit_succeeded(version=1, now=12.0)
     assert ack.to == (A, B)
     assert start == Broadcast(to=(A, B, c), message=StartCommit(7, 2, {A: 15, B: 20}))
 
@@ -380,7 +402,8 @@ def test_a_fresh_participant_after_end_is_not_waited_for() -> None:
 def test_a_lost_partition_with_no_data_elsewhere_is_an_empty_round() -> None:
     coord = ended()
     coord.step(status(A, 10, 10), now=11.0)
-    [start] = coord.step(RoundLost(7, 1, B, "x"), now=11.5)
+    empty, start = coord.step(RoundLost(7, 1, B, "x"), now=11.5)
+    assert empty == RoundFinished(1, None, 0, None, 1.5)
     assert start == Broadcast(to=(A, B), message=StartCommit(7, 2, {A: 10, B: 20}))
 
 
@@ -428,7 +451,7 @@ def test_a_partition_is_left_out_with_the_partner_whose_status_never_came() -> N
     assert commit.offsets == {C: 31} and commit.expected == {C: 30}
     assert [x.path for x in commit.files] == ["c1/t/2/f0.parquet"]
     assert commit.metadata.partial is True
-    ack, start = coord.commit_succeeded(version=4, now=16.0)
+    ack, _, start = coord.commit_succeeded(version=4, now=16.0)
     assert ack.message.offsets == {A: 10, B: 20, C: 31}  # A starts again from the table
     assert start.message == StartCommit(7, 2, {A: 10, B: 20, C: 31})
 
@@ -458,6 +481,6 @@ def test_leaving_out_follows_chains_of_shared_files() -> None:
     )
     ready = coord.tick(15.0)
     assert not any(isinstance(e, CommitTable) for e in ready)
-    assert ready == [ReloadTable()]
+    assert ready == [RoundDiscarded(1, coord.status().last_error or ""), ReloadTable()]
     assert coord.status().rounds_discarded == 1
     assert "shared with partitions that did not report" in (coord.status().last_error or "")

@@ -13,6 +13,8 @@ from rayconnect.protocol.effects import (
     Fenced,
     PartitionsRetired,
     ReloadTable,
+    RoundDiscarded,
+    RoundFinished,
     Stopped,
 )
 from rayconnect.protocol.errors import ProtocolError
@@ -36,13 +38,16 @@ def started() -> Coordinator:
 
 
 def commit_round(coord: Coordinator, txn: int, now: float, a: int = 5) -> list[object]:
-    """END (by the interval), both report (A moved ``a`` records), the commit lands."""
+    """END (by the interval), both report (A moved ``a`` records), the commit lands: its
+    effects but the ``RoundFinished`` it says so with."""
     coord.tick(now)
     start_a, start_b = coord.round.start_offsets[A], coord.round.start_offsets[B]  # type: ignore[union-attr]
     coord.step(status(A, start_a, start_a + a, txn), now)
     [commit] = coord.step(status(B, start_b, start_b, txn), now)
     assert isinstance(commit, CommitTable)
-    return coord.commit_succeeded(version=txn, now=now)
+    ready = coord.commit_succeeded(version=txn, now=now)
+    assert [e.version for e in ready if isinstance(e, RoundFinished)] == [txn]
+    return [e for e in ready if not isinstance(e, RoundFinished)]
 
 
 def test_a_partition_retired_mid_round_stays_until_that_round_is_committed() -> None:
@@ -62,7 +67,8 @@ def test_a_partition_retired_after_end_waits_for_the_next_round() -> None:
     coord.retire_partitions([B], now=10.5)
     coord.step(status(A, 10, 15), now=11.0)
     [commit] = coord.step(status(B, 20, 20), now=11.0)
-    ack, start = coord.commit_succeeded(version=1, now=11.0)
+    ack, finished, start = coord.commit_succeeded(version=1, now=11.0)
+    assert isinstance(finished, RoundFinished) and finished.version == 1
     assert isinstance(start, Broadcast) and start.to == (A, B)
     ack, retired, start = commit_round(coord, 2, now=21.0)
     assert retired == PartitionsRetired((B,)) and start.to == (A,)  # type: ignore[union-attr]
@@ -73,13 +79,17 @@ def test_an_empty_round_lets_a_retired_partition_go_and_a_discarded_one_does_not
     coord.retire_partitions([B], now=1.0)
     coord.tick(10.0)
     coord.step(status(A, 10, 10), now=11.0)
-    assert coord.tick(16.0) == [ReloadTable()]  # timed out, nothing to commit: discarded
+    discarded, reload = coord.tick(16.0)  # timed out, nothing to commit: discarded
+    assert isinstance(discarded, RoundDiscarded) and reload == ReloadTable()
     [start] = coord.table_reloaded({A: 10, B: 20}, now=16.5)
     assert start.to == (A, B)  # type: ignore[union-attr]
     coord.tick(27.0)
     coord.step(status(A, 10, 10, txn=2), now=27.0)
     # Empty: no table was touched, so the epoch is confirmed before B's participant ends.
-    assert coord.step(status(B, 20, 20, txn=2), now=27.0) == [ReloadTable()]
+    assert coord.step(status(B, 20, 20, txn=2), now=27.0) == [
+        RoundFinished(txn_id=2, version=None, files=0, duration_s=None, end_to_start_s=None),
+        ReloadTable(),
+    ]
     retired, start = coord.table_reloaded({A: 10, B: 20}, now=27.5, table_epoch=7)
     assert retired == PartitionsRetired((B,)) and start.to == (A,)  # type: ignore[union-attr]
     assert coord.status().rounds_empty == 1
@@ -90,7 +100,10 @@ def test_a_zombie_finishing_an_empty_round_retires_nobody_and_learns_it_is_fence
     coord.retire_partitions([B], now=1.0)
     coord.tick(10.0)
     coord.step(status(A, 10, 10), now=11.0)
-    assert coord.step(status(B, 20, 20), now=11.0) == [ReloadTable()]
+    assert coord.step(status(B, 20, 20), now=11.0) == [
+        RoundFinished(1, None, 0, None, None),
+        ReloadTable(),
+    ]
     [fenced] = coord.table_reloaded({A: 10, B: 20}, now=11.5, table_epoch=8)
     assert isinstance(fenced, Fenced) and coord.state is State.FENCED
     assert coord.status().partitions == (A, B)  # nobody's participant was ended
@@ -101,7 +114,10 @@ def test_a_stop_after_an_empty_round_with_a_retirement_due_just_stops() -> None:
     coord.retire_partitions([B], now=1.0)
     coord.stop(commit=True, now=2.0)
     coord.step(status(A, 10, 10), now=2.5)
-    assert coord.step(status(B, 20, 20), now=2.5) == [Stopped()]
+    assert coord.step(status(B, 20, 20), now=2.5) == [
+        RoundFinished(1, None, 0, None, None),
+        Stopped(),
+    ]
 
 
 def test_adding_a_retiring_partition_back_cancels_its_retirement() -> None:
@@ -121,7 +137,8 @@ def test_stop_with_commit_ends_the_running_round_and_reports_instead_of_starting
     coord.step(status(A, 10, 12), now=3.5)
     [commit] = coord.step(status(B, 20, 20), now=3.5)
     assert isinstance(commit, CommitTable) and coord.state is State.LAST_COMMITTING
-    ack, stopped = coord.commit_succeeded(version=1, now=4.0)
+    ack, finished, stopped = coord.commit_succeeded(version=1, now=4.0)
+    assert finished == RoundFinished(1, 1, 1, 4.0, None)
     assert ack.message == AckCommit(7, 1, 1, {A: 12, B: 20})  # type: ignore[union-attr]
     assert stopped == Stopped() and coord.state is State.STOPPED
     assert coord.next_deadline() is None and coord.tick(100.0) == []
@@ -132,13 +149,17 @@ def test_stop_with_commit_of_an_empty_round_and_of_a_discarded_one() -> None:
     coord = started()
     coord.stop(commit=True, now=3.0)
     coord.step(status(A, 10, 10), now=3.5)
-    assert coord.step(status(B, 20, 20), now=3.5) == [Stopped()]
+    assert coord.step(status(B, 20, 20), now=3.5) == [
+        RoundFinished(1, None, 0, None, None),
+        Stopped(),
+    ]
     coord = started()
     coord.tick(10.0)
     coord.step(status(A, 10, 15), now=11.0)
     [commit] = coord.step(status(B, 20, 20), now=11.0)
     assert coord.stop(commit=True, now=11.5) == []  # waits for the commit under way
-    assert coord.commit_failed("timeout", now=12.0) == [Stopped()]  # no reload, no round
+    # no reload, no round
+    assert coord.commit_failed("timeout", now=12.0) == [RoundDiscarded(1, "timeout"), Stopped()]
     assert coord.status().rounds_discarded == 1
 
 

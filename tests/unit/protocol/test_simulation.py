@@ -9,8 +9,17 @@ Hypothesis picks the schedule: produce, read (also while paused: an in-flight ba
 old batches, deliver / duplicate / drop / reorder messages, finish flushes, commits (landed,
 failed, or landed-but-reported-failed) and reloads in any order, advance the clock, crash any
 role, start a new coordinator while the old one keeps running, retire partitions (FLIP-246:
-they leave after a finished round, their participants end) and add them back, stop the pipeline (with or without its last commit) and start it
-again.
+they leave after a finished round, their participants end) and add them back, stop the
+pipeline (with or without its last commit) and start it again.
+
+Readers are actors of their own: a participant's steering (``Seek``, ``Pause``, ``Resume``)
+queues for its reader and lands later, in order, or fails (the participant hears
+``reader_lost``; the rest of that Ready's steering is skipped, as the host does), and a
+reader can restart (it asks ``reader_attached``) while a participant that crashed leaves its
+reader reading on. Lookups of a lost reader (``FindReader``) are jobs that find it or not.
+Each coordinator has its housekeeping (protocol/housekeeping.py): store probes that answer,
+fail or never answer, upkeep jobs that succeed or fail, and a give-up after an outage, which
+stops the rounds (the pipeline is started again, as a supervisor would).
 After every step the invariants of design.md are checked; at the end, with faults stopped
 and everything delivered, the pipeline must commit every produced record (liveness).
 """
@@ -32,6 +41,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from rayconnect.protocol import housekeeping as hk
 from rayconnect.protocol.coordinator import Coordinator
 from rayconnect.protocol.coordinator import State as CState
 from rayconnect.protocol.effects import (
@@ -40,20 +50,26 @@ from rayconnect.protocol.effects import (
     CommitTable,
     Effect,
     Fenced,
+    FindReader,
     Flush,
     PartitionsRetired,
     Pause,
     ReloadTable,
     Resume,
+    RoundDiscarded,
+    RoundFinished,
     Seek,
     SeekToPolicy,
     SendMessage,
+    Steer,
     Stopped,
 )
 from rayconnect.protocol.messages import Message, ParticipantStarted, StartCommit
 from rayconnect.protocol.participant import Participant
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import DataFile
+from rayconnect.protocol.upkeep import CompactSettings, LogSettings, UpkeepSchedule
+from rayconnect.protocol.upkeep import Job as UpkeepJob
 
 ALL_KEYS = tuple(f"c1/t/{i}" for i in range(4))
 PIPELINE = "sim"
@@ -63,6 +79,9 @@ PCFG = CommitSettings(
     flush_max_records=3, flush_max_bytes=50, flush_max_age_s=4.0, request_commit_after_flushes=2
 )
 LIVENESS_ROUNDS = 20
+GIVE_UP_AFTER_S = 60.0
+COMPACT = CompactSettings(min_files=2, every_s=5.0)
+LOG = LogSettings(tidy_every_s=30.0, log_retention_hours=1.0)
 
 Row = tuple[str, int]  # (partition key, offset): a record's identity
 
@@ -134,13 +153,27 @@ class FakeTable:
 
 @dataclass
 class Part:
-    """A participant incarnation and its reader."""
+    """A participant incarnation."""
 
     machine: Participant
     incarnation: int
-    reader_at: int | None = None
+
+
+@dataclass
+class Reader:
+    """A partition's reader: where it reads, and the steering on its way to it - each with
+    the id of the Ready it came in (a failed one takes the rest of its Ready with it)."""
+
+    at: int | None = None
     paused: bool = True
+    steering: list[tuple[int, Steer]] = field(default_factory=list)
     delivered: list[tuple[int, int]] = field(default_factory=list)
+
+    def carry_out(self, action: Steer) -> None:
+        if isinstance(action, Seek):
+            self.at = action.offset
+        else:
+            self.paused = isinstance(action, Pause)
 
 
 idx = st.integers(min_value=0, max_value=1_000)
@@ -160,11 +193,16 @@ class PipelineSim(RuleBasedStateMachine):
         self.produced: dict[str, int] = {}
         self.coords: list[Coordinator] = []  # live ones; the last is the newest
         self.parts: dict[str, Part] = {}
+        self.readers: dict[str, Reader] = {}
+        self.houses: dict[Coordinator, hk.Housekeeping] = {}  # each coordinator's housekeeping
+        self.readies = 0  # ids of the participants' Readies
         self.net: list[tuple[str, Message]] = []
         self.jobs: list[Job] = []
+        self.chores: list[Job] = []  # the housekeeping's IO: probes, upkeep, stopping rounds
         self.last_rounds: dict[str, tuple[int, tuple[int, int] | None]] = {}
         self.gone: set[str] = set()  # retired partitions: their participants ended
         self.stops = 0  # stops that reported done (Stopped) by the newest coordinator
+        self.gave_up = 0  # StopRounds of any coordinator's housekeeping
 
     # -- wiring: carry out effects ------------------------------------------------------------
 
@@ -182,7 +220,8 @@ class PipelineSim(RuleBasedStateMachine):
                 self.coords.remove(coord)
             elif isinstance(eff, PartitionsRetired):  # the actor ends their participants
                 for key in eff.keys:
-                    self.parts[key] = Part(Participant(key, PCFG), self.parts[key].incarnation + 1)
+                    self.new_part(key)
+                    self.readers[key] = Reader()  # the reader drops the split
                     self.gone.add(key)
             elif isinstance(eff, Stopped):
                 newest = coord is self.coords[-1]
@@ -190,39 +229,87 @@ class PipelineSim(RuleBasedStateMachine):
                 if newest:  # the pipeline stopped: start it again, as its user would
                     self.stops += 1
                     self.restart_pipeline()
+            elif isinstance(eff, RoundFinished):
+                self.apply_house(coord, self.houses[coord].round_finished(eff.files, self.now))
+            elif isinstance(eff, RoundDiscarded):
+                self.apply_house(coord, self.houses[coord].round_discarded(eff.reason, self.now))
             else:
                 raise AssertionError(f"coordinator emitted {eff!r}")
 
+    def apply_house(self, coord: Coordinator, chores: list[hk.Chore]) -> None:
+        for chore in chores:
+            if isinstance(chore, hk.ProbeStore):
+                self.chores.append(partial(self.finish_probe, coord))
+            elif isinstance(chore, hk.RunUpkeep):
+                self.chores.append(partial(self.finish_upkeep, coord, chore.job))
+            elif isinstance(chore, hk.StopRounds):  # the actor's main loop stops the rounds
+                self.gave_up += 1
+                self.chores.append(partial(self.finish_stop_rounds, coord))
+            else:
+                raise AssertionError(f"housekeeping emitted {chore!r}")
+
     def apply_part(self, key: str, ready: list[Effect]) -> None:
         part = self.parts[key]
+        reader = self.readers[key]
+        self.readies += 1
         for eff in ready:
             if isinstance(eff, SendMessage):
                 assert eff.to == COORDINATOR
                 self.net.append((COORDINATOR, eff.message))
-            elif isinstance(eff, Seek):
-                part.reader_at = eff.offset
-            elif isinstance(eff, SeekToPolicy):
-                part.reader_at = 0  # policy "earliest"; the log starts at 0
+            elif isinstance(eff, Seek | Pause | Resume):
+                reader.steering.append((self.readies, eff))
+            elif isinstance(eff, SeekToPolicy):  # policy "earliest"; the log starts at 0
+                reader.steering.append((self.readies, Seek(0)))
                 self.jobs.append(partial(self.finish_resolve, key, part.incarnation))
-            elif isinstance(eff, Pause):
-                part.paused = True
-            elif isinstance(eff, Resume):
-                part.paused = False
             elif isinstance(eff, Flush):
                 self.jobs.append(partial(self.finish_flush, key, part.incarnation, eff))
+            elif isinstance(eff, FindReader):
+                self.jobs.append(partial(self.finish_find, key, part.incarnation))
             else:
                 raise AssertionError(f"participant emitted {eff!r}")
+
+    def steer(self, key: str, outcome: int) -> None:
+        """The oldest steering on its way to ``key``'s reader: 0 fails (the rest of its
+        Ready is skipped, the participant hears ``reader_lost``); 1: the reader restarts
+        first, and asks ``reader_attached``; else it lands."""
+        reader = self.readers[key]
+        ready_id, action = reader.steering.pop(0)
+        if outcome == 0:
+            reader.steering = [(r, a) for r, a in reader.steering if r != ready_id]
+            machine = self.parts[key].machine
+            self.apply_part(key, machine.reader_lost(self.now))
+            return
+        if outcome == 1:
+            self.restart_reader(key)
+        reader.carry_out(action)
+
+    def restart_reader(self, key: str) -> None:
+        """A fresh reader: paused, nowhere; it applies what its participant answers."""
+        reader = self.readers[key]
+        reader.at, reader.paused = None, True
+        for action in self.parts[key].machine.reader_attached(self.now):
+            reader.carry_out(action)
+
+    def new_part(self, key: str) -> None:
+        """A fresh participant incarnation (its reader is left as it is)."""
+        self.parts[key] = Part(Participant(key, PCFG), self.parts[key].incarnation + 1)
 
     def start_coordinator(self) -> None:
         coord = Coordinator(PIPELINE, self.keys, CCFG)
         self.coords.append(coord)
+        house = hk.Housekeeping(UpkeepSchedule(COMPACT, LOG, self.now), GIVE_UP_AFTER_S, self.now)
+        self.houses[coord] = house
         epoch = self.table.claim()
         self.apply_coord(coord, coord.recover(epoch, dict(self.table.txn), self.now))
+        self.apply_house(coord, house.recovered(self.now))
 
     def restart_pipeline(self) -> None:
-        """Every actor ends; fresh participants announce themselves, a new coordinator starts."""
+        """Every actor ends; fresh readers attach, fresh participants announce themselves,
+        a new coordinator starts."""
         for key in self.keys:
-            self.parts[key] = Part(Participant(key, PCFG), self.parts[key].incarnation + 1)
+            self.new_part(key)
+            self.readers[key] = Reader()
+            self.restart_reader(key)
             self.net.append((COORDINATOR, ParticipantStarted(key)))
         self.gone.clear()
         self.start_coordinator()
@@ -243,13 +330,13 @@ class PipelineSim(RuleBasedStateMachine):
             self.apply_part(dest, self.parts[dest].machine.step(msg, self.now))
 
     def read(self, key: str, size: int) -> None:
-        part = self.parts[key]
-        if part.reader_at is None or part.reader_at >= self.produced[key]:
+        reader = self.readers[key]
+        if reader.at is None or reader.at >= self.produced[key]:
             return
-        first = part.reader_at
+        first = reader.at
         next_ = min(first + size, self.produced[key])
-        part.reader_at = next_
-        part.delivered.append((first, next_))
+        reader.at = next_
+        reader.delivered.append((first, next_))
         self.batch(key, first, next_)
 
     def batch(self, key: str, first: int, next_: int) -> None:
@@ -296,13 +383,16 @@ class PipelineSim(RuleBasedStateMachine):
         version = None if outcome == 0 else self.table.commit(commit, self.writer)
         if coord not in self.coords:
             return  # the actor died; its commit may still have landed (or been fenced)
+        house = self.houses[coord]
         if version is None or outcome == 1:
+            self.apply_house(coord, house.failing(hk.TABLE_STORE, "commit failed", self.now))
             self.apply_coord(coord, coord.commit_failed(f"outcome {outcome}", self.now))
         else:
             self.apply_coord(coord, coord.commit_succeeded(version, self.now))
 
     def finish_reload(self, coord: Coordinator, outcome: int) -> None:
         if coord in self.coords:
+            self.apply_house(coord, self.houses[coord].failing(hk.TABLE_STORE, None, self.now))
             ready = coord.table_reloaded(dict(self.table.txn), self.now, self.table.epoch)
             self.apply_coord(coord, ready)
 
@@ -311,9 +401,35 @@ class PipelineSim(RuleBasedStateMachine):
         if part.incarnation == incarnation:
             self.apply_part(key, part.machine.position_resolved(0, self.now))
 
+    def finish_find(self, key: str, incarnation: int, outcome: int) -> None:
+        """0: no reader found (the enumerator is away); else found."""
+        part = self.parts[key]
+        if part.incarnation == incarnation:
+            m = part.machine
+            found = m.reader_not_found if outcome == 0 else m.reader_found
+            self.apply_part(key, found(self.now))
+
+    def finish_probe(self, coord: Coordinator, outcome: int) -> None:
+        """0: the store fails; 1: the probe never answers; else it answers."""
+        if coord in self.coords and outcome != 1:
+            error = "503 Slow Down" if outcome == 0 else None
+            self.apply_house(coord, self.houses[coord].probe_finished(error, self.now))
+
+    def finish_upkeep(self, coord: Coordinator, job: UpkeepJob, outcome: int) -> None:
+        """0 and 1: the job fails (a compaction changes no data: the table stays as it is)."""
+        if coord in self.coords:
+            error = "OSError: gone" if outcome < SUCCESS else None
+            self.apply_house(coord, self.houses[coord].upkeep_finished(job, error, self.now))
+
+    def finish_stop_rounds(self, coord: Coordinator, outcome: int) -> None:
+        if coord in self.coords:
+            self.apply_coord(coord, coord.stop(False, self.now))
+
     def advance(self, dt: float) -> None:
         self.now += dt
         for coord in list(self.coords):
+            if coord in self.coords:
+                self.apply_house(coord, self.houses[coord].tick(self.now))
             if coord in self.coords:
                 self.apply_coord(coord, coord.tick(self.now))
         for key, part in self.parts.items():
@@ -325,7 +441,11 @@ class PipelineSim(RuleBasedStateMachine):
         return min((d for d in deadlines if d is not None), default=None)
 
     def calm_step(self) -> bool:
-        """One step of a fault-free world (oldest message or job first); False if idle."""
+        """One step of a fault-free world (the steering on its way, then the oldest message or
+        job first); False if idle."""
+        for key, reader in self.readers.items():  # in a calm world steering lands at once
+            while reader.steering:
+                self.steer(key, SUCCESS)
         if self.net:
             dest, msg = self.net.pop(0)
             self.deliver(dest, msg, len(self.coords) - 1)
@@ -334,12 +454,15 @@ class PipelineSim(RuleBasedStateMachine):
         else:
             readable = [
                 k
-                for k, p in self.parts.items()
-                if not p.paused and p.reader_at is not None and p.reader_at < self.produced[k]
+                for k, r in self.readers.items()
+                if not r.paused and r.at is not None and r.at < self.produced[k]
             ]
-            if not readable:
+            if readable:
+                self.read(readable[0], 3)
+            elif self.chores:  # housekeeping last: it never holds the rounds up
+                self.chores.pop(0)(SUCCESS)
+            else:
                 return False
-            self.read(readable[0], 3)
         return True
 
     # -- rules ------------------------------------------------------------------------------
@@ -349,6 +472,7 @@ class PipelineSim(RuleBasedStateMachine):
         self.keys = ALL_KEYS[:n]
         self.produced = dict.fromkeys(self.keys, 0)
         self.parts = {k: Part(Participant(k, PCFG), 0) for k in self.keys}
+        self.readers = {k: Reader() for k in self.keys}
         self.start_coordinator()
 
     @rule(k=idx, count=st.integers(min_value=1, max_value=6))
@@ -359,13 +483,13 @@ class PipelineSim(RuleBasedStateMachine):
     def read_batch(self, k: int, size: int, while_paused: bool) -> None:
         """``while_paused``: a batch already on its way when the Pause was carried out."""
         key = self.keys[k % len(self.keys)]
-        if while_paused or not self.parts[key].paused:
+        if while_paused or not self.readers[key].paused:
             self.read(key, size)
 
     @rule(k=idx, i=idx)
     def replay_old_batch(self, k: int, i: int) -> None:
         key = self.keys[k % len(self.keys)]
-        delivered = self.parts[key].delivered
+        delivered = self.readers[key].delivered
         if delivered:
             self.batch(key, *delivered[i % len(delivered)])
 
@@ -394,6 +518,21 @@ class PipelineSim(RuleBasedStateMachine):
     def write_two_flushes_in_one_file(self, i: int, j: int) -> None:
         self.finish_flushes_in_one_file(i, j)
 
+    @precondition(lambda self: self.chores)
+    @rule(i=idx, outcome=st.integers(min_value=0, max_value=4))
+    def finish_chore(self, i: int, outcome: int) -> None:
+        """A probe, upkeep job or stop of the rounds finishes (in any order; a probe may
+        fail or never answer, an upkeep job fail)."""
+        self.chores.pop(i % len(self.chores))(outcome)
+
+    @rule(k=idx, outcome=st.integers(min_value=0, max_value=4))
+    def steer_reader(self, k: int, outcome: int) -> None:
+        """The oldest steering on its way to a reader lands, fails, or meets a restarted
+        reader (until then it is delayed: everything else goes on)."""
+        waiting = [key for key, r in self.readers.items() if r.steering]
+        if waiting:
+            self.steer(waiting[k % len(waiting)], outcome)
+
     @rule(dt=st.sampled_from([0.5, 2.0, 4.0, 6.0, 11.0]))
     def advance_clock(self, dt: float) -> None:
         self.advance(dt)
@@ -414,9 +553,18 @@ class PipelineSim(RuleBasedStateMachine):
         """A participant restarts empty; the coordinator restarts with a new epoch; or a new
         coordinator starts while the old one keeps running (a zombie)."""
         if kind == "participant":
+            # The host restarts; the reader lives on, and what the dead host's steering had
+            # on its way lands (odd k) or not. The fresh machine finds its reader and pauses
+            # it, then the coordinator hears of it - as the actor does.
             key = self.keys[k % len(self.keys)]
-            self.parts[key] = Part(Participant(key, PCFG), self.parts[key].incarnation + 1)
-            self.net.append((COORDINATOR, ParticipantStarted(key)))  # as the actor does
+            reader = self.readers[key]
+            while reader.steering and k % 2:
+                reader.carry_out(reader.steering.pop(0)[1])
+            reader.steering.clear()
+            self.new_part(key)
+            machine = self.parts[key].machine
+            self.apply_part(key, machine.reader_lost(self.now) + machine.tick(self.now))
+            self.net.append((COORDINATOR, ParticipantStarted(key)))
         elif self.table.epoch < 5 and len(self.coords) < 3:
             if kind == "coordinator":
                 self.coords.pop()
@@ -515,6 +663,8 @@ class PipelineSim(RuleBasedStateMachine):
 
 
 FAULTS = (
+    "steer",
+    "chore",
     "shared",
     "reorder",
     "network",
@@ -574,6 +724,10 @@ def test_long_random_schedules(n: int, seed: int, faults: set[str], fault_rate: 
                 sim.advance_clock(11.0)
             elif kind == "retire":
                 sim.retire_or_add_partition(i())
+            elif kind == "steer":
+                sim.steer_reader(i(), rng.randrange(2))
+            elif kind == "chore" and sim.chores:
+                sim.finish_chore(i(), rng.randrange(2))
             elif kind == "stop" and sim.table.epoch < 5:
                 sim.stop_pipeline(rng.random() < 0.7)
         sim.check()
@@ -664,3 +818,40 @@ def test_files_shared_by_partitions_commit_only_with_all_of_them() -> None:
             1 for _, paths in sim.table.versions for p in paths if p.startswith("shared/")
         )
     assert committed_shared > 50
+
+
+def test_a_restarted_host_finds_the_reader_that_lived_on_when_its_seek_was_lost() -> None:
+    """CI's bug, replayed: a participant host restarts; its reader lived on and read past
+    the table's offset. The fresh machine finds the reader and pauses it, but its Seek back
+    to the table's offset reaches no reader (the enumerator went away, or the call failed).
+    A machine that believed its Seek happened would never read those records again (nothing
+    new arrives to show a gap): the pipeline must still commit every record."""
+    sim = PipelineSim()
+    sim.init(1)
+    (key,) = sim.keys
+    sim.produce(0, 5)
+    sim.drain()
+    sim.advance(CCFG.commit_interval_s)
+    sim.drain()
+    assert sim.table.txn == {key: 5}
+    sim.produce(0, 3)
+    sim.drain()  # read on to 8, not committed
+    assert sim.readers[key].at == 8
+    sim.crash(0, "participant")  # the host restarts; the reader lives on
+    [find] = [job for job in sim.jobs if job.func == sim.finish_find]
+    sim.jobs.remove(find)
+    find(SUCCESS)  # found: the machine pauses it, where it is (it knows no position yet)
+    assert [a for _, a in sim.readers[key].steering] == [Pause()]
+    sim.steer(key, SUCCESS)
+    assert sim.parts[key].machine.reader_synced
+    dest, started = sim.net.pop()
+    assert isinstance(started, ParticipantStarted)
+    sim.deliver(dest, started, 0)  # the coordinator sends the running round's START again
+    dest, start = sim.net.pop()
+    sim.deliver(dest, start, 0)
+    assert [a for _, a in sim.readers[key].steering] == [Seek(5), Resume()]
+    sim.steer(key, 0)  # the Seek reaches no reader; the Resume after it is skipped
+    assert sim.readers[key].steering == [] and not sim.parts[key].machine.reader_synced
+    sim.teardown()
+    assert sim.table.txn == {key: 8}
+    sim.check()
