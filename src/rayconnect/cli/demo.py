@@ -263,6 +263,21 @@ def _verify(
     )
 
 
+def read_commands(table: str) -> tuple[str, str]:
+    """Two shell lines that read the demo's table as printed, on the machine the demo ran on:
+    this interpreter (a fresh install's ``.venv/bin/python`` is not on PATH), Polars, and
+    DuckDB with its Delta extension from the ``duckdb-ext-delta`` wheel (``INSTALL delta``
+    would download it). Both come with the install the README's first command makes."""
+    python = sys.executable
+    polars = f"{python} -c \"import polars as pl; print(pl.read_delta('{table}'))\""
+    duck = (
+        f"{python} -c \"import duckdb, duckdb_ext; "
+        "c = duckdb.connect(config={'extension_directory': duckdb_ext.__path__[0] + '/extensions'}); "
+        f"c.sql('LOAD delta'); print(c.sql(\\\"SELECT count(*) FROM delta_scan('{table}')\\\"))\""
+    )
+    return polars, duck
+
+
 def _summary(r: DemoResult, out: TextIO) -> None:
     n = sum(r.produced.values())
     line = lambda label, text: print(f"  {label:<18} {text}", file=out)  # noqa: E731
@@ -278,9 +293,7 @@ def _summary(r: DemoResult, out: TextIO) -> None:
     line("elapsed", f"{r.elapsed_s:.1f} s")
     line("steps", ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in r.timings.items()))
     line("table", r.table)
-    line("read it", f"python -c \"import polars as pl; print(pl.read_delta('{r.table}'))\"")
-    line(
-        "", f"duckdb -c \"INSTALL delta; LOAD delta; SELECT count(*) FROM delta_scan('{r.table}')\""
-    )
+    for label, command in zip(("read it", ""), read_commands(r.table), strict=True):
+        line(label, command)
     verdict = "OK: exactly once" if r.ok else "FAILED: table does not match what was produced"
     line("result", verdict)

@@ -73,7 +73,7 @@ class SinkPipeline:
         ``give_up_after_s``: see ``SinkPipelineConfig`` (None: wait out any outage).
         ``partitions_per_host``: partitions of one topic per participant host process.
         ``transform``: Spark SQL over each write's decoded rows, the view ``records``
-        (README "Transforms")."""
+        (docs/guides/typed-tables.md, "Transforms")."""
         self.config = SinkPipelineConfig(
             name=name,
             source=source,

@@ -33,6 +33,7 @@ class CompactSettings(msgspec.Struct, frozen=True):
     round's commit (a blind append with txn versions) and a compaction pass each other in
     either order, so it never costs a round (``tests/integration/tables``)."""
 
+    #: the pipeline compacts its table
     enabled: bool = True
     #: files are bin-packed into files of about this size
     target_file_mb: int = 128

@@ -11,7 +11,7 @@ failed, or landed-but-reported-failed) and reloads in any order, advance the clo
 role, start a new coordinator while the old one keeps running, retire partitions (FLIP-246:
 they leave after a finished round, their participants end) and add them back, stop the pipeline (with or without its last commit) and start it
 again.
-After every step the invariants of design.md are checked; at the end, with faults stopped
+After every step the invariants of docs/design.md are checked; at the end, with faults stopped
 and everything delivered, the pipeline must commit every produced record (liveness).
 """
 
