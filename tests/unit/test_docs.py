@@ -46,8 +46,10 @@ def test_a_fields_doc_default_and_type_come_from_the_struct() -> None:
     assert list(fields) == [f for f in CommitSettings.__struct_fields__]
 
 
-@pytest.mark.parametrize("title,path", [(t, p) for t, p, _ in _hooks().REFERENCE])
-def test_every_field_in_the_settings_reference_is_documented(title: str, path: str) -> None:
+@pytest.mark.parametrize(
+    "title,path", [(t, p) for t, p, _ in [*_hooks().REFERENCE, *_hooks().STATUS_REFERENCE]]
+)
+def test_every_field_in_the_settings_and_status_references_is_documented(title: str, path: str) -> None:
     undocumented = [f.name for f in describe(_hooks().struct(path)) if not f.doc]
     assert undocumented == [], f"{title}: add a '#:' comment above each of these fields"
 

@@ -38,7 +38,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import msgspec
 import ray
 
 from rayconnect.actors import names
@@ -58,6 +57,7 @@ from rayconnect.protocol.effects import (
 )
 from rayconnect.protocol.messages import Message
 from rayconnect.protocol.outages import OutageWatch
+from rayconnect.protocol.status import PipelineStatus, RoundCounts
 from rayconnect.protocol.upkeep import Job
 from rayconnect.tables.base import TableBrokenError, check_not_behind
 
@@ -162,6 +162,7 @@ class CoordinatorActor:
         # Every partition this pipeline ever committed: one that joins later (a topic added
         # back) must start from the table, not from the starting-offset policy.
         offsets = self.committer.committed_offsets(None)
+        self._read_dead_letters()
         return epoch, offsets, self.committer.version()
 
     async def _probe_store(self) -> None:
@@ -412,10 +413,15 @@ class CoordinatorActor:
             lambda: self.machine.table_reloaded(offsets, time.monotonic(), table_epoch=epoch)
         )
 
-    def _read_table(self) -> tuple[dict[str, int], int, int]:
+    def _read_dead_letters(self) -> None:
+        """Totals of the dead-letter table (what earlier incarnations committed too), so the
+        status's ``dead_letters`` counts the table, not this coordinator's commits."""
         counts = getattr(self.committer, "dead_letter_counts", None)
-        if counts is not None:  # typed Delta tables: what earlier incarnations committed
+        if counts is not None:
             self.dead_letters = counts()
+
+    def _read_table(self) -> tuple[dict[str, int], int, int]:
+        self._read_dead_letters()
         return (
             self.committer.committed_offsets(None),
             self.committer.epoch(),
@@ -463,30 +469,51 @@ class CoordinatorActor:
 
     # -- status ----------------------------------------------------------------------------
 
-    async def status(self) -> dict[str, Any]:
-        status = msgspec.to_builtins(self.machine.status())
+    async def status(self) -> PipelineStatus:
+        """The coordinator's part of the pipeline's status (the handle adds the others')."""
+        machine = self.machine.status()
         durations = list(self.round_durations)
-        status.update(
+        return PipelineStatus(
+            pipeline=machine.pipeline,
+            state=machine.state,
+            epoch=machine.epoch,
+            txn_id=machine.txn_id,
+            started_at=self.started_at,
             table=self.committer.table_path,
             table_version=self.table_version,
-            records_committed=self.records_committed,
+            partitions=machine.partitions,
+            waiting_for=machine.waiting_for,
+            retiring=machine.retiring,
+            offsets=machine.offsets,
             dead_letters=dict(sorted(self.dead_letters.items())),
-            fenced=self.fenced,
-            error=self._error,
-            outages=self.outages.describe(time.time()),
-            gave_up=self.gave_up,
-            give_up_after_s=self.config.give_up_after_s,
+            # which participant host (actor) holds each partition
+            participant_hosts={key: self._host_name(key) for key in machine.partitions},
+            rounds_since_start=RoundCounts(
+                committed=machine.rounds_committed,
+                partial=machine.rounds_partial,
+                discarded=machine.rounds_discarded,
+                empty=machine.rounds_empty,
+                requested=machine.rounds_requested,
+                drained=machine.rounds_drained,
+            ),
+            records_committed_since_start=self.records_committed,
+            statuses_rejected_since_start=machine.statuses_rejected,
+            messages_ignored_since_start=machine.messages_ignored,
+            last_round_duration_s=machine.last_round_duration_s,
+            last_end_to_start_s=machine.last_end_to_start_s,
             round_s_median=_median(durations),
             round_s_max=max(durations) if durations else None,
             end_to_start_s_median=_median(self.end_to_starts),
             commit_s_median=_median(self.commit_latencies),
-            upkeep=msgspec.to_builtins(self.schedule.status()),
-            upkeep_recent=list(self.upkeep_log),
-            started_at=self.started_at,
-            # which participant host (actor) holds each partition
-            participant_hosts={key: self._host_name(key) for key in status["partitions"]},
+            last_error=machine.last_error,
+            error=self._error,
+            fenced=self.fenced,
+            gave_up=self.gave_up,
+            give_up_after_s=self.config.give_up_after_s,
+            outages=tuple(self.outages.describe(time.time())),
+            upkeep=self.schedule.status(),
+            upkeep_recent=tuple(self.upkeep_log),
         )
-        return status
 
 
 def _rounds_finished(status: CoordinatorStatus) -> int:

@@ -27,6 +27,8 @@ import pyarrow.compute as pc
 
 from rayconnect.cli.demo_stage import DemoStage
 from rayconnect.cli.demo_view import LiveView
+from rayconnect.errors import RayconnectError
+from rayconnect.protocol.status import PipelineStatus
 
 PIPELINE = "demo"
 CLUSTER = "local"
@@ -35,7 +37,7 @@ CHAOS_AT = (0.2, 0.4, 0.6)
 """When each kill happens, as a fraction of the producer's run (records / rate seconds)."""
 
 
-class DemoError(RuntimeError):
+class DemoError(RayconnectError, RuntimeError):
     """The demo cannot run with the arguments given."""
 
 
@@ -105,7 +107,7 @@ class _Watch:
     def __init__(self, handle, view: LiveView, producer, kills: list[tuple[float, tuple]]) -> None:
         self.handle, self.view, self.producer, self.kills = handle, view, producer, kills
         self.done_kills: list[str] = []
-        self.status: dict[str, Any] = {}
+        self.status: PipelineStatus | None = None
 
     def chaos_done(self) -> bool:
         """Every kill made and recovered from."""
@@ -203,7 +205,7 @@ def run_demo(
             )
             # Kills the producer did not outlast happen now: the pipeline still has a lag.
             caught_up = watch.until(
-                lambda s: (s.get("offsets") or {}) == want and watch.chaos_done(),
+                lambda s: s is not None and s.offsets == want and watch.chaos_done(),
                 catch_up_timeout_s,
             )
             step("catch_up", t)
@@ -212,9 +214,9 @@ def run_demo(
             )
 
             t = time.monotonic()
-            final = handle.stop(commit=True, timeout_s=60)
-            if final.get("error"):
-                view.event(f"stop: {final['error']}")
+            stopped = handle.stop(commit=True, timeout_s=60)
+            if stopped.error:
+                view.event(f"stop: {stopped.error}")
             step("stop", t)
         finally:
             if producer is not None and not producer.finished.is_set():
@@ -271,7 +273,7 @@ def read_commands(table: str) -> tuple[str, str]:
     python = sys.executable
     polars = f"{python} -c \"import polars as pl; print(pl.read_delta('{table}'))\""
     duck = (
-        f"{python} -c \"import duckdb, duckdb_ext; "
+        f'{python} -c "import duckdb, duckdb_ext; '
         "c = duckdb.connect(config={'extension_directory': duckdb_ext.__path__[0] + '/extensions'}); "
         f"c.sql('LOAD delta'); print(c.sql(\\\"SELECT count(*) FROM delta_scan('{table}')\\\"))\""
     )

@@ -100,12 +100,19 @@ class Job(enum.Enum):
 class UpkeepStatus(msgspec.Struct, frozen=True):
     """What upkeep did so far (the coordinator's status shows it)."""
 
+    #: compactions done
     compactions: int
+    #: compactions given up after losing races to other writers
     compactions_given_up: int
+    #: tidies done (checkpoint, log cleanup, vacuum)
     tidies: int
+    #: tidies that failed
     tidies_failed: int
+    #: files committed since the last compaction
     files_since_compaction: int
+    #: the jobs running now
     running: tuple[str, ...]
+    #: the last job's failure
     last_error: str | None
 
 
