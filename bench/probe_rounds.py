@@ -102,7 +102,7 @@ def main() -> None:
                 print(f"{version:>7}  {n:>7}  {committed - lo:6.2f} / {committed - hi:6.2f}")
         w = [v for k, v in sorted(writes.items()) if k > 1]  # the warm-up write is #1
         med = lambda i: statistics.median(x[i] for x in w) if w else float("nan")  # noqa: E731
-        print(f"rounds committed {status['rounds_committed']}, writes {len(w)}")
+        print(f"rounds committed {status.rounds_since_start.committed}, writes {len(w)}")
         print(f"round START->ACK median {s['round_s_median']:.2f} s")
         print(f"END->next START median {s['end_to_start_s_median']:.2f} s")
         print(f"write median {med(0):.2f} s (prepare {med(1):.2f} s, spark {med(2):.2f} s)")

@@ -63,14 +63,14 @@ def idle_rounds(handle: rc.PipelineHandle, seconds: float, interval_s: float) ->
     coord = ray.get_actor(names.coordinator(handle.name), namespace=names.NAMESPACE)
     changes: list[float] = []
     turnarounds: list[float] = []
-    last = ray.get(coord.status.remote())["rounds_empty"]
+    last = ray.get(coord.status.remote()).rounds_since_start.empty
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         status = ray.get(coord.status.remote())
-        if status["rounds_empty"] != last:
+        if status.rounds_since_start.empty != last:
             changes.append(time.monotonic())
             turnarounds.append(status["last_end_to_start_s"])
-            last = status["rounds_empty"]
+            last = status.rounds_since_start.empty
         time.sleep(0.02)
     if len(changes) < 2:
         return {"rounds": len(changes), "period_s": None, "overhead_s": None}
@@ -142,7 +142,7 @@ def run_backlog(
     elapsed = max(last_commit - t0, 1e-3)
     readers = status.get("readers", {})
     arrow_bytes = sum(r.get("bytes_read", 0) for r in readers.values())
-    rounds = status["rounds_committed"]
+    rounds = status.rounds_since_start.committed
     return {
         "records": total,
         "partitions": len(want_keys),
@@ -153,7 +153,7 @@ def run_backlog(
         "sustained_records_per_s": sustained,
         "arrow_mb_per_s": arrow_bytes / elapsed / 1e6,
         "rounds_committed": rounds,
-        "rounds_drained": status.get("rounds_drained"),
+        "rounds_drained": status.rounds_since_start.drained,
         "round_s_median": status.get("round_s_median"),
         "round_s_max": status.get("round_s_max"),
         "end_to_start_s_median": status.get("end_to_start_s_median"),

@@ -385,7 +385,7 @@ def scenario_b(cfg: dict, workdir: str) -> dict:
                         handle, topic, {int(k): v for k, v in res["counts"].items()}, 300
                     )
                     out[key] = {
-                        "rounds_committed": status["rounds_committed"],
+                        "rounds_committed": status.rounds_since_start.committed,
                         "round_s_median": status["round_s_median"],
                         "round_s_max": status["round_s_max"],
                         "commit_s_median": status["commit_s_median"],

@@ -60,19 +60,19 @@ def main() -> None:
         t0 = time.monotonic()
         progress = Progress("commit ", args.records)
         status = handle.wait_for(
-            lambda s: progress.update(s["records_committed"]) or s["offsets"] == want,
+            lambda s: progress.update(s.records_committed_since_start) or s["offsets"] == want,
             timeout_s=1800,
             poll_s=0.2,
         )
         elapsed = time.monotonic() - t0
-        progress.done(status["records_committed"])
+        progress.done(status.records_committed_since_start)
         writer = ray.get_actor(names.writer("bench"), namespace=names.NAMESPACE)
         wstats = ray.get(writer.stats.remote())
         reader = handle.status()["readers"]
         nbytes = sum(r.get("bytes_read", 0) for r in reader.values())
         handle.stop(commit=False)
         ray.shutdown()
-    rounds = status["rounds_committed"]
+    rounds = status.rounds_since_start.committed
     rows = [
         ("records", f"{args.records:,}"),
         ("partitions", args.partitions),

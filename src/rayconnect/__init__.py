@@ -14,7 +14,12 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "SinkPipeline": "rayconnect.pipelines.sink",
     "PipelineHandle": "rayconnect.pipelines.sink",
+    "RayconnectError": "rayconnect.errors",
     "PipelineError": "rayconnect.errors",
+    "PipelineNotFoundError": "rayconnect.errors",
+    "PipelineAlreadyRunningError": "rayconnect.errors",
+    "RayUnavailableError": "rayconnect.errors",
+    "PipelineStatus": "rayconnect.protocol.status",
     "attach": "rayconnect.pipelines.attach",
     "KafkaSource": "rayconnect.config.sink",
     "DeltaSink": "rayconnect.config.sink",

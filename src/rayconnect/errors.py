@@ -2,8 +2,11 @@
 
 Each is raised before anything is left half-done: a ``ConfigError`` or ``DiscoveryError``
 before any actor starts, a ``JavaNotFoundError`` before Spark is asked to start, a
-``PipelineError`` instead of a second copy of a running pipeline. Errors internal to one part
-(a commit conflict, a bad source record) stay beside the code that raises them.
+``PipelineAlreadyRunningError`` instead of a second copy of a running pipeline. All derive from
+``RayconnectError``, and so do the errors of other modules a user meets (``StorageError``,
+``MetadataError``, the embedded broker's and S3's start errors). Errors internal to one part
+(a commit conflict, a bad source record) stay beside the code that raises them and are
+handled there.
 """
 
 from __future__ import annotations
@@ -12,20 +15,38 @@ import difflib
 from collections.abc import Iterable
 
 
-class ConfigError(ValueError):
+class RayconnectError(Exception):
+    """The root of every error a user of rayconnect may catch: ``except rc.RayconnectError``
+    catches them all. Each subclass says what failed; the command line's exit code is a
+    function of the subclass (``rayconnect.cli.exit_codes``), never of a message's text."""
+
+
+class ConfigError(RayconnectError, ValueError):
     """A pipeline's configuration is invalid; the message names the field and the fix."""
 
 
-class PipelineError(RuntimeError):
+class PipelineError(RayconnectError, RuntimeError):
     """A pipeline cannot be started, found or stopped; the message says why."""
 
 
-class DiscoveryError(RuntimeError):
+class PipelineNotFoundError(PipelineError):
+    """No pipeline of that name runs (``attach``, ``status``, ``stop``)."""
+
+
+class PipelineAlreadyRunningError(PipelineError):
+    """A pipeline of that name runs already: starting it again would make a second copy."""
+
+
+class DiscoveryError(RayconnectError, RuntimeError):
     """A Kafka cluster cannot be reached, or a subscribed topic does not exist."""
 
 
-class JavaNotFoundError(RuntimeError):
+class JavaNotFoundError(RayconnectError, RuntimeError):
     """No usable Java: Spark (and so the writer) cannot start."""
+
+
+class RayUnavailableError(RayconnectError, ConnectionError):
+    """No Ray cluster answers at the address given (or ``auto`` finds none)."""
 
 
 def require(condition: bool, message: str) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 import ray
 
 from rayconnect.actors import names
+from rayconnect.errors import RayUnavailableError
+from rayconnect.protocol.status import ActorStatus
 
 #: Where a sink pipeline's roles sort in listings: the order ``stop`` ends them in.
 _ROLE_ORDER = {"enumerator": 0, "coordinator": 1, "reader": 2, "participants": 3, "writer": 4}
@@ -40,11 +42,22 @@ def check_reachable(address: str | None, timeout_s: float = 3.0) -> None:
         raise ConnectionError(f"nothing listens at {address}: {e}") from None
 
 
-def connect(address: str | None) -> None:
-    """Connect to a running Ray (``auto`` unless told); raise ConnectionError if none."""
-    if not ray.is_initialized():
+def check_ray(address: str | None) -> None:
+    """Raise ``RayUnavailableError`` if nothing listens at a Ray ``host:port`` address."""
+    try:
         check_reachable(address)
-        ensure_ray(address or "auto")
+    except ConnectionError as e:
+        raise RayUnavailableError(str(e)) from None
+
+
+def connect(address: str | None) -> None:
+    """Connect to a running Ray (``auto`` unless told); ``RayUnavailableError`` if none."""
+    if not ray.is_initialized():
+        check_ray(address)
+        try:
+            ensure_ray(address or "auto")
+        except (ConnectionError, RuntimeError) as e:  # ray.init finds no cluster
+            raise RayUnavailableError(str(e)) from None
 
 
 def get_actor(name: str) -> Any | None:
@@ -107,6 +120,38 @@ def wait_for(
     raise TimeoutError(f"{what}: condition not met in {timeout_s} s: {last}")
 
 
+def actor_statuses(pipeline: str) -> tuple[ActorStatus, ...]:
+    """The pipeline's actors with their state (ALIVE, RESTARTING, ...), pid, node and
+    restarts, from Ray's state API (``?``/None for each when it has no dashboard)."""
+    wanted = pipeline_actor_names(pipeline)
+    try:
+        from ray.util.state import list_actors
+
+        found = {
+            a.name: a
+            for a in list_actors(
+                address=ray.get_runtime_context().gcs_address,  # never guess among clusters
+                filters=[("ray_namespace", "=", names.NAMESPACE)],
+                limit=10_000,
+                timeout=10,
+                detail=True,
+            )
+            if a.name in wanted and a.state != "DEAD"
+        }
+    except Exception:  # state API unavailable (no dashboard): names only
+        found = {}
+    return tuple(
+        ActorStatus(
+            name=name,
+            state=getattr(found.get(name), "state", "?"),
+            pid=getattr(found.get(name), "pid", None),
+            node=(getattr(found.get(name), "node_id", None) or "")[:8] or None,
+            restarts=getattr(found.get(name), "num_restarts", None),
+        )
+        for name in wanted
+    )
+
+
 class Handle:
     """What both pipeline handles share: a name (so a handle survives actor restarts) and
     waiting on their ``status()``. ``kind`` names the pipeline in errors; a status call
@@ -118,15 +163,15 @@ class Handle:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def status(self, timeout_s: float = 30.0) -> dict[str, Any]:
+    def status(self, timeout_s: float = 30.0) -> Any:
         raise NotImplementedError
 
     def wait_for(
         self,
-        predicate: Callable[[dict[str, Any]], bool],
+        predicate: Callable[[Any], bool],
         timeout_s: float = 120.0,
         poll_s: float = 0.5,
-    ) -> dict[str, Any]:
+    ) -> Any:
         """Poll ``status()`` until ``predicate(status)`` holds; raise TimeoutError otherwise."""
         return wait_for(
             self.status,

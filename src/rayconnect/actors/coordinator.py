@@ -39,7 +39,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import msgspec
 import ray
 
 from rayconnect.actors import names
@@ -67,6 +66,7 @@ from rayconnect.protocol.housekeeping import (
     StopRounds,
 )
 from rayconnect.protocol.messages import Message
+from rayconnect.protocol.status import PipelineStatus, RoundCounts
 from rayconnect.protocol.upkeep import Job
 from rayconnect.tables.base import TableBrokenError, check_not_behind
 
@@ -173,6 +173,7 @@ class CoordinatorActor:
         # Every partition this pipeline ever committed: one that joins later (a topic added
         # back) must start from the table, not from the starting-offset policy.
         offsets = self.committer.committed_offsets(None)
+        self._read_dead_letters()
         return epoch, offsets, self.committer.version()
 
     # -- housekeeping: probes, upkeep, give-up (the decisions are protocol.housekeeping's) --
@@ -419,9 +420,14 @@ class CoordinatorActor:
             lambda: self.machine.table_reloaded(offsets, time.monotonic(), table_epoch=epoch)
         )
 
-    def _read_table(self) -> tuple[dict[str, int], int, int]:
-        # typed tables: what earlier incarnations committed ({} for a raw table)
+    def _read_dead_letters(self) -> None:
+        """Totals of the dead-letter table (what earlier incarnations committed too), so the
+        status's ``dead_letters`` counts the table, not this coordinator's commits ({} for
+        a raw table)."""
         self.dead_letters = self.committer.dead_letter_counts()
+
+    def _read_table(self) -> tuple[dict[str, int], int, int]:
+        self._read_dead_letters()
         return (
             self.committer.committed_offsets(None),
             self.committer.epoch(),
@@ -460,30 +466,51 @@ class CoordinatorActor:
 
     # -- status ----------------------------------------------------------------------------
 
-    async def status(self) -> dict[str, Any]:
-        status = msgspec.to_builtins(self.machine.status())
+    async def status(self) -> PipelineStatus:
+        """The coordinator's part of the pipeline's status (the handle adds the others')."""
+        machine = self.machine.status()
         durations = list(self.round_durations)
-        status.update(
+        return PipelineStatus(
+            pipeline=machine.pipeline,
+            state=machine.state,
+            epoch=machine.epoch,
+            txn_id=machine.txn_id,
+            started_at=self.started_at,
             table=self.committer.table_path,
             table_version=self.table_version,
-            records_committed=self.records_committed,
+            partitions=machine.partitions,
+            waiting_for=machine.waiting_for,
+            retiring=machine.retiring,
+            offsets=machine.offsets,
             dead_letters=dict(sorted(self.dead_letters.items())),
-            fenced=self.fenced,
-            error=self._error,
-            outages=self.housekeeping.describe(time.time()),
-            gave_up=self.gave_up,
-            give_up_after_s=self.config.give_up_after_s,
+            # which participant host (actor) holds each partition
+            participant_hosts={key: self._host_name(key) for key in machine.partitions},
+            rounds_since_start=RoundCounts(
+                committed=machine.rounds_committed,
+                partial=machine.rounds_partial,
+                discarded=machine.rounds_discarded,
+                empty=machine.rounds_empty,
+                requested=machine.rounds_requested,
+                drained=machine.rounds_drained,
+            ),
+            records_committed_since_start=self.records_committed,
+            statuses_rejected_since_start=machine.statuses_rejected,
+            messages_ignored_since_start=machine.messages_ignored,
+            last_round_duration_s=machine.last_round_duration_s,
+            last_end_to_start_s=machine.last_end_to_start_s,
             round_s_median=_median(durations),
             round_s_max=max(durations) if durations else None,
             end_to_start_s_median=_median(self.end_to_starts),
             commit_s_median=_median(self.commit_latencies),
-            upkeep=msgspec.to_builtins(self.housekeeping.upkeep_status()),
-            upkeep_recent=list(self.upkeep_log),
-            started_at=self.started_at,
-            # which participant host (actor) holds each partition
-            participant_hosts={key: self._host_name(key) for key in status["partitions"]},
+            last_error=machine.last_error,
+            error=self._error,
+            fenced=self.fenced,
+            gave_up=self.gave_up,
+            give_up_after_s=self.config.give_up_after_s,
+            outages=tuple(self.housekeeping.describe(time.time())),
+            upkeep=self.housekeeping.upkeep_status(),
+            upkeep_recent=tuple(self.upkeep_log),
         )
-        return status
 
 
 def _median(values: Iterable[float]) -> float | None:

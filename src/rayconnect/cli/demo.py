@@ -28,6 +28,8 @@ import pyarrow.compute as pc
 from rayconnect.cli.demo_stage import DemoStage
 from rayconnect.cli.demo_view import LiveView
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
+from rayconnect.errors import RayconnectError
+from rayconnect.protocol.status import PipelineStatus
 
 PIPELINE = "demo"
 CLUSTER = "local"
@@ -36,7 +38,7 @@ CHAOS_AT = (0.2, 0.4, 0.6)
 """When each kill happens, as a fraction of the producer's run (records / rate seconds)."""
 
 
-class DemoError(RuntimeError):
+class DemoError(RayconnectError, RuntimeError):
     """The demo cannot run with the arguments given."""
 
 
@@ -106,7 +108,7 @@ class _Watch:
     def __init__(self, handle, view: LiveView, producer, kills: list[tuple[float, tuple]]) -> None:
         self.handle, self.view, self.producer, self.kills = handle, view, producer, kills
         self.done_kills: list[str] = []
-        self.status: dict[str, Any] = {}
+        self.status: PipelineStatus | None = None
 
     def chaos_done(self) -> bool:
         """Every kill made and recovered from."""
@@ -204,7 +206,7 @@ def run_demo(
             )
             # Kills the producer did not outlast happen now: the pipeline still has a lag.
             caught_up = watch.until(
-                lambda s: (s.get("offsets") or {}) == want and watch.chaos_done(),
+                lambda s: s is not None and s.offsets == want and watch.chaos_done(),
                 catch_up_timeout_s,
             )
             step("catch_up", t)
@@ -213,9 +215,9 @@ def run_demo(
             )
 
             t = time.monotonic()
-            final = handle.stop(commit=True, timeout_s=60)
-            if final.get("error"):
-                view.event(f"stop: {final['error']}")
+            stopped = handle.stop(commit=True, timeout_s=60)
+            if stopped.error:
+                view.event(f"stop: {stopped.error}")
             step("stop", t)
         finally:
             if producer is not None and not producer.finished.is_set():
@@ -264,6 +266,21 @@ def _verify(
     )
 
 
+def read_commands(table: str) -> tuple[str, str]:
+    """Two shell lines that read the demo's table as printed, on the machine the demo ran on:
+    this interpreter (a fresh install's ``.venv/bin/python`` is not on PATH), Polars, and
+    DuckDB with its Delta extension from the ``duckdb-ext-delta`` wheel (``INSTALL delta``
+    would download it). Both come with the install the README's first command makes."""
+    python = sys.executable
+    polars = f"{python} -c \"import polars as pl; print(pl.read_delta('{table}'))\""
+    duck = (
+        f'{python} -c "import duckdb, duckdb_ext; '
+        "c = duckdb.connect(config={'extension_directory': duckdb_ext.__path__[0] + '/extensions'}); "
+        f"c.sql('LOAD delta'); print(c.sql(\\\"SELECT count(*) FROM delta_scan('{table}')\\\"))\""
+    )
+    return polars, duck
+
+
 def _summary(r: DemoResult, out: TextIO) -> None:
     n = sum(r.produced.values())
     line = lambda label, text: print(f"  {label:<18} {text}", file=out)  # noqa: E731
@@ -279,9 +296,7 @@ def _summary(r: DemoResult, out: TextIO) -> None:
     line("elapsed", f"{r.elapsed_s:.1f} s")
     line("steps", ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in r.timings.items()))
     line("table", r.table)
-    line("read it", f"python -c \"import polars as pl; print(pl.read_delta('{r.table}'))\"")
-    line(
-        "", f"duckdb -c \"INSTALL delta; LOAD delta; SELECT count(*) FROM delta_scan('{r.table}')\""
-    )
+    for label, command in zip(("read it", ""), read_commands(r.table), strict=True):
+        line(label, command)
     verdict = "OK: exactly once" if r.ok else "FAILED: table does not match what was produced"
     line("result", verdict)

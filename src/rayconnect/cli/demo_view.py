@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
+from rayconnect.protocol.status import PipelineStatus
 from rayconnect.protocol.types import TopicPartition
 
 
@@ -58,17 +59,14 @@ class LiveView:
     def unavailable(self, error: BaseException) -> None:
         self._print(f"status unavailable ({type(error).__name__}): an actor is restarting")
 
-    def status(self, status: dict[str, Any], produced: int) -> None:
-        """One line: rounds, records committed vs produced, lag per partition, table version."""
-        epoch = int(status.get("epoch") or 0)
-        self._rounds[epoch] = (
-            int(status.get("rounds_committed") or 0) + int(status.get("rounds_partial") or 0),
-            int(status.get("rounds_discarded") or 0),
-        )
-        offsets = status.get("offsets") or {}
-        self.committed = sum(offsets.values())
+    def status(self, status: PipelineStatus, produced: int) -> None:
+        """One line: rounds, records committed vs produced, lag per partition, table version.
+        Rounds are counted per coordinator epoch (each incarnation counts from its start)."""
+        rounds = status.rounds_since_start
+        self._rounds[status.epoch] = (rounds.committed, rounds.discarded)
+        self.committed = sum(status.offsets.values())
         committed_rounds, discarded = self.rounds
-        lag = status.get("lag") or {}
+        lag = status.lag
         by_partition = sorted(
             ((TopicPartition.from_key(k).partition, v) for k, v in lag.items()),
             key=lambda pv: pv[0],
@@ -77,7 +75,7 @@ class LiveView:
         self._print(
             f"rounds {committed_rounds} committed / {discarded} discarded | records "
             f"{self.committed:,} committed / {produced:,} produced | lag {lags or '-'} | "
-            f"table v{status.get('table_version')}"
+            f"table v{status.table_version}"
         )
         self._recovered()
 

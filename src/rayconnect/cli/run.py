@@ -34,12 +34,20 @@ from typing import Any
 from rayconnect.cli.exit_codes import (
     EXIT_FAILED,
     EXIT_GAVE_UP,
-    EXIT_NOT_FOUND,
     EXIT_OK,
-    EXIT_REQUIREMENT,
     EXIT_USAGE,
+    exit_code,
 )
-from rayconnect.runtime import check_reachable
+from rayconnect.errors import (
+    ConfigError,
+    DiscoveryError,
+    PipelineAlreadyRunningError,
+    PipelineNotFoundError,
+    RayconnectError,
+    RayUnavailableError,
+)
+from rayconnect.protocol.status import PipelineStatus
+from rayconnect.runtime import check_ray, check_reachable
 
 
 def _with_brokers(config, bootstraps: dict[str, str]):
@@ -118,9 +126,9 @@ class _Producer:
         self.produced += n
 
 
-def _summary(status: dict[str, Any]) -> tuple[int, int | None]:
-    committed = sum((status.get("offsets") or {}).values())
-    lags = [v for v in (status.get("lag") or {}).values() if v is not None]
+def _summary(status: PipelineStatus) -> tuple[int, int | None]:
+    committed = sum(status.offsets.values())
+    lags = [v for v in status.lag.values() if v is not None]
     return committed, (sum(lags) if lags else None)
 
 
@@ -128,19 +136,31 @@ def _err(message: str) -> None:
     print(f"rayconnect: {message}", file=sys.stderr, flush=True)
 
 
+def _failed(error: RayconnectError, file: str) -> int:
+    """Say why ``run`` could not start (configuration errors name the file) and exit with
+    the code of the error's type."""
+    if isinstance(error, RayUnavailableError):
+        _err(f"cannot reach Ray: {error}")
+    elif isinstance(error, ConfigError | DiscoveryError):
+        _err(f"{file}: {error}")
+    else:
+        _err(str(error))
+    return exit_code(error)
+
+
 def run_command(args) -> int:
     from rayconnect.cli.pipeline_file import load_pipeline_file
     from rayconnect.config.sink import SinkPipelineConfig
     from rayconnect.config.source import SourcePipelineConfig
-    from rayconnect.errors import ConfigError, DiscoveryError, JavaNotFoundError, PipelineError
+    from rayconnect.errors import ConfigError
     from rayconnect.pipelines.sink import SinkPipeline
 
     err = _err
     try:
         config = load_pipeline_file(args.file)
     except ConfigError as e:
-        err(str(e))
-        return EXIT_USAGE
+        err(str(e))  # names the file, line and field itself
+        return exit_code(e)
     if args.embedded_broker and args.detach:
         err("--embedded-broker cannot be combined with --detach: the brokers live in this process")
         return EXIT_USAGE
@@ -190,20 +210,10 @@ def run_command(args) -> int:
         print(f"starting pipeline {config.name!r} from {args.file} ...", flush=True)
         started = time.monotonic()
         try:
-            check_reachable(args.address)
+            check_ray(args.address)
             handle = SinkPipeline.from_config(config).start(address=args.address)
-        except JavaNotFoundError as e:
-            err(str(e))
-            return EXIT_REQUIREMENT
-        except (ConfigError, DiscoveryError) as e:
-            err(f"{args.file}: {e}")
-            return EXIT_USAGE
-        except PipelineError as e:
-            err(str(e))
-            return EXIT_NOT_FOUND
-        except ConnectionError as e:
-            err(f"cannot reach Ray at {args.address}: {e}")
-            return EXIT_REQUIREMENT
+        except RayconnectError as e:
+            return _failed(e, args.file)
         print(
             f"pipeline {config.name!r} running ({time.monotonic() - started:.0f} s to start); "
             f"table {config.sink.path}",
@@ -249,8 +259,6 @@ def _foreground(handle, args, producer) -> int:
 
 
 def _sink_loop(handle, args, producer, stop_requested: list[str]) -> int:
-    from rayconnect.errors import PipelineError
-
     first: int | None = None
     last_t, last_committed = time.monotonic(), 0
     try:
@@ -260,7 +268,7 @@ def _sink_loop(handle, args, producer, stop_requested: list[str]) -> int:
                 producer.produce(int(args.demo_rate * args.interval))
             try:
                 status = handle.status()
-            except PipelineError:
+            except PipelineNotFoundError:
                 print(f"pipeline {handle.name!r} was stopped", flush=True)
                 return EXIT_OK
             except Exception as e:  # an actor restarting: say so, keep watching
@@ -269,8 +277,8 @@ def _sink_loop(handle, args, producer, stop_requested: list[str]) -> int:
                     flush=True,
                 )
                 status = None
-            if status is not None and status.get("gave_up"):
-                return _gave_up(handle, status["gave_up"], lambda: handle.stop(commit=False))
+            if status is not None and status.gave_up:
+                return _gave_up(handle, status.gave_up, lambda: handle.stop(commit=False))
             if status is not None:
                 committed, lag = _summary(status)
                 if first is None:
@@ -278,26 +286,27 @@ def _sink_loop(handle, args, producer, stop_requested: list[str]) -> int:
                 now = time.monotonic()
                 rate = (committed - last_committed) / max(now - last_t, 1e-9)
                 last_t, last_committed = now, committed
-                dur = status.get("last_round_duration_s")
+                dur = status.last_round_duration_s
+                rounds = status.rounds_since_start
                 print(
                     f"{time.strftime('%H:%M:%S')} {handle.name}: committed {committed - first:,} "
                     f"records ({rate:,.0f}/s), lag {'-' if lag is None else f'{lag:,}'}, "
-                    f"round {status.get('txn_id')} "
+                    f"round {status.txn_id} "
                     f"({'-' if dur is None else f'{dur:.1f} s'}), "
-                    f"rounds {status.get('rounds_committed')} committed / "
-                    f"{status.get('rounds_discarded')} discarded, "
-                    f"table v{status.get('table_version')}",
+                    f"rounds {rounds.committed} committed / "
+                    f"{rounds.discarded} discarded, "
+                    f"table v{status.table_version}",
                     flush=True,
                 )
             time.sleep(max(0.0, args.interval - (time.monotonic() - t0)))
         print(f"{stop_requested[0]}: committing what was read, then stopping...", flush=True)
-        final = handle.stop(commit=True)
-        if final.get("error"):
-            print(f"rayconnect: {final['error']}", file=sys.stderr, flush=True)
+        result = handle.stop(commit=True)
+        if result.error or result.final is None:
+            print(f"rayconnect: {result.error}", file=sys.stderr, flush=True)
             return EXIT_FAILED
         print(
-            f"stopped {handle.name}: table version {final.get('table_version')}, "
-            f"committed offsets {sum((final.get('offsets') or {}).values()):,} records in total",
+            f"stopped {handle.name}: table version {result.final.table_version}, "
+            f"committed offsets {sum(result.final.offsets.values()):,} records in total",
             flush=True,
         )
         return EXIT_OK
@@ -324,7 +333,7 @@ def _gave_up(handle, reason: str, stop) -> int:
 
 
 def check_target(bootstrap_servers: str, timeout_s: float = 3.0) -> None:
-    """Raise ConnectionError unless one of the ``host:port`` bootstrap servers accepts."""
+    """Raise DiscoveryError unless one of the ``host:port`` bootstrap servers accepts."""
     problems = []
     for server in (s.strip() for s in bootstrap_servers.split(",")):
         try:
@@ -332,7 +341,10 @@ def check_target(bootstrap_servers: str, timeout_s: float = 3.0) -> None:
             return
         except ConnectionError as e:
             problems.append(str(e))
-    raise ConnectionError("; ".join(problems) or f"no bootstrap server in {bootstrap_servers!r}")
+    raise DiscoveryError(
+        "Kafka unreachable: "
+        + ("; ".join(problems) or f"no bootstrap server in {bootstrap_servers!r}")
+    )
 
 
 def _with_target(config, bootstrap_servers: str):
@@ -345,25 +357,22 @@ def _with_target(config, bootstrap_servers: str):
 def start_source(config, address: str | None = None):
     """Start the source pipeline of a ``kind: source`` file; the handle. What ``run`` does
     between reading the file and watching: build the task (ConfigError), refuse a name that
-    runs already (PipelineError), then ``rc.SourcePipeline.start``."""
+    runs already (PipelineAlreadyRunningError), then ``rc.SourcePipeline.start``."""
     from rayconnect.actors import names
-    from rayconnect.errors import PipelineError
     from rayconnect.pipelines.source import SourcePipeline
     from rayconnect.runtime import ensure_ray, get_actor, task_actor_names
 
     pipeline = SourcePipeline.from_config(config)  # imports and builds the task: before Ray
-    check_reachable(address)
+    check_ray(address)
     ensure_ray(address)
     if get_actor(names.coordinator(config.name)) is not None or task_actor_names(config.name):
-        raise PipelineError(
+        raise PipelineAlreadyRunningError(
             f"pipeline {config.name!r} is already running: see `rayconnect status {config.name}`"
         )
     return pipeline.start(address=address)
 
 
 def run_source(config, args) -> int:
-    from rayconnect.errors import ConfigError, PipelineError
-
     err = _err
     with contextlib.ExitStack() as stack:
         if args.embedded_broker:
@@ -380,9 +389,9 @@ def run_source(config, args) -> int:
                 print(f"created topic {topic!r} ({args.partitions} partitions)", flush=True)
         try:
             check_target(config.target.bootstrap_servers)
-        except ConnectionError as e:
-            err(f"{args.file}: $.target.bootstrap_servers: Kafka unreachable: {e}")
-            return EXIT_USAGE
+        except DiscoveryError as e:
+            err(f"{args.file}: $.target.bootstrap_servers: {e}")
+            return exit_code(e)
 
         print(f"starting source pipeline {config.name!r} from {args.file} ...", flush=True)
         started = time.monotonic()
@@ -390,13 +399,9 @@ def run_source(config, args) -> int:
             handle = start_source(config, args.address)
         except ConfigError as e:
             err(f"{args.file}: $.task: {e}")
-            return EXIT_USAGE
-        except ConnectionError as e:
-            err(f"cannot reach Ray at {args.address}: {e}")
-            return EXIT_REQUIREMENT
-        except PipelineError as e:
-            err(str(e))
-            return EXIT_NOT_FOUND if "already running" in str(e) else EXIT_USAGE
+            return exit_code(e)
+        except RayconnectError as e:
+            return _failed(e, args.file)
         except Exception as e:  # the target refused: topics, transactions, authentication
             err(
                 f"{args.file}: cannot start on target {config.target.bootstrap_servers}: "

@@ -11,48 +11,13 @@ import sys
 import time
 from typing import Any
 
-from rayconnect.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_REQUIREMENT
+import msgspec
+
+from rayconnect.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, exit_code
+from rayconnect.errors import RayconnectError
+from rayconnect.protocol.status import PipelineStatus, WriterStatus, encode
 from rayconnect.redact import redact
 from rayconnect.runtime import connect
-
-
-def _actors(pipeline: str) -> list[dict[str, Any]]:
-    """The pipeline's actors with their state (ALIVE, RESTARTING, ...), pid and restarts."""
-    import ray
-
-    from rayconnect.actors import names
-    from rayconnect.runtime import pipeline_actor_names
-
-    wanted = pipeline_actor_names(pipeline)
-    try:
-        from ray.util.state import list_actors
-
-        found = {
-            a.name: a
-            for a in list_actors(
-                address=ray.get_runtime_context().gcs_address,  # never guess among clusters
-                filters=[("ray_namespace", "=", names.NAMESPACE)],
-                limit=10_000,
-                timeout=10,
-                detail=True,
-            )
-            if a.name in wanted and a.state != "DEAD"
-        }
-    except Exception:  # state API unavailable (no dashboard): names only
-        found = {}
-    out = []
-    for name in wanted:
-        a = found.get(name)
-        out.append(
-            {
-                "name": name,
-                "state": getattr(a, "state", "?"),
-                "pid": getattr(a, "pid", None),
-                "node": (getattr(a, "node_id", None) or "")[:8] or None,
-                "restarts": getattr(a, "num_restarts", None),
-            }
-        )
-    return out
 
 
 def pipeline_kind(name: str) -> str | None:
@@ -70,101 +35,90 @@ def pipeline_kind(name: str) -> str | None:
 def source_pipeline_status(name: str) -> dict[str, Any]:
     """A source pipeline's status (per task) with its actors, credentials masked."""
     from rayconnect.pipelines.source import SourcePipelineHandle
+    from rayconnect.runtime import actor_statuses
 
     status = SourcePipelineHandle(name).status()
     status["kind"] = "source"
-    status["actors"] = _actors(name)
+    status["actors"] = [msgspec.to_builtins(a) for a in actor_statuses(name)]
     return redact(status)
 
 
-def pipeline_status(name: str) -> dict[str, Any]:
-    """Everything ``status`` shows, as one JSON-able dict, credentials masked."""
+def pipeline_status(name: str) -> PipelineStatus:
+    """Everything ``status`` shows (the handle's status with the actors), credentials
+    masked: what ``--json`` prints, exactly."""
     from rayconnect.pipelines.sink import PipelineHandle
 
-    status = PipelineHandle(name).status()
-    hws: dict[str, int | None] = {}
-    for reader in status.get("readers", {}).values():
-        for key, p in reader.get("partitions", {}).items():
-            hws[key] = p.get("high_watermark")
-    partitions = {}
-    keys = sorted(set(status.get("partitions") or ()) | set(status.get("offsets", {})) | set(hws))
-    for key in keys:
-        partitions[key] = {
-            "committed_offset": status.get("offsets", {}).get(key),
-            "high_watermark": hws.get(key),
-            "lag": status.get("lag", {}).get(key),
-            "host": (status.get("participant_hosts") or {}).get(key),
-        }
-    status["partition_status"] = partitions
-    status["actors"] = _actors(name)
-    status.setdefault("kind", "sink")
-    return redact(status)
+    status = PipelineHandle(name).status(actors=True)
+    return msgspec.convert(redact(msgspec.to_builtins(status, enc_hook=str)), PipelineStatus)
 
 
 def _n(value: Any) -> str:
     return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def render_status(s: dict[str, Any]) -> str:
-    if s.get("kind") == "source":
+def render_status(s: PipelineStatus | dict[str, Any]) -> str:
+    if not isinstance(s, PipelineStatus):
         return render_source_status(s)
     lines = []
-    total_lag = sum(p["lag"] or 0 for p in s["partition_status"].values())
+    total_lag = sum(p.lag or 0 for p in s.partition_status.values())
     lines.append(
-        f"pipeline {s.get('pipeline')}  state {s.get('state')}  epoch {s.get('epoch')}  "
-        f"table version {_n(s.get('table_version'))}  ({s.get('table')})"
+        f"pipeline {s.pipeline}  state {s.state}  epoch {s.epoch}  "
+        f"table version {_n(s.table_version)}  ({s.table})"
     )
-    last = s.get("last_round_duration_s")
+    last = s.last_round_duration_s
     lines.append(
-        f"round {s.get('txn_id')}  last round {'-' if last is None else f'{last:.2f} s'}  "
-        f"median {_fmt_s(s.get('round_s_median'))}  max {_fmt_s(s.get('round_s_max'))}  "
-        f"commit median {_fmt_s(s.get('commit_s_median'))}"
+        f"round {s.txn_id}  last round {'-' if last is None else f'{last:.2f} s'}  "
+        f"median {_fmt_s(s.round_s_median)}  max {_fmt_s(s.round_s_max)}  "
+        f"commit median {_fmt_s(s.commit_s_median)}"
     )
+    r = s.rounds_since_start
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.started_at))
     lines.append(
-        f"rounds committed {s.get('rounds_committed')} (partial {s.get('rounds_partial')})  "
-        f"discarded {s.get('rounds_discarded')}  empty {s.get('rounds_empty')}  "
-        f"ended early {s.get('rounds_requested')} (backlog drained {s.get('rounds_drained', 0)})  "
-        f"records committed {_n(s.get('records_committed'))}  lag {total_lag:,}"
+        f"since {started} (coordinator start): rounds committed {r.committed} "
+        f"(partial {r.partial})  discarded {r.discarded}  empty {r.empty}  "
+        f"ended early {r.requested} (backlog drained {r.drained})  "
+        f"records committed {_n(s.records_committed_since_start)}"
     )
+    lines.append(f"lag {total_lag:,}")
     for label in ("gave_up", "fenced", "error", "last_error"):
-        if s.get(label):
-            lines.append(f"{label}: {s[label]}")
-    lines += [f"outage: {o}" for o in s.get("outages") or ()]
-    if upkeep := s.get("upkeep"):
+        if value := getattr(s, label):
+            lines.append(f"{label}: {value}")
+    lines += [f"outage: {o}" for o in s.outages]
+    if upkeep := s.upkeep:
         lines.append(
-            f"table upkeep: {upkeep['compactions']} compactions "
-            f"({upkeep['compactions_given_up']} given up), {upkeep['tidies']} tidies "
-            f"({upkeep['tidies_failed']} failed), {upkeep['files_since_compaction']} files "
+            f"table upkeep: {upkeep.compactions} compactions "
+            f"({upkeep.compactions_given_up} given up), {upkeep.tidies} tidies "
+            f"({upkeep.tidies_failed} failed), {upkeep.files_since_compaction} files "
             "since the last compaction"
-            + (f"; last error: {upkeep['last_error']}" if upkeep.get("last_error") else "")
+            + (f"; last error: {upkeep.last_error}" if upkeep.last_error else "")
         )
-    if dead := s.get("dead_letters"):  # typed tables, errors: dead_letter
+    if dead := s.dead_letters:  # typed tables, errors: dead_letter
         per = ", ".join(f"{k}={n:,}" for k, n in dead.items())
-        lines.append(f"dead letters {sum(dead.values()):,} ({per})")
-    if writer := s.get("writer"):
+        lines.append(f"dead letters {sum(dead.values()):,} in the table ({per})")
+    if writer := s.writer:
         lines.append(
-            f"spark executors {_n(writer.get('executors'))} of {_n(writer.get('executors_wanted'))}"
-            f"  {writer.get('problem') or writer.get('error') or _spark_state(writer)}"
+            f"spark executors {_n(writer.executors)} of {_n(writer.executors_wanted)}"
+            f"  {writer.problem or writer.error or _spark_state(writer)}"
         )
     lines.append("")
-    width = max([len(k) for k in s["partition_status"]] + [9])
+    width = max([len(k) for k in s.partition_status] + [9])
     lines.append(
         f"{'partition':<{width}}  {'committed':>12}  {'high water':>12}  {'lag':>10}  host"
     )
-    for key, p in s["partition_status"].items():
-        host = (p.get("host") or "-").split("/participants/")[-1]
+    for key, p in s.partition_status.items():
+        host = (p.host or "-").split("/participants/")[-1]
         lines.append(
-            f"{key:<{width}}  {_n(p['committed_offset']):>12}  {_n(p['high_watermark']):>12}  "
-            f"{_n(p['lag']):>10}  {host}"
+            f"{key:<{width}}  {_n(p.committed_offset):>12}  {_n(p.high_watermark):>12}  "
+            f"{_n(p.lag):>10}  {host}"
         )
     lines.append("")
-    lines += _render_actors(s["actors"])
+    lines += _render_actors([msgspec.to_builtins(a) for a in s.actors or ()])
     return "\n".join(lines)
 
 
-def _spark_state(writer: dict[str, Any]) -> str:
+def _spark_state(writer: WriterStatus) -> str:
     """Healthy, or still starting (no executor count yet: Spark starts with the first write)."""
-    return "starting Spark" if writer.get("executors") is None else "ok"
+    return "starting Spark" if writer.executors is None else "ok"
 
 
 def _render_actors(actors: list[dict[str, Any]]) -> list[str]:
@@ -215,18 +169,27 @@ def _not_running(name: str) -> int:
 def _connect_or_exit(address: str | None) -> int | None:
     try:
         connect(address)
-    except (ConnectionError, RuntimeError) as e:
+    except RayconnectError as e:
         print(
             f"rayconnect: no Ray cluster at {address or 'auto'} ({e}); start one with "
             "`ray start --head` or pass --address",
             file=sys.stderr,
         )
-        return EXIT_REQUIREMENT
+        return exit_code(e)
     return None
 
 
+def status_json(s: PipelineStatus | dict[str, Any], pretty: bool = True) -> str:
+    """A sink pipeline's status is printed as exactly its ``PipelineStatus`` JSON
+    (``rayconnect.protocol.status.decode`` reads it back); a source pipeline's as its dict."""
+    if isinstance(s, PipelineStatus):
+        data = encode(s)
+        return (msgspec.json.format(data, indent=2) if pretty else data).decode()
+    return json.dumps(s, default=str, indent=2 if pretty else None)
+
+
 def status_command(args) -> int:
-    from rayconnect.errors import PipelineError
+    from rayconnect.errors import PipelineNotFoundError
 
     if (code := _connect_or_exit(args.address)) is not None:
         return code
@@ -236,10 +199,10 @@ def status_command(args) -> int:
             return _not_running(args.name)
         try:
             s = pipeline_status(args.name) if kind == "sink" else source_pipeline_status(args.name)
-        except PipelineError:
+        except PipelineNotFoundError:
             return _not_running(args.name)
         if args.json:
-            print(json.dumps(s, default=str, indent=None if args.watch else 2), flush=True)
+            print(status_json(s, pretty=not args.watch), flush=True)
         else:
             if args.watch and sys.stdout.isatty():
                 print("\x1b[2J\x1b[H", end="")
@@ -277,10 +240,10 @@ def list_command(args) -> int:
             try:
                 s = ray.get(coordinator.status.remote(), timeout=10)
                 row.update(
-                    state=s.get("state"),
-                    table=s.get("table"),
-                    table_version=s.get("table_version"),
-                    partitions=len(s.get("partitions") or ()),
+                    state=s.state,
+                    table=s.table,
+                    table_version=s.table_version,
+                    partitions=len(s.partitions),
                 )
             except Exception as e:
                 row["state"] = f"unreachable ({type(e).__name__})"
@@ -337,13 +300,13 @@ def stop_command(args) -> int:
         return _not_running(args.name)
     what = "committing one last round, then stopping" if args.commit else "stopping"
     print(f"rayconnect: {args.name}: {what}...", file=sys.stderr, flush=True)
-    final = PipelineHandle(args.name).stop(commit=args.commit, timeout_s=args.timeout)
-    final = redact(final)
-    if final.get("error"):
-        print(f"rayconnect: {args.name}: {final['error']}", file=sys.stderr)
-    offsets = final.get("offsets") or {}
+    result = PipelineHandle(args.name).stop(commit=args.commit, timeout_s=args.timeout)
+    if result.error:
+        print(f"rayconnect: {args.name}: {result.error}", file=sys.stderr)
+    offsets = result.final.offsets if result.final else {}
     print(
-        f"stopped {args.name}: table version {_n(final.get('table_version'))}, "
+        f"stopped {args.name}: table version "
+        f"{_n(result.final.table_version if result.final else None)}, "
         f"{len(offsets)} partitions, committed offsets "
         + (", ".join(f"{k}={v}" for k, v in sorted(offsets.items())) or "-")
     )

@@ -20,7 +20,7 @@ down at once. ``Placement`` turns one small setting into Ray actor options:
   labels, not ``NodeAffinitySchedulingStrategy(soft=True)``: measured on Ray 2.60, soft
   affinity to a node without CPUs did not hold (4 actors pinned to one node landed on 3).
 
-Measured on a 3-node test cluster: README/bench/README.md ("Placement on a Ray cluster").
+Measured on a 3-node test cluster: bench/README.md ("Placement on a Ray cluster").
 """
 
 from __future__ import annotations
@@ -44,7 +44,12 @@ NODE_ID_LABEL = "ray.io/node-id"
 class Placement(msgspec.Struct, frozen=True):
     """Where the pipeline's actors and Spark executors run (see the module docstring)."""
 
+    #: ``spread``: actors and executors over the alive nodes (Ray's SPREAD); ``pack``: on the node
+    #: that starts them, executors in a PACK placement group
     strategy: Strategy = "spread"
+    #: role (``coordinator``, ``enumerator``, ``writer``, ``participant``, ``reader``) -> node labels
+    #: its actors prefer (``{"pool": "ingest"}``); a selector no alive node matches is a ConfigError
+    #: at start
     prefer: dict[str, dict[str, str]] = {}
 
     def __post_init__(self) -> None:

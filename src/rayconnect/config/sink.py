@@ -55,24 +55,50 @@ class KafkaSource(msgspec.Struct, frozen=True):
     the default: today's raw table; ``string``; ``json`` with a declared ``value_schema`` or
     inferred) and the rest of ``formats.settings.RecordFormat``'s settings."""
 
+    #: where the streams are defined: ``StaticMetadataService``, ``FileMetadataService`` (a file you
+    #: may edit while the pipeline runs) or ``SingleClusterMetadataService``
     metadata: StaticMetadataService | FileMetadataService | SingleClusterMetadataService
+    #: subscribe to these streams; None (and no ``stream_pattern``): every stream
     stream_ids: tuple[str, ...] | None = None
+    #: subscribe to the streams whose id matches this regular expression
     stream_pattern: str | None = None
+    #: where a partition with no committed offset starts: ``earliest``, ``latest`` or
+    #: ``{"cluster/topic/partition": offset}``; offsets in the table always win
     starting_offsets: StartingOffsets | dict[str, int] = "earliest"
+    #: reader actors per cluster; partitions are spread over them
     readers_per_cluster: int = 1
+    #: most records a reader hands a participant in one call (one Arrow batch); a larger fetch is
+    #: handed in pieces of this size, in order
     max_poll_records: int = 50_000
+    #: Kafka client properties (``security.protocol``, ``sasl.*``, ``ssl.*``...) for every cluster; a
+    #: cluster's own ``properties`` in the metadata win. Masked in status, logs and reprs
     properties: dict[str, str] = {}
+    #: how often the enumerator asks the metadata service for streams, clusters and partitions
     discovery_interval_s: float = 30.0
+    #: failed discovery polls in a row that fail the pipeline (a bad edit keeps the last good metadata
+    #: until then)
     discovery_failure_threshold: int = 5
+    #: how values are decoded: ``raw`` (bytes, the raw record table), ``string``, ``json``, ``avro``
+    #: (binary datums of ``value_avro_schema``); anything but raw gives a typed table
     value_format: ValueFormat = "raw"
+    #: the type of ``_kafka_key``: ``raw``, ``string``, or ``json`` (with ``key_schema``)
     key_format: KeyFormat = "raw"
+    #: json only: column -> type (``long``, ``string``, ``timestamp``, ``array<T>``, a mapping = a
+    #: struct...); declared: other fields are ignored; None: inferred, and the table grows
     value_schema: dict[str, Any] | None = None
+    #: avro only: path to the writer schema (an ``.avsc`` record), read and checked at start; needs
+    #: ``rayconnect[avro]``
     value_avro_schema: str | None = None
     #: key_format json: the key's fields (column -> type, as value_schema)
     key_schema: dict[str, Any] | None = None
+    #: add the ``_kafka_key`` column
     include_key: bool = False
+    #: add the ``_kafka_headers`` column
     include_headers: bool = False
+    #: what a bad record (not decodable, a type conflict, too long) does: ``stop`` its partition, or
+    #: go to the ``dead_letter`` table
     errors: ErrorPolicy = "stop"
+    #: a longer value is a bad record; 0: no limit
     max_value_bytes: int = 0
     #: ``debezium``: each value is a Debezium change event (op c/r/u/d, before/after), and
     #: the row is ``after`` (``before`` for a delete); needs ``sink.write_mode: upsert``
@@ -150,14 +176,21 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     ``vacuum_retention_hours`` must outlast the longest round: files of an open round are not
     in the table yet, and vacuum would delete them; files compacted away are deleted after
     it too (readers of older versions need them until then). ``compact`` and ``log``: table
-    upkeep by the pipeline (``protocol.upkeep``; README "Table upkeep")."""
+    upkeep by the pipeline (``protocol.upkeep``; docs/guides/upkeep.md)."""
 
+    #: the table: a local folder or ``s3://``, ``gs://``, ``az://``; created if missing
     path: str
+    #: uncommitted files and files compacted away older than this are removed (every
+    #: ``log.tidy_every_s``); must outlast the longest round
     vacuum_retention_hours: float = 24.0
+    #: delta-rs storage options of a table on object storage (``AWS_ENDPOINT_URL``,
+    #: ``AWS_ACCESS_KEY_ID``...); left out: the environment of each actor
     storage_options: dict[str, str] = {}
     #: table partition columns of a typed table: ``col`` or ``name=day(col)``/``hour(col)``
     partition_by: tuple[str, ...] = ()
+    #: compaction of the table's small files
     compact: CompactSettings = CompactSettings()
+    #: checkpoints, log retention, how often upkeep runs
     log: LogSettings = LogSettings()
     #: ``append``: every record is a row; ``upsert``: the table holds one row per key, the
     #: last change of each (a tombstone or a Debezium delete removes it) - ``write_modes``
@@ -201,13 +234,25 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     ``storage_options``: as ``DeltaSink``'s, for a table location on S3 (the Spark tasks
     write there; the catalog's FileIO gets the same endpoint and credentials)."""
 
+    #: ``namespace.name``; namespace and table are created if missing (all columns nullable)
     table: str
+    #: with no ``catalog``: the embedded catalog, SQL on sqlite in ``<warehouse>/catalog.db`` (a local
+    #: folder)
     warehouse: str = ""
+    #: pyiceberg catalog properties (``type``, ``uri``, ``warehouse``, ``s3.*``...) instead of the
+    #: embedded one
     catalog: dict[str, str] = {}
+    #: the catalog's name (SQL catalogs keep tables of several names apart)
     catalog_name: str = "rayconnect"
+    #: where the table's files go; empty: ``<warehouse>/<namespace>/<name>``; an existing table
+    #: elsewhere is refused
     table_location: str = ""
+    #: files no metadata reaches (aborted rounds' staging files, expired snapshots' manifests) older
+    #: than this are removed hourly; must outlast the longest round
     vacuum_retention_hours: float = 24.0
+    #: snapshots older than the newest this many are expired as rounds commit
     keep_snapshots: int = 10
+    #: for a table location on S3: as ``DeltaSink``'s; pyiceberg's FileIO gets them as ``s3.*``
     storage_options: dict[str, str] = {}
     #: partition spec of a typed table: ``col`` (identity) or ``name=day(col)``/``hour(col)``
     partition_by: tuple[str, ...] = ()
@@ -276,11 +321,18 @@ TableSink = DeltaSink | IcebergSink
 
 
 class SinkPipelineConfig(msgspec.Struct, frozen=True):
+    #: the pipeline's name: its actors are ``<name>/...`` and its offsets
+    #: ``<name>/<cluster>/<topic>/<partition>`` in the table
     name: str
+    #: where it reads (``KafkaSource``)
     source: KafkaSource
+    #: where it writes: ``DeltaSink`` or ``IcebergSink`` (a file's ``sink: {type: iceberg, ...}``)
     sink: TableSink
+    #: how rounds are paced and when participants flush
     commit: CommitSettings = CommitSettings()
+    #: the writer's Spark executors
     spark: SparkSettings = SparkSettings()
+    #: where actors and executors run on a Ray cluster
     placement: Placement = Placement()
     #: seconds of one continuous outage (a cluster's broker unreachable, the table's store
     #: failing) after which the pipeline gives up, with the reason (``protocol.outages``);

@@ -42,7 +42,9 @@ class KafkaTarget(msgspec.Struct, frozen=True):
     """The cluster a source pipeline writes to (its offsets topics live there too).
     ``properties`` are Kafka client properties (``security.protocol``...)."""
 
+    #: the cluster a source pipeline writes to (its offsets topics live there too)
     bootstrap_servers: str
+    #: Kafka client properties (``security.protocol``...); masked in status, logs and reprs
     properties: dict[str, str] = {}
 
     __repr__ = redacted_repr  # properties hold credentials
@@ -59,17 +61,29 @@ class SourceSettings(msgspec.Struct, frozen=True, kw_only=True):
     ``rc.SourcePipeline`` and, with the task, by a ``kind: source`` pipeline file (which
     extends this Struct) - and every error starts with the field's name."""
 
+    #: the pipeline's name: tasks are ``<name>/task/<i>``
     name: str
+    #: the Kafka cluster written to
     target: KafkaTarget
+    #: task actors; source partitions are split over them by ``crc32(partition) % tasks``
     tasks: PositiveInt = 1
+    #: the pipeline's own offsets topic; None: ``rayconnect-offsets-<name>``
     offsets_topic: str | None = None
+    #: read after the pipeline's own offsets topic (KIP-618's global topic)
     global_offsets_topic: str = GLOBAL_OFFSETS_TOPIC
+    #: when a task commits its transaction: after every ``poll``, every ``interval``, or when the task
+    #: says (``connector``)
     transaction_boundary: Boundary = "poll"
+    #: the interval of ``transaction_boundary: interval``
     transaction_boundary_interval_s: PositiveFloat = 1.0
+    #: ``required``: refuse to start when the target has no transactions; ``requested``: go on at
+    #: least once
     exactly_once: ExactlyOnce = "requested"
+    #: first part of each task's ``transactional_id`` (``<group>-<name>-<task>``)
     group: str = "rayconnect"
     #: how long a commit (or init) may take before the task fails (seed 000's max.block.ms)
     commit_timeout_s: PositiveFloat = 30.0
+    #: Kafka producer properties of every task
     producer_properties: dict[str, str] = {}
     #: where records that cannot be written go (Kafka Connect's errors.deadletterqueue),
     #: in the same transaction as the rest; None: such a record fails the task, which then

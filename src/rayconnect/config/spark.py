@@ -9,18 +9,21 @@ from rayconnect.errors import require
 
 
 class SparkSettings(msgspec.Struct, frozen=True):
-    """The writer's Spark on Ray: one executor of 1 core / 1 GB suits a 2-core machine.
+    """The writer's Spark on Ray: one executor of 1 core / 1 GB suits a 2-core machine."""
 
-    ``executor_wait_s``: how long a (re)started writer waits for the CPUs of all its
-    executors before it starts with as many as fit (status says "degraded"); while not even
-    one fits, writes are refused with that reason. ``executor_lost_s``: how long Spark may
-    stay an executor short after a node loss (RayDP replaces a lost executor itself, ~25 s)
-    before the writer restarts Spark to get them all back."""
-
+    #: Spark executors of the writer: Ray actors in one placement group (``placement`` spreads or
+    #: packs them)
     executors: int = 1
+    #: CPUs of each executor
     executor_cores: int = 1
+    #: memory of each executor (Spark's notation)
     executor_memory: str = "1GB"
+    #: how long a (re)started writer waits for the CPUs of all its executors before it starts with as
+    #: many as fit (status says ``degraded: 1 of 2 Spark executors``); while not even one fits, writes
+    #: are refused with that reason instead of hanging
     executor_wait_s: float = 120.0
+    #: how long Spark may stay an executor short after a node loss (RayDP replaces a lost executor
+    #: itself, ~25 s) before the writer restarts Spark to get them all back
     executor_lost_s: float = 60.0
 
     def __post_init__(self) -> None:

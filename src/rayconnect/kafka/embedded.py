@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rayconnect.child_process import ChildProcess, StartStop, stop_child, unregister
 from rayconnect.child_process import free_port as _free_port
+from rayconnect.errors import RayconnectError
 from rayconnect.kafka.broker_storage import MEMORY, BrokerStorage
 
 __all__ = [
@@ -37,7 +38,7 @@ _STOP_GRACE_S = 5.0
 _PORT_ATTEMPTS = 3
 
 
-class BrokerStartError(RuntimeError):
+class BrokerStartError(RayconnectError, RuntimeError):
     """The broker process did not become ready; the message carries its log tail."""
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rayconnect.actors import names
-from rayconnect.errors import PipelineError
+from rayconnect.errors import PipelineNotFoundError
 from rayconnect.pipelines.sink import PipelineHandle
 from rayconnect.pipelines.source import SourcePipelineHandle
 from rayconnect.runtime import ensure_ray, get_actor, task_actor_names
@@ -18,4 +18,4 @@ def attach(name: str, *, address: str | None = None) -> PipelineHandle | SourceP
         return PipelineHandle(name)
     if task_actor_names(name):
         return SourcePipelineHandle(name)
-    raise PipelineError(f"no running pipeline named {name!r}")
+    raise PipelineNotFoundError(f"no running pipeline named {name!r}")

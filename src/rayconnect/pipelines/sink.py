@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any
 
+import msgspec
 import ray
 
 from rayconnect.actors import names
@@ -26,11 +27,23 @@ from rayconnect.config.sink import (
     SparkSettings,
     TableSink,
 )
-from rayconnect.errors import ConfigError, PipelineError, no_such
+from rayconnect.errors import (
+    ConfigError,
+    PipelineAlreadyRunningError,
+    PipelineNotFoundError,
+    no_such,
+)
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.settings import CommitSettings
+from rayconnect.protocol.status import PartitionStatus, PipelineStatus, StopResult, WriterStatus
 from rayconnect.protocol.types import TopicPartition
-from rayconnect.runtime import Handle, ensure_ray, get_actor, pipeline_actor_names
+from rayconnect.runtime import (
+    Handle,
+    actor_statuses,
+    ensure_ray,
+    get_actor,
+    pipeline_actor_names,
+)
 from rayconnect.tables.factory import open_committer
 
 log = logging.getLogger(__name__)
@@ -73,7 +86,7 @@ class SinkPipeline:
         ``give_up_after_s``: see ``SinkPipelineConfig`` (None: wait out any outage).
         ``partitions_per_host``: partitions of one topic per participant host process.
         ``transform``: Spark SQL over each write's decoded rows, the view ``records``
-        (README "Transforms")."""
+        (docs/guides/typed-tables.md, "Transforms")."""
         self.config = SinkPipelineConfig(
             name=name,
             source=source,
@@ -133,7 +146,7 @@ class SinkPipeline:
         ensure_ray(address)
         cfg.placement.check()
         if get_actor(names.coordinator(cfg.name)) is not None:
-            raise PipelineError(
+            raise PipelineAlreadyRunningError(
                 f"pipeline {cfg.name!r} is already running: use rayconnect.attach({cfg.name!r})"
             )
         detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
@@ -228,29 +241,19 @@ def check_catalog(sink: IcebergSink) -> None:
         raise ConfigError(f"{setting}: cannot open the Iceberg catalog: {e}") from None
 
 
-#: What ``status()["writer"]`` shows of the writer's stats.
-WRITER_STATUS = (
-    "app_name",
-    "executors_wanted",
-    "executors_started_with",
-    "executors",
-    "problem",
-    "spark_start_s",
-    "warm_up_s",
-)
-
-
-def _writer_status(pipeline: str, timeout_s: float) -> dict[str, Any]:
+def _writer_status(pipeline: str, timeout_s: float) -> WriterStatus:
     """The Spark side: executors wanted / started with / registered now, and ``problem``
     (degraded, waiting for CPUs) - or why the writer did not answer (it is restarting)."""
     writer = get_actor(names.writer(pipeline))
     if writer is None:
-        return {"error": "no writer actor"}
+        return WriterStatus(error="no writer actor")
     try:
         stats = ray.get(writer.stats.remote(), timeout=timeout_s)
     except Exception as e:  # restarting after a node loss is a state, not an error
-        return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}"}
-    return {k: stats.get(k) for k in WRITER_STATUS}
+        return WriterStatus(error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}")
+    return msgspec.convert(
+        {k: stats.get(k) for k in WriterStatus.__struct_fields__ if k != "error"}, WriterStatus
+    )
 
 
 class PipelineHandle(Handle):
@@ -267,52 +270,70 @@ class PipelineHandle(Handle):
     def _coordinator(self) -> Any:
         actor = get_actor(names.coordinator(self.name))
         if actor is None:
-            raise PipelineError(f"pipeline {self.name!r} is not running")
+            raise PipelineNotFoundError(f"pipeline {self.name!r} is not running")
         return actor
 
-    def status(self, timeout_s: float = 30.0) -> dict[str, Any]:
-        """State, table version, committed offsets per partition, rounds, readers' lag."""
-        status = ray.get(self._coordinator().status.remote(), timeout=timeout_s)
+    def status(self, timeout_s: float = 30.0, *, actors: bool = False) -> PipelineStatus:
+        """The coordinator's status with what the other actors know: discovery, readers,
+        the writer, lag and high watermark per partition; with ``actors``, every actor's
+        process (Ray's state API: slower, what ``rayconnect status`` shows)."""
+        status: PipelineStatus = ray.get(self._coordinator().status.remote(), timeout=timeout_s)
         enumerator = get_actor(names.enumerator(self.name))
-        status["discovery"] = (
-            ray.get(enumerator.status.remote(), timeout=timeout_s) if enumerator else None
-        )
-        readers = {}
+        discovery = ray.get(enumerator.status.remote(), timeout=timeout_s) if enumerator else None
+        readers: dict[str, dict[str, Any]] = {}
         for name in pipeline_actor_names(self.name):
             if "/reader/" in name and (actor := get_actor(name)) is not None:
                 try:
                     readers[name] = ray.get(actor.status.remote(), timeout=timeout_s)
                 except Exception as e:  # a reader restarting is a state, not an error
                     readers[name] = {"error": f"{type(e).__name__}: {e}"}
-        status["readers"] = readers
-        status["writer"] = _writer_status(self.name, timeout_s)
-        expected = set((status["discovery"] or {}).get("splits_per_reader", {}))
-        status["readers_ready"] = bool(expected) and all(
-            names.reader_of(self.name, r) in readers
-            and readers[names.reader_of(self.name, r)].get("metadata_updates", 0) > 0
-            for r in expected
-        )
-        lag = {}
+        expected = set((discovery or {}).get("splits_per_reader", {}))
+        hws: dict[str, int | None] = {}
         for r in readers.values():
             for key, p in r.get("partitions", {}).items():
-                hw = p.get("high_watermark")
-                committed = status.get("offsets", {}).get(key)
-                lag[key] = None if hw is None or committed is None else max(hw - committed, 0)
-        status["lag"] = lag
-        return status
+                hws[key] = p.get("high_watermark")
+        lag = {}
+        for key, hw in hws.items():
+            committed = status.offsets.get(key)
+            lag[key] = None if hw is None or committed is None else max(hw - committed, 0)
+        keys = sorted(set(status.partitions) | set(status.offsets) | set(hws))
+        return msgspec.structs.replace(
+            status,
+            discovery=discovery,
+            readers=readers,
+            readers_ready=bool(expected)
+            and all(
+                names.reader_of(self.name, r) in readers
+                and readers[names.reader_of(self.name, r)].get("metadata_updates", 0) > 0
+                for r in expected
+            ),
+            writer=_writer_status(self.name, timeout_s),
+            lag=lag,
+            partition_status={
+                key: PartitionStatus(
+                    committed_offset=status.offsets.get(key),
+                    high_watermark=hws.get(key),
+                    lag=lag.get(key),
+                    host=status.participant_hosts.get(key),
+                )
+                for key in keys
+            },
+            actors=actor_statuses(self.name) if actors else None,
+        )
 
-    def stop(self, *, commit: bool = True, timeout_s: float = 120.0) -> dict[str, Any]:
+    def stop(self, *, commit: bool = True, timeout_s: float = 120.0) -> StopResult:
         """Commit what was read (one last round) unless ``commit=False``, then end every actor.
 
         Nothing is lost either way: what was not committed is read again on the next start.
         """
-        final: dict[str, Any] = {}
+        result = StopResult()
         coordinator = get_actor(names.coordinator(self.name))
         if coordinator is not None:
             try:
                 final = ray.get(coordinator.last_round.remote(commit), timeout=timeout_s)
+                result = StopResult(final=final)
             except Exception as e:
-                final = {"error": f"final round not committed: {type(e).__name__}: {e}"}
+                result = StopResult(error=f"final round not committed: {type(e).__name__}: {e}")
         for name in pipeline_actor_names(self.name):
             actor = get_actor(name)
             if actor is None:
@@ -320,4 +341,4 @@ class PipelineHandle(Handle):
             with contextlib.suppress(Exception):
                 ray.get(actor.close.remote(), timeout=30)
             ray.kill(actor, no_restart=True)
-        return final
+        return result

@@ -32,7 +32,12 @@ from rayconnect.config.source import (
     SourcePipelineConfig,
     SourceSettings,
 )
-from rayconnect.errors import ConfigError, PipelineError
+from rayconnect.errors import (
+    ConfigError,
+    PipelineAlreadyRunningError,
+    PipelineError,
+    PipelineNotFoundError,
+)
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.runtime import Handle, ensure_ray, get_actor, task_actor_names
 from rayconnect.source_tasks.base import SourceTask
@@ -123,7 +128,7 @@ class SourcePipeline:
         s = self.settings
         ensure_ray(address)
         if task_actor_names(s.name):
-            raise PipelineError(
+            raise PipelineAlreadyRunningError(
                 f"source pipeline {s.name!r} is already running: use attach_source({s.name!r})"
             )
         transactional, warning = self.prepare()
@@ -202,7 +207,7 @@ def attach_source(name: str, *, address: str | None = None) -> SourcePipelineHan
     """A handle on a running source pipeline, from any process connected to the same Ray."""
     ensure_ray(address or "auto")
     if not task_actor_names(name):
-        raise PipelineError(f"no running source pipeline named {name!r}")
+        raise PipelineNotFoundError(f"no running source pipeline named {name!r}")
     return SourcePipelineHandle(name)
 
 

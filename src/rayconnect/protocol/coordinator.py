@@ -625,7 +625,7 @@ class Coordinator(TableMachine[State, Event]):
             self._fire(Event.ROUND_EMPTY)
             return self._finished(now, None, 0, None)
         # Timed out with nothing to commit: discard, and start again *from the table*
-        # (design.md step 4). Reloading is also how a coordinator whose participants all
+        # (docs/design.md step 4). Reloading is also how a coordinator whose participants all
         # follow a newer epoch learns that it has been fenced.
         self._fire(Event.ROUND_ABANDONED)
         if rnd.reported_data():  # all of it in files shared with partitions left out

@@ -16,10 +16,19 @@ class CommitSettings(msgspec.Struct, frozen=True):
     """``commit_interval_s`` runs from the previous round's END (participants read on in
     between) to this round's END; ``write_timeout_s`` from END to the (partial) commit."""
 
+    #: time between one round's END and the next (the next START comes after the commit, but reading
+    #: never stopped); a participant whose buffer keeps filling ends a round earlier with REQUEST-
+    #: COMMIT
     commit_interval_s: float = 10.0
+    #: how long the coordinator waits for WRITE-STATUS after END before committing the partitions that
+    #: reported
     write_timeout_s: float = 60.0
+    #: a participant flushes its buffer to the writer once it holds this many records (KIP-89): memory
+    #: stays bounded inside a long round
     flush_max_records: int = 200_000
+    #: ... or this many bytes
     flush_max_bytes: int = 64 * 1024 * 1024
+    #: ... or its oldest record waited this long
     flush_max_age_s: float = 30.0
     #: REQUEST-COMMIT after this many flushes in one round (KIP-89's request_commit); 0: never
     request_commit_after_flushes: int = 4

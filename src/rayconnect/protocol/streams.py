@@ -17,10 +17,11 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
+from rayconnect.errors import RayconnectError
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream
 
 
-class MetadataError(ValueError):
+class MetadataError(RayconnectError, ValueError):
     """Stream metadata is invalid or inconsistent; the message names what and where."""
 
 

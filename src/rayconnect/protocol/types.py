@@ -6,7 +6,7 @@ state machines can be driven by tests and simulations without any IO.
 
 Partitions are identified by a *key* string ``"<cluster>/<topic>/<partition>"``. Kafka topic
 names cannot hold ``/`` and cluster ids are validated not to, so the key is unambiguous. The
-Delta ``txn`` app id of a partition is ``"<pipeline>/<key>"`` (design.md, step 4).
+Delta ``txn`` app id of a partition is ``"<pipeline>/<key>"`` (docs/design.md, step 4).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ class CompactSettings(msgspec.Struct, frozen=True):
     round's commit (a blind append with txn versions) and a compaction pass each other in
     either order, so it never costs a round (``tests/integration/tables``)."""
 
+    #: the pipeline compacts its table
     enabled: bool = True
     #: files are bin-packed into files of about this size
     target_file_mb: int = 128
@@ -100,12 +101,19 @@ class Job(enum.Enum):
 class UpkeepStatus(msgspec.Struct, frozen=True):
     """What upkeep did so far (the coordinator's status shows it)."""
 
+    #: compactions done
     compactions: int
+    #: compactions given up after losing races to other writers
     compactions_given_up: int
+    #: tidies done (checkpoint, log cleanup, vacuum)
     tidies: int
+    #: tidies that failed
     tidies_failed: int
+    #: files committed since the last compaction
     files_since_compaction: int
+    #: the jobs running now
     running: tuple[str, ...]
+    #: the last job's failure
     last_error: str | None
 
 

@@ -31,13 +31,21 @@ from rayconnect.source_tasks.base import (
 class DeltaTableSettings(msgspec.Struct, frozen=True):
     """DeltaTableSource's parameters: its constructor's and a pipeline file's ``task:`` block's."""
 
+    #: the Delta table read: the rows each new version added (offset = version + row)
     path: str
+    #: the topic written to
     topic: str
+    #: the first version read when nothing is committed
     starting_version: NonNegativeInt = 0
+    #: the column whose value becomes the record's key; None: no key
     key_column: str | None = None
+    #: the Kafka partition written to
     partition: NonNegativeInt = 0
+    #: most records one poll returns
     batch_size: PositiveInt = 1000
+    #: how long a poll waits when there is no new version
     idle_s: NonNegativeFloat = 0.5
+    #: delta-rs storage options of a table on object storage
     storage_options: dict[str, str] | None = None
 
     __repr__ = redacted_repr  # storage options may hold cloud credentials

@@ -28,10 +28,15 @@ from rayconnect.source_tasks.base import (
 class FileSourceSettings(msgspec.Struct, frozen=True):
     """FileSource's parameters: its constructor's and a pipeline file's ``task:`` block's."""
 
+    #: the folder read; new files are picked up
     path: str
+    #: the topic written to
     topic: str
+    #: which files of the folder are read (JSON lines; offset = file + line)
     pattern: str = "*.jsonl"
+    #: most records one poll returns
     batch_size: PositiveInt = 1000
+    #: how long a poll waits when there is nothing new
     idle_s: NonNegativeFloat = 0.2
 
     def __post_init__(self) -> None:

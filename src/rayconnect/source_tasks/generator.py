@@ -27,14 +27,23 @@ from rayconnect.source_tasks.base import (
 class GeneratorSettings(msgspec.Struct, frozen=True):
     """GeneratorSource's parameters: its constructor's and a pipeline file's ``task:`` block's."""
 
+    #: the topic written to
     topic: str
+    #: source partitions, one Kafka partition each; records are numbered 0, 1, ... per partition
     partitions: PositiveInt = 4
+    #: stop after this many per partition; None: for ever
     records_per_partition: NonNegativeInt | None = None
+    #: records per partition one poll returns
     batch_size: PositiveInt = 1000
+    #: bytes of each record's value
     value_size: NonNegativeInt = 200
+    #: how long a poll waits when there is nothing to generate
     idle_s: NonNegativeFloat = 0.05
+    #: a pause in every poll (to pace the generator)
     poll_delay_s: NonNegativeFloat = 0.0
+    #: written into each record (tells runs apart)
     tag: str = ""
+    #: with ``transaction_boundary: connector``: ask for a commit every this many records
     commit_every: PositiveInt | None = None
 
     def __post_init__(self) -> None:

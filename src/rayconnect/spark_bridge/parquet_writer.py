@@ -1,7 +1,7 @@
 """Write many groups of Arrow data as Parquet files in ONE Spark job.
 
 A Spark job costs ~0.5 s however small, so a transaction round must not run one job per
-partition (design.md, step 2). All blocks of all groups become ONE job: a ``range`` over the
+partition (docs/design.md, step 2). All blocks of all groups become ONE job: a ``range`` over the
 block indexes, one task per executor core, and a ``mapInArrow`` whose tasks fetch their blocks
 from Ray's object store and write them with Arrow's Parquet writer, one file per group per
 task, straight from the Arrow data. The task returns (group, path) rows; nothing else crosses

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rayconnect.child_process import ChildProcess, free_port, stop_child, unregister
+from rayconnect.errors import RayconnectError
 
 __all__ = ["EmbeddedS3", "S3StartError", "weed_binary"]
 
@@ -66,7 +67,7 @@ _OFF_FLAGS = (
 )
 
 
-class S3StartError(RuntimeError):
+class S3StartError(RayconnectError, RuntimeError):
     """``weed mini`` did not become ready; the message carries its log tail."""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from rayconnect.errors import RayconnectError
 from rayconnect.redact import redact_properties
 
 __all__ = ["StorageError", "TableLocation"]
@@ -55,7 +56,7 @@ _S3_ALIASES = {"token": "session_token", "endpoint": "endpoint_url", "default_re
 _S3_COMMIT_SAFETY = {"conditional_put", "aws_conditional_put", "aws_s3_locking_provider"}
 
 
-class StorageError(ValueError):
+class StorageError(RayconnectError, ValueError):
     """A table URI or its storage options are not usable; the message names the setting."""
 
 

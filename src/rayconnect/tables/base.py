@@ -1,6 +1,6 @@
 """What the coordinator needs from a table, whatever its format (Delta, Iceberg).
 
-The table is the only source of truth for committed offsets (design.md, I2), and only the
+The table is the only source of truth for committed offsets (docs/design.md, I2), and only the
 coordinator of the newest epoch may commit (I3). Each format keeps both in its own way (Delta
 ``txn`` actions, Iceberg snapshot summaries and table properties); the coordinator sees only
 this interface (``TableCommitter``, ``TableUpkeep``) and these errors, so a new format is

@@ -1,6 +1,6 @@
 """Commit staged Parquet files and Kafka offsets to a Delta table in ONE version (delta-rs).
 
-The table is the only source of truth for committed offsets (design.md, I2): each
+The table is the only source of truth for committed offsets (docs/design.md, I2): each
 topic-partition has a Delta ``txn`` action, app id ``"<pipeline>/<cluster>/<topic>/<part>"``,
 version = the next offset to read. A commit adds the round's files and sets those versions
 atomically.

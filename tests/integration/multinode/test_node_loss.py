@@ -91,7 +91,7 @@ def _lose_node_mid_round(ray_cluster, running: Running, node: str) -> dict[str, 
     exactly. Returns the placement after."""
     produced, handle = running.produced, running.handle
     print(f"\nbefore removing {node}: {ray_cluster.placement(NAME)}")
-    app = handle.status()["writer"]["app_name"]
+    app = handle.status().writer.app_name
     before = produce_into_an_open_round(handle, produced, 3000)
     removed_at = time.monotonic()
     ray_cluster.remove(node)
@@ -99,13 +99,13 @@ def _lose_node_mid_round(ray_cluster, running: Running, node: str) -> dict[str, 
     seen: set[str] = set()  # what the status said about Spark on the way
 
     def all_committed(s: dict[str, Any]) -> bool:
-        seen.add(str(s["writer"].get("problem") or s["writer"].get("error") or "ok"))
+        seen.add(str(s.writer.problem or s.writer.error or "ok"))
         return caught_up(produced)(s)
 
     status = handle.wait_for(all_committed, timeout_s=240)
     committed_s = time.monotonic() - removed_at
     writer = handle.wait_for(
-        lambda s: s["writer"].get("executors") == EXECUTORS and not s["writer"].get("problem"),
+        lambda s: s.writer.executors == EXECUTORS and not s.writer.problem,
         timeout_s=180,
     )["writer"]
     RECOVERY[node] = (committed_s, time.monotonic() - removed_at)
@@ -117,7 +117,7 @@ def _lose_node_mid_round(ray_cluster, running: Running, node: str) -> dict[str, 
     assert_exactly_once(running.sink, produced, status)
     running.seen = seen
     after = ray_cluster.placement(NAME)
-    spark = "same Spark" if writer["app_name"] == app else "writer restarted Spark"
+    spark = "same Spark" if writer.app_name == app else "writer restarted Spark"
     print(f"after ({spark}): {after}\nwriter: {writer}")
     assert node not in after.values()
     assert len([k for k in after if k.startswith("executor/")]) == EXECUTORS
@@ -148,7 +148,7 @@ def test_actors_start_where_the_placement_puts_them(ray_cluster, running):
     assert placed["spark/app-master"] == "control"
     assert sorted(placed[n] for n in placed if n.startswith("executor/")) == ["spark1", "spark2"]
     status = running.handle.status()
-    assert status["writer"]["executors"] == EXECUTORS and status["writer"]["problem"] is None
+    assert status.writer.executors == EXECUTORS and status.writer.problem is None
     assert_exactly_once(running.sink, running.produced, status)
 
 

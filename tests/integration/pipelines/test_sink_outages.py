@@ -150,7 +150,7 @@ def test_sink_rides_out(
         status = handle.wait_for(_all_fine, timeout_s=60)
         assert status["gave_up"] is None and status["error"] is None
         first = next(s for s in during if s)
-        discarded = status["rounds_discarded"] - first["rounds_discarded"]
+        discarded = status.rounds_since_start.discarded - first.rounds_since_start.discarded
         print(
             f"\n{kind} {down_s} s: down {back_at - broken_at:.1f} s; after it was back: 2000 "
             f"more produced in {produced_s:.1f} s, all {sum(produced.counts.values())} "
@@ -211,12 +211,12 @@ def test_a_pipeline_gives_up_after_give_up_after_s_with_the_reason(
         assert "(give_up_after_s=6)" in reason
         assert status["state"] == "stopped"
         assert 6 <= gave_up_s < 30, gave_up_s
-        rounds = status["rounds_committed"] + status["rounds_empty"]
+        rounds = status.rounds_since_start.committed + status.rounds_since_start.empty
         time.sleep(3)  # no further round once given up, even with the broker back
         proxied_broker.forward()
         time.sleep(3)
         after = handle.status()
-        assert after["rounds_committed"] + after["rounds_empty"] == rounds
+        assert after.rounds_since_start.committed + after.rounds_since_start.empty == rounds
         assert_exactly_once(tmp_path / "t", produced, after)
         print(f"\ngave up {gave_up_s:.1f} s after the cut: {reason}")
     finally:

@@ -223,12 +223,12 @@ def test_idle_partitions_do_not_delay_a_round_and_a_round_is_one_spark_job(
             lambda s: all(s["offsets"].get(k) == v for k, v in want.items()), timeout_s=120
         )
         # idle partitions answered END at once: no round waited for write_timeout_s
-        assert status["rounds_partial"] == 0
+        assert status.rounds_since_start.partial == 0
         assert status["round_s_max"] < 30
         # all partitions flush at END; the writer gathers them into ONE Spark job per round
         writer = ray.get_actor(names.writer("idle"), namespace="rayconnect")
         stats = ray.get(writer.stats.remote())
-        assert stats["spark_jobs"] == status["rounds_committed"]
+        assert stats["spark_jobs"] == status.rounds_since_start.committed
     finally:
         handle.stop(commit=False)
 
@@ -253,7 +253,7 @@ def test_a_full_buffer_flushes_and_asks_for_an_early_commit(ray_session, kafka_b
     ).start()
     try:
         status = handle.wait_for(_caught_up(produced), timeout_s=240)
-        assert status["rounds_requested"] >= 2  # ended early, more than once
+        assert status.rounds_since_start.requested >= 2  # ended early, more than once
         hosts = {names.participant_host("kip89", k, 64) for k in produced.offsets()}
         participants = {
             key: p
@@ -289,7 +289,7 @@ def test_commit_when_caught_up_ends_rounds_without_waiting_for_the_interval(
         handle.wait_for(_caught_up(produced), timeout_s=150)
         produced.more(2000)
         status = handle.wait_for(_caught_up(produced), timeout_s=150)
-        assert status["rounds_requested"] >= 2
+        assert status.rounds_since_start.requested >= 2
         assert_exactly_once(tmp_path / "t", produced, status)
     finally:
         handle.stop(commit=False)
@@ -329,7 +329,7 @@ def test_a_dead_participant_holds_the_others_back_no_longer_than_the_write_timeo
         status = handle.wait_for(
             lambda s: all(s["offsets"].get(k) == v for k, v in alive.items()), timeout_s=120
         )
-        assert status["rounds_partial"] >= 1
+        assert status.rounds_since_start.partial >= 1
         assert status["offsets"][dead] == before[2]  # left behind, nothing lost
         rows = table_rows(table)
         assert len(rows) == len(set(rows)) == sum(status["offsets"].values())
@@ -441,7 +441,7 @@ def test_pipeline_keeps_its_table_healthy_beside_a_users_optimize_delete_vacuum(
         seen = DeltaTable(str(path)).version()
         status = handle.wait_for(
             lambda s: (
-                s["upkeep"]["compactions"] >= 1
+                s.upkeep.compactions >= 1
                 and any(
                     (r.get("races") or {}).get("checked_to", -1) >= seen for r in s["upkeep_recent"]
                 )
@@ -462,7 +462,7 @@ def test_pipeline_keeps_its_table_healthy_beside_a_users_optimize_delete_vacuum(
         while "00000000000000000000.json" in os.listdir(path / "_delta_log"):
             assert time.monotonic() < deadline, "expired log entries never cleaned up"
             time.sleep(1)
-        assert len(dt.file_uris()) < status["rounds_committed"] * 2, "not compacted"
+        assert len(dt.file_uris()) < status.rounds_since_start.committed * 2, "not compacted"
 
         # the table is dropped under the running pipeline: it stops, with the reason
         for name in os.listdir(path / "_delta_log"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from status_sample import pipeline_status
 
 from rayconnect.cli import EXIT_OK, EXIT_REQUIREMENT, EXIT_USAGE, build_parser, main
 
@@ -261,7 +262,7 @@ def test_run_exits_5_with_the_reason_when_the_pipeline_gives_up(capsys):
         name, stopped = "orders", None
 
         def status(self):
-            return {"gave_up": reason, "offsets": {}, "lag": {}}
+            return pipeline_status(gave_up=reason)
 
         def stop(self, commit=True):
             self.stopped = commit
@@ -301,13 +302,7 @@ def test_run_exits_5_with_the_reason_when_the_pipeline_gives_up(capsys):
 def test_sink_status_says_how_many_spark_executors_run(writer, line):
     from rayconnect.cli.status import render_status
 
-    status = {
-        "pipeline": "orders",
-        "partition_status": {},
-        "actors": [],
-        "writer": writer,
-    }
-    assert line in render_status(status)
+    assert line in render_status(pipeline_status(writer=writer, actors=()))
 
 
 def test_sink_status_shows_table_upkeep():
@@ -322,7 +317,7 @@ def test_sink_status_shows_table_upkeep():
         "running": [],
         "last_error": "compact: CommitFailedError: lost to a DELETE",
     }
-    text = render_status({"partition_status": {}, "actors": [], "upkeep": upkeep})
+    text = render_status(pipeline_status(upkeep=upkeep))
     assert (
         "table upkeep: 3 compactions (1 given up), 2 tidies (0 failed), 40 files since the "
         "last compaction; last error: compact: CommitFailedError: lost to a DELETE"
@@ -332,10 +327,7 @@ def test_sink_status_shows_table_upkeep():
 def test_sink_status_counts_dead_letters_per_partition():
     from rayconnect.cli.status import render_status
 
-    status = {
-        "pipeline": "orders",
-        "partition_status": {},
-        "actors": [],
-        "dead_letters": {"local/orders/0": 3, "local/orders/1": 1200},
-    }
-    assert "dead letters 1,203 (local/orders/0=3, local/orders/1=1,200)" in render_status(status)
+    status = pipeline_status(dead_letters={"local/orders/0": 3, "local/orders/1": 1200})
+    assert "dead letters 1,203 in the table (local/orders/0=3, local/orders/1=1,200)" in (
+        render_status(status)
+    )

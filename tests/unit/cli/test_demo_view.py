@@ -6,23 +6,24 @@ from __future__ import annotations
 
 import io
 
+from status_sample import pipeline_status
+
 from rayconnect.cli.demo import DemoResult
 from rayconnect.cli.demo_source import SourceDemoResult
 from rayconnect.cli.demo_view import LiveView
+from rayconnect.protocol.status import PipelineStatus
 
 KEYS = [f"local/demo-events/{p}" for p in range(3)]
 
 
-def _status(epoch: int, rounds: int, offsets: list[int], hws: list[int]) -> dict:
-    return {
-        "epoch": epoch,
-        "rounds_committed": rounds,
-        "rounds_partial": 0,
-        "rounds_discarded": 1,
-        "offsets": dict(zip(KEYS, offsets, strict=True)),
-        "lag": {k: h - o for k, o, h in zip(KEYS, offsets, hws, strict=True)},
-        "table_version": 7,
-    }
+def _status(epoch: int, rounds: int, offsets: list[int], hws: list[int]) -> PipelineStatus:
+    return pipeline_status(
+        epoch=epoch,
+        rounds={"committed": rounds, "partial": 0, "discarded": 1},
+        offsets=dict(zip(KEYS, offsets, strict=True)),
+        lag={k: h - o for k, o, h in zip(KEYS, offsets, hws, strict=True)},
+        table_version=7,
+    )
 
 
 def test_a_line_shows_rounds_records_lag_per_partition_and_version() -> None:
@@ -46,7 +47,7 @@ def test_rounds_add_up_over_coordinator_epochs_and_partitions_sort_numerically()
     out = io.StringIO()
     many = LiveView(out)
     keys = [f"local/t/{p}" for p in (10, 2, 1)]
-    many.status({"lag": dict.fromkeys(keys, 0), "offsets": {}}, produced=0)
+    many.status(pipeline_status(lag=dict.fromkeys(keys, 0)), produced=0)
     assert "lag p1=0 p2=0 p10=0" in out.getvalue()
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import ssl
 
+import msgspec
 import pytest
+from status_sample import pipeline_status
 
 import rayconnect as rc
 from rayconnect.cli.status import render_status
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.metrics import PARTITION_TAGS, PIPELINE_TAGS
+from rayconnect.protocol.status import PipelineStatus
 from rayconnect.redact import MASK, is_secret_key, redact, redact_properties
 
 pytestmark = [pytest.mark.timeout(30)]
@@ -144,29 +147,27 @@ def test_redact_any_depth():
 
 
 def test_status_text_and_json_never_show_credentials():
-    status = {
-        "pipeline": "orders",
-        "state": "writing",
-        "epoch": 1,
-        "txn_id": 3,
-        "table": "/t",
-        "table_version": 2,
-        "last_round_duration_s": 1.5,
-        "rounds_committed": 2,
-        "rounds_partial": 0,
-        "rounds_discarded": 0,
-        "rounds_empty": 0,
-        "records_committed": 10,
-        "error": None,
-        # a status that (wrongly) carried a config must still not leak it
-        "config": {"properties": {"sasl.plain.password": PASSWORD, "sasl.jaas.config": JAAS}},
-        "partition_status": {
-            "east/orders/0": {"committed_offset": 5, "high_watermark": 7, "lag": 2}
+    from rayconnect.cli.status import status_json
+
+    status = pipeline_status(
+        last_round_duration_s=1.5,
+        rounds={"committed": 2},
+        records_committed_since_start=10,
+        # a reader's report that (wrongly) carried its config must still not leak it
+        readers={
+            "orders/reader/east/0": {
+                "config": {"sasl.plain.password": PASSWORD, "sasl.jaas.config": JAAS}
+            }
         },
-        "actors": [{"name": "orders/coordinator", "state": "ALIVE", "pid": 1, "restarts": 0}],
-    }
-    safe = redact(status)
-    assert PASSWORD not in json.dumps(safe)
+        partition_status={
+            "east/orders/0": {"committed_offset": 5, "high_watermark": 7, "lag": 2, "host": None}
+        },
+        actors=[
+            {"name": "orders/coordinator", "state": "ALIVE", "pid": 1, "node": None, "restarts": 0}
+        ],
+    )
+    safe = msgspec.convert(redact(status), PipelineStatus)
+    assert PASSWORD not in status_json(safe) and JAAS not in status_json(safe)
     text = render_status(safe)
     assert PASSWORD not in text and "east/orders/0" in text and "ALIVE" in text
 

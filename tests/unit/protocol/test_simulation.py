@@ -20,7 +20,7 @@ reader reading on. Lookups of a lost reader (``FindReader``) are jobs that find 
 Each coordinator has its housekeeping (protocol/housekeeping.py): store probes that answer,
 fail or never answer, upkeep jobs that succeed or fail, and a give-up after an outage, which
 stops the rounds (the pipeline is started again, as a supervisor would).
-After every step the invariants of design.md are checked; at the end, with faults stopped
+After every step the invariants of docs/design.md are checked; at the end, with faults stopped
 and everything delivered, the pipeline must commit every produced record (liveness).
 """
 

@@ -1,0 +1,210 @@
+"""``PipelineStatus``: what a sink pipeline reports about itself, as one typed Struct.
+
+The coordinator actor builds it (its machine's round state, the table, outages, upkeep);
+``PipelineHandle.status()`` adds what other actors know (readers, discovery, the writer, lag
+per partition, optionally the actors' processes); ``rayconnect status --json`` prints exactly
+its JSON encoding. It lives here, below the actors and the pipeline APIs, because both use it.
+
+Counts a user reads as totals are totals of the table: ``offsets`` and ``dead_letters`` are
+read from the table (the dead-letter table when the coordinator starts, then added to per
+commit). Counts the coordinator keeps in memory start again at each (re)start of the
+coordinator, and say so: ``rounds_since_start``, ``records_committed_since_start``, from
+``started_at``.
+
+Fields are also readable by name, ``status["offsets"]``, as the dict this replaced was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from rayconnect.protocol.upkeep import UpkeepStatus
+
+
+class RoundCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """Rounds since the coordinator (re)started: each restart counts from 0 again."""
+
+    #: rounds committed as a table version, partial ones included
+    committed: int
+    #: of those, rounds committed without the partitions that did not report in time
+    partial: int
+    #: rounds given up: the commit failed, or no participant could report in write_timeout_s
+    discarded: int
+    #: rounds that ended with nothing to commit
+    empty: int
+    #: rounds ended early by a participant's REQUEST-COMMIT (its buffer kept filling)
+    requested: int
+    #: rounds ended early because a backlog was drained (``commit_when_drained``)
+    drained: int
+
+
+class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One partition, as ``rayconnect status`` lists it."""
+
+    #: the next offset to read, as committed in the table; None: nothing committed yet
+    committed_offset: int | None
+    #: the broker's high watermark, as the partition's reader last saw it
+    high_watermark: int | None
+    #: high_watermark - committed_offset (records not in the table yet)
+    lag: int | None
+    #: the participant host (actor) holding the partition's participant
+    host: str | None
+
+
+class WriterStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """The Spark side: executors wanted, started with and registered now."""
+
+    #: the Spark application's name (a new one after the writer restarted Spark)
+    app_name: str | None = None
+    #: ``spark.executors``
+    executors_wanted: int | None = None
+    #: executors Spark started with (fewer when CPUs were short)
+    executors_started_with: int | None = None
+    #: executors registered now; None: Spark starts with the first write
+    executors: int | None = None
+    #: why Spark runs with fewer executors than wanted, or refuses writes
+    problem: str | None = None
+    #: seconds Spark took to start
+    spark_start_s: float | None = None
+    #: seconds the writer's first (warm-up) job took
+    warm_up_s: float | None = None
+    #: why the writer did not answer (it is restarting)
+    error: str | None = None
+
+
+class ActorStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One of the pipeline's actors, from Ray's state API (``?``/None when it has none)."""
+
+    #: the actor's name (``<pipeline>/<role>...``)
+    name: str
+    #: Ray's actor state: ALIVE, RESTARTING, PENDING_CREATION...
+    state: str
+    #: the actor's process
+    pid: int | None
+    #: the first 8 characters of its node's id
+    node: str | None
+    #: how often Ray restarted it
+    restarts: int | None
+
+
+class PipelineStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A sink pipeline's status (see the module docstring for where each part comes from)."""
+
+    #: ``sink`` (a source pipeline's status is its tasks' reports)
+    kind: str = "sink"
+    #: the pipeline's name
+    pipeline: str
+    #: the coordinator machine's state: ``started`` (participants write), ``ended``
+    #: (collecting WRITE-STATUS), ``committing``, ``reloading``, ``fenced``, ``stopped``...
+    state: str
+    #: this coordinator's epoch (claimed in the table at its start: older ones are fenced)
+    epoch: int
+    #: the round under way (counts from 1 in each epoch)
+    txn_id: int
+    #: Unix time this coordinator started: the ``..._since_start`` counts run from here
+    started_at: float
+    #: the table, as errors and status lines name it
+    table: str
+    #: the table's version (Iceberg: its last sequence number); None before the first read
+    table_version: int | None
+    #: the partitions in the pipeline's rounds (``cluster/topic/partition``)
+    partitions: tuple[str, ...]
+    #: the partitions the round under way still waits for (after its END)
+    waiting_for: tuple[str, ...] = ()
+    #: partitions leaving the pipeline once a round has finished
+    retiring: tuple[str, ...] = ()
+    #: partition -> committed offset (the next to read), read from the table
+    offsets: dict[str, int] = {}
+    #: partition -> records in the dead-letter table, read from it at the coordinator's
+    #: start and added to per commit (typed tables with ``errors: dead_letter``)
+    dead_letters: dict[str, int] = {}
+    #: partition -> the participant host (actor) holding it
+    participant_hosts: dict[str, str] = {}
+    #: rounds by outcome since this coordinator started
+    rounds_since_start: RoundCounts
+    #: records in the rounds this coordinator committed (read since its start; what the
+    #: table holds in all is in ``offsets``)
+    records_committed_since_start: int = 0
+    #: WRITE-STATUS messages refused (stale or inconsistent) since the start
+    statuses_rejected_since_start: int = 0
+    #: messages of older rounds or epochs ignored since the start
+    messages_ignored_since_start: int = 0
+    #: START to ACK of the last finished round
+    last_round_duration_s: float | None = None
+    #: END of the last round to the START of the next: writing, reporting, committing
+    last_end_to_start_s: float | None = None
+    #: median START to ACK of the recent rounds
+    round_s_median: float | None = None
+    #: longest START to ACK of the recent rounds
+    round_s_max: float | None = None
+    #: median END to next START of the recent rounds
+    end_to_start_s_median: float | None = None
+    #: median time of the recent table commits
+    commit_s_median: float | None = None
+    #: the last round's failure (a commit that failed, a partition's bad record...)
+    last_error: str | None = None
+    #: the coordinator's own failure (recovery, reload), cleared when it passes
+    error: str | None = None
+    #: why this coordinator stopped: a newer epoch claimed the table
+    fenced: str | None = None
+    #: why the pipeline gave up (an outage that lasted ``give_up_after_s``, a broken table)
+    gave_up: str | None = None
+    #: the setting: seconds of one outage before the pipeline gives up
+    give_up_after_s: float | None = None
+    #: one line per outage under way (a cluster's broker, the table's store)
+    outages: tuple[str, ...] = ()
+    #: table upkeep so far: compactions, tidies, files since the last compaction
+    upkeep: UpkeepStatus | None = None
+    #: what the last upkeep jobs did (each job's own report)
+    upkeep_recent: tuple[dict[str, Any], ...] = ()
+    # -- added by the handle, from the other actors ------------------------------------------
+    #: the enumerator's report: clusters, streams, splits per reader, last error
+    discovery: dict[str, Any] | None = None
+    #: reader actor -> its own report (partitions with positions and high watermarks,
+    #: broker reachability)
+    readers: dict[str, dict[str, Any]] = {}
+    #: every reader the enumerator assigned splits to has its metadata
+    readers_ready: bool = False
+    #: the writer's Spark executors (or why the writer did not answer)
+    writer: WriterStatus | None = None
+    #: partition -> high watermark - committed offset
+    lag: dict[str, int | None] = {}
+    #: partition -> committed offset, high watermark, lag and host
+    partition_status: dict[str, PartitionStatus] = {}
+    #: the actors' processes (``status(actors=True)``; ``rayconnect status`` asks for them)
+    actors: tuple[ActorStatus, ...] | None = None
+
+    def __getitem__(self, name: str) -> Any:
+        """A field by name: ``status["offsets"]`` reads as the dict this Struct replaced."""
+        if name not in self.__struct_fields__:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name) if name in self.__struct_fields__ else default
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.__struct_fields__
+
+
+def encode(status: PipelineStatus) -> bytes:
+    """The JSON ``rayconnect status --json`` prints. The other actors' reports (readers,
+    discovery, upkeep jobs) are their own dicts: a value JSON has no type for is written as
+    its text rather than failing the whole status."""
+    return msgspec.json.encode(status, enc_hook=str)
+
+
+def decode(data: bytes | str) -> PipelineStatus:
+    return msgspec.json.decode(data, type=PipelineStatus)
+
+
+class StopResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``PipelineHandle.stop()`` returns: the coordinator's last status, or why there
+    is none (the last round could not be had: nothing is lost, it is read again)."""
+
+    #: the coordinator's status after the last round
+    final: PipelineStatus | None = None
+    #: why there is no last status (the last round was not committed)
+    error: str | None = None

@@ -1,0 +1,105 @@
+"""``PipelineStatus``: one typed Struct from the coordinator to the handle to the CLI, and
+``rayconnect status --json`` prints exactly its JSON."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from status_sample import pipeline_status
+
+from rayconnect.cli.status import render_status, status_json
+from rayconnect.protocol.status import (
+    PartitionStatus,
+    PipelineStatus,
+    RoundCounts,
+    WriterStatus,
+    decode,
+    encode,
+)
+from rayconnect.protocol.upkeep import UpkeepStatus
+
+ROUNDS = RoundCounts(committed=163, partial=2, discarded=5, empty=40, requested=3, drained=1)
+
+
+def _status() -> PipelineStatus:
+    return pipeline_status(
+        epoch=3,
+        txn_id=9,
+        started_at=1_700_000_000.5,
+        table_version=170,
+        partitions=("east/orders/0", "east/orders/1"),
+        offsets={"east/orders/0": 500, "east/orders/1": 480},
+        dead_letters={"east/orders/0": 60},
+        rounds=msgspec.structs.asdict(ROUNDS),
+        records_committed_since_start=980,
+        upkeep=UpkeepStatus(
+            compactions=1,
+            compactions_given_up=0,
+            tidies=0,
+            tidies_failed=0,
+            files_since_compaction=4,
+            running=(),
+            last_error=None,
+        ),
+        writer=WriterStatus(executors=1, executors_wanted=1),
+        lag={"east/orders/0": 0, "east/orders/1": 20},
+        partition_status={
+            "east/orders/0": PartitionStatus(
+                committed_offset=500, high_watermark=500, lag=0, host="orders/participants/0"
+            ),
+        },
+    )
+
+
+def test_json_round_trips_to_the_same_struct() -> None:
+    status = _status()
+    assert decode(encode(status)) == status
+
+
+def test_status_json_prints_exactly_the_struct_s_encoding() -> None:
+    status = _status()
+    assert status_json(status, pretty=False) == encode(status).decode()
+    assert json.loads(status_json(status, pretty=True)) == json.loads(encode(status))
+    doc = json.loads(encode(status))
+    assert set(doc) == set(PipelineStatus.__struct_fields__)
+    assert doc["rounds_since_start"] == {
+        "committed": 163,
+        "partial": 2,
+        "discarded": 5,
+        "empty": 40,
+        "requested": 3,
+        "drained": 1,
+    }
+    assert doc["dead_letters"] == {"east/orders/0": 60}
+
+
+def test_counts_kept_in_memory_are_named_since_start_and_the_old_names_are_gone() -> None:
+    status = _status()
+    assert status["offsets"] == status.offsets  # readable by name, as the old dict was
+    assert status.get("rounds_committed") is None
+    assert "rounds_committed" not in status and "records_committed" not in status
+    with pytest.raises(KeyError):
+        status["rounds_committed"]
+    since_start = [f for f in PipelineStatus.__struct_fields__ if "since_start" in f]
+    assert since_start == [
+        "rounds_since_start",
+        "records_committed_since_start",
+        "statuses_rejected_since_start",
+        "messages_ignored_since_start",
+    ]
+
+
+def test_a_status_missing_a_required_field_does_not_decode() -> None:
+    doc = json.loads(encode(_status()))
+    del doc["epoch"]
+    with pytest.raises(msgspec.ValidationError, match="missing required field `epoch`"):
+        decode(json.dumps(doc))
+
+
+def test_the_text_view_says_which_counts_run_since_the_coordinator_started() -> None:
+    text = render_status(_status())
+    assert "(coordinator start): rounds committed 163 (partial 2)  discarded 5  empty 40" in text
+    assert "records committed 980" in text
+    assert "dead letters 60 in the table (east/orders/0=60)" in text
