@@ -42,6 +42,7 @@ _EXPORTS = {
     "KafkaTarget": "rayconnect.pipelines.source_config",
     "FileSource": "rayconnect.source_tasks",
     "DeltaTableSource": "rayconnect.source_tasks",
+    "PostgresSource": "rayconnect.source_tasks",
     "GeneratorSource": "rayconnect.source_tasks",
 }
 
