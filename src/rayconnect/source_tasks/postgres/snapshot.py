@@ -36,7 +36,8 @@ class SnapshotReader:
         limit: int,
     ) -> list[tuple[str | None, ...]]:
         """The next ``limit`` rows (as text) of ``shape`` after key ``after``."""
-        table = f"{_ident(shape.schema)}.{_ident(shape.table)}"
+        # ``src.col``: a bare name in ORDER BY would mean the output column (the text cast)
+        table = f"{_ident(shape.schema)}.{_ident(shape.table)} AS src"
         select = ", ".join(f"{_ident(c.name)}::text" for c in shape.columns)
         if not shape.primary_key:
             if self._cursor is None:
@@ -50,7 +51,7 @@ class SnapshotReader:
             return rows
 
         def sort_key(name: str) -> str:
-            return _ident(name) + (' COLLATE "C"' if sql_types[name][1] else "")
+            return "src." + _ident(name) + (' COLLATE "C"' if sql_types[name][1] else "")
 
         order = ", ".join(sort_key(c) for c in shape.primary_key)
         sql = f"SELECT {select} FROM {table}"

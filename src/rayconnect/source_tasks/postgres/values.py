@@ -49,7 +49,7 @@ def _bytea(text: str) -> str:
 
 
 _CONVERTERS: dict[int, Callable[[str], Any]] = {
-    BOOL: lambda t: t == "t",
+    BOOL: lambda t: t in ("t", "true"),  # pgoutput sends t/f, bool::text true/false
     INT2: int,
     INT4: int,
     INT8: int,
