@@ -271,15 +271,16 @@ def test_killed_restarted_and_cut_off_every_change_once_in_order(
     bootstrap = f"127.0.0.1:{proxied_target.port}"
     postgres.psql(SCHEMA)
     writer = Writer(postgres, seed=11)
-    writer.initial_rows(3000)
+    writer.initial_rows(5000)
     initial = dict(writer.state)
     handle = _pipeline("pg-chaos", postgres, bootstrap, batch_size=100).start()
     name = names.task("pg-chaos", 0)
     stop, pause = threading.Event(), threading.Event()
     thread = threading.Thread(target=writer.run, args=(stop, pause, 0.002), daemon=True)
     try:
-        kill(name, "ray.kill")  # mid-snapshot: 3000 rows at 100 a transaction
-        thread.start()
+        thread.start()  # writes during the snapshot: the resumed one must skip the right ones
+        handle.wait_for(lambda s: s["tasks"][0]["records_committed"] >= 300, 60, 0.05)
+        kill(name, "ray.kill")  # mid-snapshot: 5000 rows at 100 a transaction
         _kill_repeatedly(handle, name, kill, 5)
         pause.set()
         time.sleep(0.2)
@@ -298,6 +299,14 @@ def test_killed_restarted_and_cut_off_every_change_once_in_order(
         _wait_exact(bootstrap, writer, initial, timeout_s=90)
         final = handle.status()["tasks"][0]
         assert final["restarts"] >= 7
+        snapshots = {
+            e["source"]["lsn"]
+            for table in TABLES
+            for events in read_events(bootstrap, f"pg.public.{table}").values()
+            for e in events
+            if e["op"] == "r"
+        }
+        assert len(snapshots) >= 2, "the kill did not land in the snapshot: nothing resumed"
     finally:
         stop.set()
         handle.stop(release=True)
@@ -361,3 +370,55 @@ def test_pre_start_checks_name_the_setting(
     postgres.psql("ALTER SYSTEM SET wal_level = replica")
     postgres.restart()
     assert start().startswith("dsn: Postgres has wal_level=replica")
+
+
+PIPELINE_FILE = """\
+kind: source
+name: pg-cli
+task:
+  type: postgres
+  dsn: "host=127.0.0.1 port={port} user=postgres dbname=postgres"
+  password_file: {password_file}
+  slot: cli_slot
+  tables: [public.acct]
+target: {{bootstrap_servers: "{bootstrap}"}}
+transaction_boundary: connector
+exactly_once: required
+"""
+
+
+@pytest.mark.timeout(120)
+def test_cli_run_and_stop_drop_slot(
+    postgres: PostgresServer, kafka_broker, tmp_path, capsys
+) -> None:
+    from rayconnect.cli import EXIT_OK, EXIT_USAGE, main
+
+    bootstrap = kafka_broker.bootstrap_servers
+    postgres.psql("CREATE TABLE acct (id int PRIMARY KEY, balance bigint)")
+    postgres.psql("INSERT INTO acct SELECT g, g * 10 FROM generate_series(1, 50) g")
+    asyncio.run(create_topic(bootstrap, "pg.public.acct", 2))
+    path = tmp_path / "pg.yaml"
+    fields = {"password_file": postgres.password_file, "bootstrap": bootstrap}
+    path.write_text(PIPELINE_FILE.format(port=1, **fields))
+    assert main(["run", str(path), "--detach"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "$.task: dsn: cannot connect to Postgres" in err and "pg-test-secret" not in err
+    path.write_text(PIPELINE_FILE.format(port=postgres.port, **fields))
+    assert main(["run", str(path), "--detach"]) == EXIT_OK
+    postgres.psql("UPDATE acct SET balance = -1 WHERE id = 7")
+    deadline = time.monotonic() + 60
+    while (
+        time.monotonic() < deadline and len(read_events(bootstrap, "pg.public.acct").get(7, [])) < 2
+    ):
+        time.sleep(0.5)
+    assert [(e["op"], e["after"]) for e in read_events(bootstrap, "pg.public.acct")[7]] == [
+        ("r", {"id": 7, "balance": 70}),
+        ("u", {"id": 7, "balance": -1}),
+    ]
+    assert (
+        postgres.psql("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'cli_slot'")
+        == "1"
+    )
+    assert main(["stop", "pg-cli", "--drop-slot"]) == EXIT_OK
+    assert "released" in capsys.readouterr().out
+    assert postgres.psql("SELECT count(*) FROM pg_replication_slots") == "0"
