@@ -264,14 +264,15 @@ def test_snapshot_then_stream_exactly_the_history(postgres: PostgresServer, kafk
     assert postgres.psql("SELECT count(*) FROM pg_replication_slots") == "0"
 
 
-@pytest.mark.timeout(240)
-def test_killed_restarted_and_cut_off_every_change_once_in_order(
-    postgres: PostgresServer, proxied_target: TcpProxy, kill
+def _chaos(
+    postgres: PostgresServer, proxy: TcpProxy, kill, rows: int, rounds: int, kills: int
 ) -> None:
-    bootstrap = f"127.0.0.1:{proxied_target.port}"
+    """Kill the task mid-snapshot, then per round ``kills`` times (ray.kill and SIGKILL,
+    alternately) during the write load and restart Postgres; then cut the broker off once."""
+    bootstrap = f"127.0.0.1:{proxy.port}"
     postgres.psql(SCHEMA)
     writer = Writer(postgres, seed=11)
-    writer.initial_rows(5000)
+    writer.initial_rows(rows)
     initial = dict(writer.state)
     handle = _pipeline("pg-chaos", postgres, bootstrap, batch_size=100).start()
     name = names.task("pg-chaos", 0)
@@ -280,25 +281,25 @@ def test_killed_restarted_and_cut_off_every_change_once_in_order(
     try:
         thread.start()  # writes during the snapshot: the resumed one must skip the right ones
         handle.wait_for(lambda s: s["tasks"][0]["records_committed"] >= 300, 60, 0.05)
-        kill(name, "ray.kill")  # mid-snapshot: 5000 rows at 100 a transaction
-        _kill_repeatedly(handle, name, kill, 5)
-        pause.set()
-        time.sleep(0.2)
-        writer.conn.close()
-        postgres.restart()
-        writer.conn = psycopg2.connect(postgres.dsn, options="-c TimeZone=UTC")
-        pause.clear()
+        kill(name, "ray.kill")  # mid-snapshot: the rows at 100 a transaction
+        for _ in range(rounds):
+            _kill_repeatedly(handle, name, kill, kills)
+            pause.set()  # a transaction cut by the restart would have no known outcome
+            time.sleep(0.2)
+            writer.conn.close()
+            postgres.restart()
+            writer.conn = psycopg2.connect(postgres.dsn, options="-c TimeZone=UTC")
+            pause.clear()
         _kill_repeatedly(handle, name, kill, 1)
-        proxied_target.cut()
+        proxy.cut()
         time.sleep(3.0)
-        proxied_target.forward()
+        proxy.forward()
         time.sleep(2.0)
         stop.set()
         thread.join(10)
         assert writer.transactions > 200
         _wait_exact(bootstrap, writer, initial, timeout_s=90)
-        final = handle.status()["tasks"][0]
-        assert final["restarts"] >= 7
+        assert handle.status()["tasks"][0]["restarts"] >= 2 + rounds * (kills + 1)
         snapshots = {
             e["source"]["lsn"]
             for table in TABLES
@@ -310,6 +311,21 @@ def test_killed_restarted_and_cut_off_every_change_once_in_order(
     finally:
         stop.set()
         handle.stop(release=True)
+
+
+@pytest.mark.timeout(240)
+def test_killed_restarted_and_cut_off_every_change_once_in_order(
+    postgres: PostgresServer, proxied_target: TcpProxy, kill
+) -> None:
+    _chaos(postgres, proxied_target, kill, rows=4000, rounds=1, kills=5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_killed_20_times_postgres_restarted_3_times(
+    postgres: PostgresServer, proxied_target: TcpProxy, kill
+) -> None:
+    _chaos(postgres, proxied_target, kill, rows=20000, rounds=3, kills=7)
 
 
 def test_pre_start_checks_name_the_setting(
