@@ -19,11 +19,20 @@ has one segment.
 
 from __future__ import annotations
 
+import decimal
 from typing import Any
 
 import msgspec
 
 Key = list[Any]
+
+
+def comparable_key(key: Key | None) -> Key | None:
+    """A key as it is kept in offsets and compared: numeric values as floats (JSON would
+    make them strings, which neither compare with numbers nor in numeric order)."""
+    if key is None:
+        return None
+    return [float(v) if isinstance(v, decimal.Decimal) else v for v in key]
 
 
 class Segment(msgspec.Struct, array_like=True):

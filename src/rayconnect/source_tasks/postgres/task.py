@@ -34,7 +34,7 @@ from rayconnect.source_tasks.postgres.pgoutput import (
     decode,
     ms_of,
 )
-from rayconnect.source_tasks.postgres.progress import Progress
+from rayconnect.source_tasks.postgres.progress import Progress, comparable_key
 from rayconnect.source_tasks.postgres.settings import PostgresSettings
 from rayconnect.source_tasks.postgres.snapshot import SnapshotReader
 from rayconnect.source_tasks.postgres.stream import WalStream
@@ -172,7 +172,7 @@ class PostgresSource(ConfiguredTask):
         for cells in rows:
             values = row(shape.columns, cells)
             if shape.primary_key:
-                p.after = key_of(shape, values)
+                p.after = comparable_key(key_of(shape, values))
             records += self.events.records(
                 shape, "r", None, values,
                 lsn=self._snapshot_lsn, txid=None, commit_ms=now_ms, snapshot=True,
@@ -273,7 +273,7 @@ class PostgresSource(ConfiguredTask):
         else:
             op, before, after = "d", _old_row(columns, change.old, change.old_is_key), None
         if lsn < self._highest_segment:
-            key = key_of(shape, after if after is not None else before or {})
+            key = comparable_key(key_of(shape, after if after is not None else before or {}))
             if self.progress.in_snapshot(shape.name, key, lsn):
                 return
             offset = {"lsn": lsn, "n": self._n, "segments": self._segments_offset}
