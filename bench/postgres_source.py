@@ -151,7 +151,7 @@ async def plain_loop(server: PostgresServer, bootstrap: str, changes: int) -> fl
 async def exactly_once(server: PostgresServer, bootstrap: str, changes: int, name: str) -> float:
     s = SourceSettings(name=name, target=KafkaTarget(bootstrap), transaction_boundary="connector")
     await prepare_generation(s)
-    task = PostgresSource(**msgspec.structs.asdict(settings(server, name)), topic_prefix=name)
+    task = PostgresSource(**msgspec.structs.asdict(settings(server, name, topic_prefix=name)))
     runner = TaskRunner(s, 0, task)
     main = asyncio.create_task(runner.run())
     while not runner.started.is_set():
@@ -177,8 +177,8 @@ def _latency_task(dsn_port: int, root: str, bootstrap: str, stop_at: float) -> N
             name="lat", target=KafkaTarget(bootstrap), transaction_boundary="connector"
         )
         await prepare_generation(s)
-        fields = msgspec.structs.asdict(settings(server, "lat"))
-        runner = TaskRunner(s, 0, PostgresSource(**fields, topic_prefix="lat"))
+        fields = msgspec.structs.asdict(settings(server, "lat", topic_prefix="lat"))
+        runner = TaskRunner(s, 0, PostgresSource(**fields))
         main = asyncio.create_task(runner.run())
         while time.time() < stop_at:
             if main.done():
@@ -218,14 +218,15 @@ async def latency(
         )
     )
     delays: list[float] = []
-    while not load.done() or time.time() < stop_at - 20:
+    quiet_since = time.monotonic()
+    while not load.done() or time.monotonic() - quiet_since < 3.0:  # 3 s without any: all in
         batch = await consumer.getmany(timeout_ms=200)
         now = time.time() * 1000
         for records in batch.values():
             for r in records:
                 delays.append(now - msgspec.json.decode(r.value)["source"]["ts_ms"])
-        if load.done() and delays and not batch:
-            break
+        if batch:
+            quiet_since = time.monotonic()
     await load
     await consumer.stop()
     child.join(60)
