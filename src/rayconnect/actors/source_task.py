@@ -523,6 +523,8 @@ class SourceTaskActor:
         self._main.cancel()
         return await self.status()
 
-    async def release(self) -> None:
-        """After ``close``: free what the source keeps for the pipeline (SourceTask.release)."""
+    async def release(self, timeout_s: float = 60.0) -> None:
+        """Stop (as ``close``: an incarnation Ray started since must not hold the source),
+        then free what the source keeps for the pipeline (SourceTask.release)."""
+        await self.close(timeout_s)
         await self.runner.task.release()

@@ -252,16 +252,28 @@ class SourcePipelineHandle(Handle):
             except Exception as e:
                 final[n] = {"error": f"{type(e).__name__}: {e}"}
         if release and actors:
-            _, first = actors[0]
-            try:
-                ray.get(first.release.remote(), timeout=timeout_s)
-            except Exception as e:
-                raise PipelineError(f"{self.name}: release failed: {type(e).__name__}: {e}") from e
+            _release(self.name, actors[0][1], timeout_s)
         for _, a in actors:
             with contextlib.suppress(Exception):
                 ray.kill(a, no_restart=True)
         _wait_gone(self.name, 10.0)
         return final
+
+
+def _release(pipeline: str, actor: Any, timeout_s: float) -> None:
+    """Task 0's ``release``, again while its actor is restarting (a task that failed just
+    before the stop): the source's resources outlive any incarnation."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.get(actor.release.remote(timeout_s), timeout=timeout_s + 10)
+            return
+        except ray.exceptions.ActorUnavailableError as e:
+            if time.monotonic() > deadline:
+                raise PipelineError(f"{pipeline}: release failed: {e}") from e
+            time.sleep(0.5)
+        except Exception as e:
+            raise PipelineError(f"{pipeline}: release failed: {type(e).__name__}: {e}") from e
 
 
 def _wait_gone(pipeline: str, timeout_s: float) -> None:

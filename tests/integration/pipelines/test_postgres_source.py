@@ -287,9 +287,19 @@ def _chaos(
             pause.set()  # a transaction cut by the restart would have no known outcome
             time.sleep(0.2)
             writer.conn.close()
+            before = handle.status()["tasks"][0]["restarts"]
             postgres.restart()
             writer.conn = psycopg2.connect(postgres.dsn, options="-c TimeZone=UTC")
             pause.clear()
+            # the restart ends the task's stream: it fails, Ray restarts it, it resumes
+            handle.wait_for(
+                lambda s, b=before: (
+                    s["tasks"][0].get("restarts", 0) > b
+                    and s["tasks"][0].get("records_committed", 0) > 0
+                ),
+                60,
+                0.1,
+            )
         _kill_repeatedly(handle, name, kill, 1)
         proxy.cut()
         time.sleep(3.0)
