@@ -206,7 +206,9 @@ class PostgresSource(ConfiguredTask):
         records: list[SourceRecord] = []
         limit, bound = self.settings.batch_size, self.settings.max_records_per_transaction
         deadline = time.monotonic() + POLL_BUDGET_S
-        while len(records) < limit and self._open < bound:
+        # A full batch ends at the next commit, not mid-transaction: a poll that ends inside
+        # one cannot end the Kafka transaction, and with a backlog every poll would.
+        while self._open < bound and not (len(records) >= limit and self._txn is None):
             payload = stream.read()
             if payload is None:
                 if self._txn is None and records:
