@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["fixtures.kafka"]
+pytest_plugins = ["fixtures.kafka", "fixtures.postgres"]
 
 INTEGRATION = Path(__file__).parent / "integration"
 

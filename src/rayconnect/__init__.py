@@ -47,6 +47,7 @@ _EXPORTS = {
     "KafkaTarget": "rayconnect.config.source",
     "FileSource": "rayconnect.source_tasks",
     "DeltaTableSource": "rayconnect.source_tasks",
+    "PostgresSource": "rayconnect.source_tasks",
     "GeneratorSource": "rayconnect.source_tasks",
 }
 

@@ -161,6 +161,9 @@ class TaskRunner:
             exactly_once=self.transactional,
             warning=self.warning,
         )
+        with contextlib.suppress(Exception):  # a task's own numbers never break status
+            if source := self.task.metrics():
+                s["source"] = source
         return s
 
     def stop(self) -> None:
@@ -516,3 +519,9 @@ class SourceTaskActor:
             await asyncio.wait_for(asyncio.shield(self._main), timeout_s)
         self._main.cancel()
         return await self.status()
+
+    async def release(self, timeout_s: float = 60.0) -> None:
+        """Stop (as ``close``: an incarnation Ray started since must not hold the source),
+        then free what the source keeps for the pipeline (SourceTask.release)."""
+        await self.close(timeout_s)
+        await self.runner.task.release()

@@ -198,6 +198,16 @@ def _add_pipeline_commands(sub) -> None:
         "--no-commit", dest="commit", action="store_false", help="stop without the last round"
     )
     stop.add_argument(
+        "--drop-slot",
+        dest="release",
+        action="store_true",
+        help=(
+            "a source pipeline deleted for good: once its tasks stopped, free what its source "
+            "keeps for it (a postgres source drops its replication slot, so Postgres stops "
+            "keeping WAL for it; a later run snapshots again)"
+        ),
+    )
+    stop.add_argument(
         "--timeout",
         type=_interval,
         default=120.0,

@@ -28,7 +28,9 @@ YAML, plus ``kind``::
 A source pipeline (KIP-618: any source -> Kafka) is ``rc.SourcePipeline``'s keyword
 arguments (``rayconnect.config.source.SourcePipelineConfig``), with the task as a tagged
 mapping - ``type`` is one of ``files`` (rc.FileSource), ``delta`` (rc.DeltaTableSource),
-``generator`` (rc.GeneratorSource), each with its constructor's parameters, or ``python``
+``generator`` (rc.GeneratorSource), ``postgres`` (rc.PostgresSource: change data from a
+PostgreSQL database, docs/guides/postgres-source.md), each with its constructor's
+parameters, or ``python``
 for any SourceTask subclass, imported when the file is read::
 
     kind: source

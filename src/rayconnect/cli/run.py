@@ -363,6 +363,7 @@ def start_source(config, address: str | None = None):
     from rayconnect.runtime import ensure_ray, get_actor, task_actor_names
 
     pipeline = SourcePipeline.from_config(config)  # imports and builds the task: before Ray
+    pipeline.task.check()  # the source reachable and usable (ConfigError naming the setting)
     check_ray(address)
     ensure_ray(address)
     if get_actor(names.coordinator(config.name)) is not None or task_actor_names(config.name):

@@ -322,9 +322,11 @@ def _stop_source(args) -> int:
     """Every task commits its open transaction (``connector``: aborts it) and ends; with
     ``--no-commit`` the tasks are ended at once (the next start aborts what they left open)."""
     from rayconnect.cli.run import kill_source
+    from rayconnect.errors import PipelineError
     from rayconnect.pipelines.source import SourcePipelineHandle
 
-    if not args.commit:
+    release = getattr(args, "release", False)
+    if not args.commit and not release:
         print(f"rayconnect: {args.name}: stopping", file=sys.stderr, flush=True)
         kill_source(args.name)
         print(f"stopped {args.name}: open transactions not committed")
@@ -334,7 +336,12 @@ def _stop_source(args) -> int:
         file=sys.stderr,
         flush=True,
     )
-    final = redact(SourcePipelineHandle(args.name).stop(timeout_s=args.timeout))
+    try:
+        final = SourcePipelineHandle(args.name).stop(timeout_s=args.timeout, release=release)
+    except PipelineError as e:
+        print(f"rayconnect: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    final = redact(final)
     failed = False
     for actor_name, f in sorted(final.items()):
         if f.get("error"):
@@ -344,6 +351,6 @@ def _stop_source(args) -> int:
         f"stopped {args.name}: {len(final)} task(s), "
         f"{sum(f.get('records_committed', 0) for f in final.values()):,} records in "
         f"{sum(f.get('transactions_committed', 0) for f in final.values()):,} transactions "
-        "committed"
+        "committed" + ("; the source released what it kept (replication slot)" if release else "")
     )
     return EXIT_FAILED if failed else EXIT_OK

@@ -29,6 +29,7 @@ from rayconnect.source_tasks.base import ConfiguredTask, SourceTask, check_topic
 from rayconnect.source_tasks.delta import DeltaTableSettings, DeltaTableSource
 from rayconnect.source_tasks.files import FileSource, FileSourceSettings
 from rayconnect.source_tasks.generator import GeneratorSettings, GeneratorSource
+from rayconnect.source_tasks.postgres import PostgresSettings, PostgresSource
 
 ExactlyOnce = Literal["requested", "required"]
 GLOBAL_OFFSETS_TOPIC = "rayconnect-offsets"
@@ -182,6 +183,16 @@ class GeneratorTask(GeneratorSettings, TaskConfig, frozen=True, tag="generator")
     task_class = GeneratorSource
 
 
+class PostgresTask(PostgresSettings, TaskConfig, frozen=True, tag="postgres"):
+    """``rc.PostgresSource``: a PostgreSQL database's changes (needs
+    ``transaction_boundary: connector``)."""
+
+    task_class = PostgresSource
+
+    def topics(self) -> tuple[str, ...]:
+        return tuple(self.topic(s, t) for s, t in self.qualified_tables)
+
+
 class PythonTask(TaskConfig, frozen=True, tag="python"):
     """Any ``rc.SourceTask`` subclass: ``class: "package.module:ClassName"``, built with
     ``ClassName(**args)``. The class is imported when the file is read (a module in the
@@ -279,9 +290,9 @@ def _pickle_by_value(module_name: str) -> bool:
 
 class SourcePipelineConfig(SourceSettings, frozen=True, kw_only=True):
     """A ``kind: source`` pipeline file: ``rc.SourcePipeline``'s arguments, with ``task`` as
-    a tagged ``{type: files | delta | generator | python, ...}`` mapping."""
+    a tagged ``{type: files | delta | generator | postgres | python, ...}`` mapping."""
 
-    task: FilesTask | DeltaTask | GeneratorTask | PythonTask
+    task: FilesTask | DeltaTask | GeneratorTask | PostgresTask | PythonTask
 
     def settings(self) -> SourceSettings:
         fields = msgspec.structs.asdict(self)

@@ -109,6 +109,12 @@ class SourcePipeline:
             task = task()
         if not isinstance(task, SourceTask):
             raise ConfigError(f"task must be a rayconnect.SourceTask, not {type(task).__name__}")
+        needs = task.transaction_boundary
+        if needs is not None and settings.transaction_boundary != needs:
+            raise ConfigError(
+                f"transaction_boundary: {type(task).__name__} needs {needs!r}, not "
+                f"{settings.transaction_boundary!r}"
+            )
         self.task = task
         self.settings = settings
         try:
@@ -133,6 +139,7 @@ class SourcePipeline:
             raise PipelineAlreadyRunningError(
                 f"source pipeline {s.name!r} is already running: use attach_source({s.name!r})"
             )
+        self.task.check()
         transactional, warning = self.prepare()
         detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
         actors = [
@@ -241,8 +248,10 @@ class SourcePipelineHandle(Handle):
             "warnings": sorted({t["warning"] for t in done if t.get("warning")}),
         }
 
-    def stop(self, *, timeout_s: float = 60.0) -> dict[str, Any]:
-        """Each task commits its open transaction (``connector``: aborts it), then ends."""
+    def stop(self, *, timeout_s: float = 60.0, release: bool = False) -> dict[str, Any]:
+        """Each task commits its open transaction (``connector``: aborts it), then ends.
+        ``release``: then free what the source keeps for the pipeline (a Postgres source
+        drops its replication slot; SourceTask.release) - for a pipeline deleted for good."""
         actors = [(n, a) for n in task_actor_names(self.name) if (a := get_actor(n)) is not None]
         refs = {n: a.close.remote(timeout_s) for n, a in actors}
         final: dict[str, Any] = {}
@@ -251,11 +260,29 @@ class SourcePipelineHandle(Handle):
                 final[n] = ray.get(ref, timeout=timeout_s + 5)
             except Exception as e:
                 final[n] = {"error": f"{type(e).__name__}: {e}"}
+        if release and actors:
+            _release(self.name, actors[0][1], timeout_s)
         for _, a in actors:
             with contextlib.suppress(Exception):
                 ray.kill(a, no_restart=True)
         _wait_gone(self.name, 10.0)
         return final
+
+
+def _release(pipeline: str, actor: Any, timeout_s: float) -> None:
+    """Task 0's ``release``, again while its actor is restarting (a task that failed just
+    before the stop): the source's resources outlive any incarnation."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.get(actor.release.remote(timeout_s), timeout=timeout_s + 10)
+            return
+        except ray.exceptions.ActorUnavailableError as e:
+            if time.monotonic() > deadline:
+                raise PipelineError(f"{pipeline}: release failed: {e}") from e
+            time.sleep(0.5)
+        except Exception as e:
+            raise PipelineError(f"{pipeline}: release failed: {type(e).__name__}: {e}") from e
 
 
 def _wait_gone(pipeline: str, timeout_s: float) -> None:

@@ -230,8 +230,11 @@ class SourceTask:
     """Subclass this; every method is async. Only ``poll`` is required.
 
     ``poll`` should return within about a second (an empty list when there is nothing new):
-    the framework commits, and stops, only between polls.
+    the framework commits, and stops, only between polls. ``transaction_boundary``: the one
+    boundary the task works with, if it needs one (the pipeline refuses another).
     """
+
+    transaction_boundary: ClassVar[str | None] = None
 
     async def start(self, context: SourceTaskContext) -> None:
         self.context = context
@@ -247,6 +250,18 @@ class SourceTask:
 
     async def stop(self) -> None:
         """Release resources; called once, after the last commit."""
+
+    def check(self) -> None:
+        """Called once by the process that starts the pipeline, before any task actor:
+        raise ConfigError if the source cannot work (unreachable, missing permission)."""
+
+    def metrics(self) -> dict[str, Any]:
+        """What the task knows of its source (e.g. replication lag), shown in status."""
+        return {}
+
+    async def release(self) -> None:
+        """Free what the source keeps for this pipeline (a replication slot): called by
+        ``stop(release=True)`` after the task stopped, for a pipeline deleted for good."""
 
 
 SettingsT = TypeVar("SettingsT", bound=msgspec.Struct)

@@ -1,0 +1,278 @@
+"""The Postgres change source: changes/s into Kafka exactly once vs a plain at-least-once
+loop vs the raw stream, and commit -> visible latency under a steady load - same run.
+
+A real Postgres 15 (started like the tests do, tests/fixtures/postgres.py) and an embedded
+broker; 10 tables ``t0..t9 (id int primary key, v int, s text)``. One slot per way is
+created before pgbench writes the backlog (``--txns`` transactions of one upsert per table:
+10 changes each), so the three ways read the same WAL:
+
+  raw stream     psycopg2 pgoutput stream, messages read and counted (the ceiling)
+  plain loop     the same stream decoded into the same Debezium JSON events (this package's
+                 decoder), produced with aiokafka without transactions, flushed and the
+                 slot confirmed after each Postgres commit batch: at-least-once
+  exactly-once   rc.PostgresSource in a TaskRunner (the task actor's loop, without Ray):
+                 records + LSN offset in one Kafka transaction per poll of whole Postgres
+                 transactions, the slot confirmed after each commit
+
+Latency: the exactly-once task runs in a child process while pgbench writes ``--rate``
+changes/s for ``--seconds``; a read_committed consumer here takes, per change, the time it
+is received minus its Postgres commit time (``source.ts_ms``).
+
+    .venv/bin/python bench/postgres_source.py [--txns 20000] [--rate 5000] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from fixtures.postgres import BIN, PASSWORD, PostgresServer, postgres_server  # noqa: E402
+
+from rayconnect.actors.source_task import TaskRunner  # noqa: E402
+from rayconnect.config.source import KafkaTarget, SourceSettings  # noqa: E402
+from rayconnect.kafka.admin import create_topic  # noqa: E402
+from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
+from rayconnect.kafka.transactions import producer, stop_quietly  # noqa: E402
+from rayconnect.pipelines.source import prepare_generation  # noqa: E402
+from rayconnect.source_tasks.postgres import PostgresSettings, PostgresSource  # noqa: E402
+from rayconnect.source_tasks.postgres.events import EventBuilder, TableShape, row  # noqa: E402
+from rayconnect.source_tasks.postgres.pgoutput import (  # noqa: E402
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Relation,
+    Update,
+    decode,
+    ms_of,
+)
+from rayconnect.source_tasks.postgres.stream import WalStream  # noqa: E402
+
+TABLES = [f"t{i}" for i in range(10)]
+PUB = "bench_pub"
+
+
+def pgbench(server: PostgresServer, *args: str) -> None:
+    script = Path(server.root) / "upsert.sql"
+    lines = ["\\set id random(1, 200000)", "BEGIN;"]
+    lines += [
+        f"INSERT INTO {t} VALUES (:id, 1, 'some text of a row') "
+        f"ON CONFLICT (id) DO UPDATE SET v = {t}.v + 1;"
+        for t in TABLES
+    ]
+    script.write_text("\n".join([*lines, "END;"]) + "\n")
+    env = {**os.environ, "PGPASSWORD": PASSWORD}
+    subprocess.run(
+        [str(BIN / "pgbench"), "-n", "-f", str(script), "-h", "127.0.0.1",
+         "-p", str(server.port), "-U", "postgres", *args, "postgres"],
+        check=True, capture_output=True, env=env,
+    )  # fmt: skip
+
+
+def settings(server: PostgresServer, slot: str, **kw: Any) -> PostgresSettings:
+    return PostgresSettings(
+        dsn=server.dsn, slot=slot, tables=TABLES, publication=PUB,
+        password_file=server.password_file, snapshot=False, **kw,
+    )  # fmt: skip
+
+
+async def raw_stream(server: PostgresServer, changes: int) -> float:
+    stream = WalStream(settings(server, "raw"), PUB)
+    seen, t0 = 0, time.perf_counter()
+    while seen < changes:
+        payload = stream.read()
+        if payload is None:
+            await stream.wait(0.1)
+        elif payload[:1] in (b"I", b"U", b"D"):
+            seen += 1
+    elapsed = time.perf_counter() - t0
+    stream.close()
+    return seen / elapsed
+
+
+async def plain_loop(server: PostgresServer, bootstrap: str, changes: int) -> float:
+    """What one would write without rayconnect: same events, aiokafka, no transactions."""
+    stream = WalStream(settings(server, "plain"), PUB)
+    events = EventBuilder("plain", lambda s, t: f"plain.{s}.{t}", False, "postgres")
+    p = producer(bootstrap, None)
+    await p.start()
+    relations: dict[int, TableShape] = {}
+    seen, futures, txn, last_commit = 0, [], None, 0
+    t0 = time.perf_counter()
+    while seen < changes:
+        payload = stream.read()
+        if payload is None:
+            if futures:
+                await asyncio.gather(*futures)
+                futures = []
+                stream.confirm(last_commit)
+            await stream.wait(0.1)
+            continue
+        m = decode(payload)
+        if isinstance(m, Begin):
+            txn = m
+        elif isinstance(m, Commit):
+            last_commit = m.commit_lsn
+            if len(futures) >= 5000:
+                await asyncio.gather(*futures)
+                futures = []
+                stream.confirm(last_commit)
+        elif isinstance(m, Relation):
+            relations[m.relation_id] = TableShape(m.schema, m.table, m.columns, ("id",))
+        elif isinstance(m, Insert | Update | Delete):
+            assert txn is not None
+            shape = relations[m.relation_id]
+            after = None if isinstance(m, Delete) else row(shape.columns, m.new)
+            (record,) = events.records(
+                shape, "c" if isinstance(m, Insert) else "u", None, after,
+                lsn=txn.final_lsn, txid=txn.xid, commit_ms=ms_of(txn.commit_ts_us),
+                snapshot=False, offset=None, source_partition=None,
+            )  # fmt: skip
+            futures.append(await p.send(record.topic, record.value, key=record.key))
+            seen += 1
+    await asyncio.gather(*futures)
+    elapsed = time.perf_counter() - t0
+    await stop_quietly(p)
+    stream.close()
+    return seen / elapsed
+
+
+async def exactly_once(server: PostgresServer, bootstrap: str, changes: int, name: str) -> float:
+    s = SourceSettings(name=name, target=KafkaTarget(bootstrap), transaction_boundary="connector")
+    await prepare_generation(s)
+    task = PostgresSource(**msgspec.structs.asdict(settings(server, name, topic_prefix=name)))
+    runner = TaskRunner(s, 0, task)
+    main = asyncio.create_task(runner.run())
+    while not runner.started.is_set():
+        if main.done():
+            main.result()
+        await asyncio.sleep(0.005)
+    t0 = time.perf_counter()
+    while runner.machine.status().records_committed < changes:
+        if main.done():
+            main.result()
+        await asyncio.sleep(0.002)
+    elapsed = time.perf_counter() - t0
+    runner.stop()
+    await main
+    return changes / elapsed
+
+
+def _latency_task(dsn_port: int, root: str, bootstrap: str, stop_at: float) -> None:
+    server = PostgresServer(Path(root), dsn_port)
+
+    async def run() -> None:
+        s = SourceSettings(
+            name="lat", target=KafkaTarget(bootstrap), transaction_boundary="connector"
+        )
+        await prepare_generation(s)
+        fields = msgspec.structs.asdict(settings(server, "lat", topic_prefix="lat"))
+        runner = TaskRunner(s, 0, PostgresSource(**fields))
+        main = asyncio.create_task(runner.run())
+        while time.time() < stop_at:
+            if main.done():
+                main.result()
+            await asyncio.sleep(0.2)
+        runner.stop()
+        await main
+
+    asyncio.run(run())
+
+
+async def latency(
+    server: PostgresServer, bootstrap: str, rate: int, seconds: int
+) -> dict[str, float]:
+    from aiokafka import AIOKafkaConsumer
+
+    for t in TABLES:
+        await create_topic(bootstrap, f"lat.public.{t}", 2, exist_ok=True)
+    stop_at = time.time() + seconds + 25
+    child = multiprocessing.get_context("spawn").Process(
+        target=_latency_task, args=(server.port, str(server.root), bootstrap, stop_at)
+    )
+    child.start()
+    consumer = AIOKafkaConsumer(
+        *[f"lat.public.{t}" for t in TABLES], bootstrap_servers=bootstrap,
+        isolation_level="read_committed", auto_offset_reset="earliest", enable_auto_commit=False,
+    )  # fmt: skip
+    await consumer.start()
+    deadline = time.monotonic() + 60  # the task's slot, then the load
+    while "lat" not in server.psql("SELECT string_agg(slot_name, ',') FROM pg_replication_slots"):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the latency task did not create its slot")
+        await asyncio.sleep(0.2)
+    load = asyncio.create_task(
+        asyncio.to_thread(
+            pgbench, server, "-R", str(rate // 10), "-T", str(seconds), "-c", "2", "-j", "1"
+        )
+    )
+    delays: list[float] = []
+    quiet_since = time.monotonic()
+    while not load.done() or time.monotonic() - quiet_since < 3.0:  # 3 s without any: all in
+        batch = await consumer.getmany(timeout_ms=200)
+        now = time.time() * 1000
+        for records in batch.values():
+            for r in records:
+                delays.append(now - msgspec.json.decode(r.value)["source"]["ts_ms"])
+        if batch:
+            quiet_since = time.monotonic()
+    await load
+    await consumer.stop()
+    child.join(60)
+    delays.sort()
+    pick = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]  # noqa: E731
+    return {"changes": len(delays), "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": delays[-1]}
+
+
+async def main(txns: int, rate: int, seconds: int) -> None:
+    with postgres_server() as server, EmbeddedBroker("bench-pg") as broker:
+        bootstrap = broker.bootstrap_servers
+        server.psql(
+            ";".join(f"CREATE TABLE {t} (id int PRIMARY KEY, v int, s text)" for t in TABLES)
+        )
+        server.psql(f"CREATE PUBLICATION {PUB} FOR TABLE {', '.join(TABLES)}")
+        for slot in ("raw", "plain", "eo"):
+            server.psql(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')")
+        for prefix in ("plain", "eo"):
+            for t in TABLES:
+                await create_topic(bootstrap, f"{prefix}.public.{t}", 2)
+        t0 = time.perf_counter()
+        pgbench(server, "-t", str(txns // 4), "-c", "4", "-j", "2")
+        changes = (txns // 4) * 4 * len(TABLES)
+        write_s = time.perf_counter() - t0
+        ceiling = await raw_stream(server, changes)
+        plain = await plain_loop(server, bootstrap, changes)
+        eo = await exactly_once(server, bootstrap, changes, "eo")
+        lat = await latency(server, bootstrap, rate, seconds)
+    print(
+        f"{changes:,} changes ({txns:,} Postgres transactions of 10 upserts, 10 tables; "
+        f"pgbench wrote them in {write_s:.1f} s), embedded broker, one task, 2-core machine\n"
+    )
+    print(f"{'way':<14} {'changes/s':>10} {'x plain':>8}")
+    for way, v in (("raw stream", ceiling), ("plain loop", plain), ("exactly-once", eo)):
+        print(f"{way:<14} {v:>10,.0f} {v / plain:>8.2f}")
+    print(
+        f"\ncommit -> visible (read_committed) at {rate:,} changes/s for {seconds} s: "
+        f"{lat['changes']:,} changes, p50 {lat['p50_ms']:.0f} ms, p99 {lat['p99_ms']:.0f} ms, "
+        f"max {lat['max_ms']:.0f} ms"
+    )
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--txns", type=int, default=20_000)
+    ap.add_argument("--rate", type=int, default=5_000)
+    ap.add_argument("--seconds", type=int, default=20)
+    args = ap.parse_args()
+    asyncio.run(main(args.txns, args.rate, args.seconds))

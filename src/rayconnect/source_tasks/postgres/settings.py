@@ -1,0 +1,118 @@
+"""PostgresSource's parameters: its constructor's and a pipeline file's ``task:`` block's.
+
+The password is never a parameter: ``password_env`` names an environment variable and
+``password_file`` a file that hold it, read where the connection is made (the task actor's
+process), so it is in no settings, status, log or pickled task. A DSN that carries a
+``password=`` is refused for the same reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import msgspec
+
+from rayconnect.errors import ConfigError, require
+from rayconnect.redact import redacted_repr
+from rayconnect.settings_types import NonNegativeFloat, PositiveInt
+from rayconnect.source_tasks.base import check_topic
+
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_PASSWORD_IN_DSN = re.compile(r"(^|\s)password\s*=|://[^/@:]*:[^/@]*@", re.IGNORECASE)
+
+
+class PostgresSettings(msgspec.Struct, frozen=True):
+    """``dsn``: libpq connection string or URI, without password. ``tables``: the
+    ``schema.table`` names to capture (a table without a schema is ``public``); the task
+    creates publication ``publication`` for them if it does not exist. Without ``tables``,
+    ``publication`` must exist and its tables are captured. ``slot``: the logical
+    replication slot (created if missing, else reused from where it confirmed).
+    ``topic_template``: ``{prefix}``, ``{schema}``, ``{table}``. ``max_records_per_transaction``
+    bounds a Kafka transaction: a Postgres transaction with more changes is split (see
+    docs/guides/postgres-source.md)."""
+
+    dsn: str
+    slot: str
+    tables: list[str] = []
+    publication: str | None = None
+    password_env: str | None = None
+    password_file: str | None = None
+    topic_prefix: str = "pg"
+    topic_template: str = "{prefix}.{schema}.{table}"
+    tombstones: bool = False
+    snapshot: bool = True
+    batch_size: PositiveInt = 5000
+    max_records_per_transaction: PositiveInt = 100_000
+    idle_s: NonNegativeFloat = 0.2
+    connect_timeout_s: PositiveInt = 10
+
+    __repr__ = redacted_repr
+
+    def __post_init__(self) -> None:
+        require(bool(self.dsn), "dsn: must not be empty")
+        require(
+            not _PASSWORD_IN_DSN.search(self.dsn),
+            "dsn: must not hold the password; give it by password_env (an environment "
+            "variable's name) or password_file",
+        )
+        require(
+            bool(_NAME.match(self.slot)),
+            f"slot: {self.slot!r} is no replication slot name (lower-case letters, digits, _)",
+        )
+        require(
+            self.publication is None or bool(_NAME.match(self.publication)),
+            f"publication: {self.publication!r} is no publication name (lower-case letters, digits, _)",
+        )
+        require(
+            bool(self.tables) or self.publication is not None,
+            "tables: name the tables to capture, or an existing publication",
+        )
+        require(
+            not (self.password_env and self.password_file),
+            "password_env, password_file: give one, not both",
+        )
+        for table in self.tables:
+            require(
+                table.count(".") <= 1 and all(table.split(".")),
+                f"tables: {table!r} is not 'schema.table' or 'table'",
+            )
+        try:
+            sample = self.topic_template.format(prefix=self.topic_prefix, schema="s", table="t")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ConfigError(
+                f"topic_template: {self.topic_template!r}: {e} (fields: prefix, schema, table)"
+            ) from None
+        check_topic("topic_template", sample)
+
+    @property
+    def publication_name(self) -> str:
+        return self.publication or f"{self.slot}_pub"
+
+    @property
+    def qualified_tables(self) -> list[tuple[str, str]]:
+        split = (name.partition(".") for name in self.tables)
+        return [(schema, table) if table else ("public", schema) for schema, _, table in split]
+
+    def topic(self, schema: str, table: str) -> str:
+        return self.topic_template.format(prefix=self.topic_prefix, schema=schema, table=table)
+
+    def password(self) -> str | None:
+        """The password, read now from ``password_env`` / ``password_file`` (None: libpq's
+        own ways, e.g. ``PGPASSWORD`` or ``~/.pgpass``)."""
+        if self.password_env:
+            value = os.environ.get(self.password_env)
+            if value is None:
+                raise ConfigError(
+                    f"password_env: environment variable {self.password_env} is not set"
+                )
+            return value
+        if self.password_file:
+            try:
+                return Path(self.password_file).read_text().rstrip("\n")
+            except OSError as e:
+                raise ConfigError(
+                    f"password_file: cannot read {self.password_file}: {e.strerror}"
+                ) from None
+        return None

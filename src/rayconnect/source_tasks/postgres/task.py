@@ -1,0 +1,349 @@
+"""PostgresSource: a PostgreSQL database's changes into Kafka, exactly once, from the WAL.
+
+Runs with ``transaction_boundary="connector"`` (the pipeline file / constructor of the
+pipeline must say so; ``start`` refuses otherwise) and one task (task 0 reads the slot;
+others would idle). Phases: the snapshot (``op: r``, table by table in key order, one Kafka
+transaction per page), then the slot's pgoutput stream. A Kafka transaction ends only at
+a Postgres commit - several small Postgres transactions may share one - unless one
+Postgres transaction has more than ``max_records_per_transaction`` changes: it is then split
+there, and a read_committed reader sees its first part before the rest. The source offset
+(``progress.Progress``) is committed with the records; the slot's confirmed flush LSN moves
+only in ``commit()``, after Kafka committed, to the commit LSN of the last transaction
+written (Postgres then sends that one again on restart, and the offset skips it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from typing import Any
+
+from rayconnect.errors import ConfigError
+from rayconnect.source_tasks.base import ConfiguredTask, SourceRecord, SourceTaskContext
+from rayconnect.source_tasks.postgres import catalog
+from rayconnect.source_tasks.postgres.events import EventBuilder, TableShape, key_of, row
+from rayconnect.source_tasks.postgres.pgoutput import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Relation,
+    Update,
+    decode,
+    ms_of,
+)
+from rayconnect.source_tasks.postgres.progress import Progress, comparable_key
+from rayconnect.source_tasks.postgres.settings import PostgresSettings
+from rayconnect.source_tasks.postgres.snapshot import SnapshotReader
+from rayconnect.source_tasks.postgres.stream import WalStream
+
+#: how long a task waits at start for the walsender of its killed predecessor to end
+SLOT_RELEASE_WAIT_S = 30.0
+#: a poll in the middle of a Postgres transaction waits this long for its next message
+POLL_BUDGET_S = 0.5
+
+
+class PostgresSource(ConfiguredTask[PostgresSettings]):
+    settings_type = PostgresSettings
+    transaction_boundary = "connector"
+
+    @property
+    def source_partition(self) -> dict[str, str]:
+        return {"postgres": self.settings.slot}
+
+    # -- outside the actor ----------------------------------------------------------------
+
+    def check(self) -> None:
+        """The pre-start checks (ConfigError naming the setting), from the starting
+        process: Postgres reachable, wal_level, permission, tables, slot free."""
+        conn = catalog.connect(self.settings)
+        try:
+            catalog.check(self.settings, conn)
+        finally:
+            conn.close()
+
+    def drop_slot(self, wait_s: float = 30.0) -> bool:
+        """Drop the replication slot (and so stop Postgres keeping WAL for it): for a
+        pipeline deleted for good. A later start snapshots again. False if there was none."""
+        conn = catalog.connect(self.settings)
+        try:
+            return catalog.drop_slot(self.settings, conn, wait_s=wait_s)
+        finally:
+            conn.close()
+
+    async def release(self) -> None:
+        await asyncio.to_thread(self.drop_slot)
+
+    # -- the task ---------------------------------------------------------------------------
+
+    async def start(self, context: SourceTaskContext) -> None:
+        self.context = context
+        self.active = context.task_index == 0
+        self._stream: WalStream | None = None
+        self._snapshot: SnapshotReader | None = None
+        self._flushes: collections.deque[int] = collections.deque()
+        self._last_commit_ms: int | None = None
+        self._records_polled = 0
+        if not self.active:
+            return
+        if context.transaction_context is None:
+            raise ConfigError(
+                "transaction_boundary: the postgres source needs 'connector' (a Postgres "
+                "transaction is one Kafka transaction)"
+            )
+        committed = context.offset(self.source_partition)
+        await asyncio.to_thread(self._prepare, committed)
+
+    def _prepare(self, committed: Any) -> None:
+        s = self.settings
+        conn = catalog.connect(s)
+        try:
+            catalog.check(s, conn, slot_wait_s=SLOT_RELEASE_WAIT_S)
+            catalog.ensure_publication(s, conn)
+            self.tables = catalog.tables_of(s, conn)
+            self.shapes: dict[str, TableShape] = {}
+            self.sql_types: dict[str, dict[str, tuple[str, bool]]] = {}
+            for schema, table in self.tables:
+                shape, types = catalog.table_shape(conn, schema, table)
+                self.shapes[shape.name] = shape
+                self.sql_types[shape.name] = types
+            catalog.ensure_slot(s, conn)
+            (self.database,) = catalog.query(conn, "SELECT current_database()")[0]
+        finally:
+            conn.close()
+        self.events = EventBuilder(s.topic_prefix, s.topic, s.tombstones, self.database)
+        self.relations: dict[int, TableShape] = {}
+        if committed is not None:
+            self.progress = Progress.from_offset(committed)
+        elif s.snapshot and self.tables:
+            self.progress = Progress(table=0)
+        else:
+            self.progress = Progress()
+        if self.progress.snapshotting:
+            self._begin_snapshot()
+        else:
+            self._begin_stream()
+
+    def _begin_snapshot(self) -> None:
+        """A new exported snapshot; the table being read continues from its key in a new
+        segment at the snapshot's LSN (see ``progress``)."""
+        exporter, lsn, name = catalog.export_snapshot(self.settings)
+        try:
+            self._snapshot = SnapshotReader(catalog.connect(self.settings), name)
+        finally:
+            exporter.close()  # the snapshot is imported: the temporary slot may go
+        self._snapshot_lsn = lsn
+        self._enter_table()
+
+    def _enter_table(self) -> None:
+        p = self.progress
+        assert p.table is not None
+        schema, table = self.tables[p.table]
+        p.begin_segment(f"{schema}.{table}", self._snapshot_lsn)
+
+    def _begin_stream(self) -> None:
+        self._stream = WalStream(self.settings, self.settings.publication_name)
+        self._highest_segment = self.progress.highest_segment_lsn()
+        self._segments_offset = self.progress.to_offset().get("segments")
+        self._txn: Begin | None = None
+        self._n = -1
+        self._open = 0
+
+    async def poll(self) -> list[SourceRecord]:
+        if not self.active:
+            await asyncio.sleep(self.settings.idle_s)
+            return []
+        if self.progress.snapshotting:
+            return await asyncio.to_thread(self._snapshot_page)
+        return await self._stream_poll()
+
+    # -- snapshot ---------------------------------------------------------------------------
+
+    def _snapshot_page(self) -> list[SourceRecord]:
+        p, reader = self.progress, self._snapshot
+        assert p.table is not None and reader is not None
+        schema, table = self.tables[p.table]
+        shape = self.shapes[f"{schema}.{table}"]
+        rows = reader.page(shape, self.sql_types[shape.name], p.after, self.settings.batch_size)
+        records: list[SourceRecord] = []
+        now_ms = int(time.time() * 1000)
+        for cells in rows:
+            values = row(shape.columns, cells)
+            if shape.primary_key:
+                p.after = comparable_key(key_of(shape, values))
+            records += self.events.records(
+                shape, "r", None, values,
+                lsn=self._snapshot_lsn, txid=None, commit_ms=now_ms, snapshot=True,
+                offset=p.to_offset(), source_partition=self.source_partition,
+            )  # fmt: skip
+        done = len(rows) < self.settings.batch_size
+        if done:
+            if p.table + 1 < len(self.tables):
+                p.table, p.after = p.table + 1, None
+                self._enter_table()
+            else:
+                p.table, p.after = None, None
+                reader.close()
+                self._snapshot = None
+                if records:  # the last record says: snapshot done
+                    last = records[-1]
+                    records[-1] = _with_offset(last, p.to_offset())
+                self._begin_stream()
+        txn = self.context.transaction_context
+        if records and txn is not None and (shape.primary_key or done):
+            txn.commit_transaction()  # a table without a key: one transaction for all of it
+            self._flushes.append(0)
+        self._records_polled += len(records)
+        return records
+
+    # -- stream -----------------------------------------------------------------------------
+
+    async def _stream_poll(self) -> list[SourceRecord]:
+        stream = self._stream
+        assert stream is not None
+        records: list[SourceRecord] = []
+        limit, bound = self.settings.batch_size, self.settings.max_records_per_transaction
+        deadline = time.monotonic() + POLL_BUDGET_S
+        # A full batch ends at the next commit, not mid-transaction: a poll that ends inside
+        # one cannot end the Kafka transaction, and with a backlog every poll would.
+        while self._open < bound and not (len(records) >= limit and self._txn is None):
+            payload = stream.read()
+            if payload is None:
+                if self._txn is None and records:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await stream.wait(min(remaining, self.settings.idle_s))
+                if self._txn is None and not records and not self._flushes:
+                    self._caught_up(stream)
+                continue
+            self._on_message(decode(payload), records)
+        txn = self.context.transaction_context
+        if records and txn is not None and (self._txn is None or self._open >= bound):
+            txn.commit_transaction()
+            self._open = 0
+            self._flushes.append(self._flush_point)
+        self._records_polled += len(records)
+        return records
+
+    def _on_message(self, message: Any, records: list[SourceRecord]) -> None:
+        if isinstance(message, Begin):
+            self._txn, self._n = message, -1
+        elif isinstance(message, Commit):
+            self._txn = None
+            self._last_commit_ms = ms_of(message.commit_ts_us)
+            self._flush_point = message.commit_lsn
+        elif isinstance(message, Relation):
+            self._on_relation(message)
+        elif isinstance(message, Insert | Update | Delete):
+            self._on_change(message, records)
+        # Truncate, Origin, Type: not events (see the guide's "not supported")
+
+    def _on_relation(self, rel: Relation) -> None:
+        """A table's (new) shape: columns added or dropped since flow through from here on."""
+        name = f"{rel.schema}.{rel.table}"
+        known = self.shapes.get(name)
+        pk = tuple(
+            c
+            for c in (known.primary_key if known else ())
+            if any(col.name == c for col in rel.columns)
+        )
+        if known is None:  # a table added to the publication later: its key as pgoutput says
+            pk = tuple(c.name for c in rel.columns if c.key) if rel.replica_identity == "d" else ()
+        shape = TableShape(rel.schema, rel.table, rel.columns, pk)
+        self.relations[rel.relation_id] = self.shapes[name] = shape
+
+    def _on_change(self, change: Insert | Update | Delete, records: list[SourceRecord]) -> None:
+        txn = self._txn
+        assert txn is not None, "pgoutput: a change outside a transaction"
+        self._n += 1
+        lsn = txn.final_lsn
+        if self.progress.already_written(lsn, self._n):
+            return
+        shape = self.relations[change.relation_id]
+        columns = shape.columns
+        if isinstance(change, Insert):
+            op, before, after = "c", None, row(columns, change.new)
+        elif isinstance(change, Update):
+            op, after = "u", row(columns, change.new)
+            before = (
+                None if change.old is None else _old_row(columns, change.old, change.old_is_key)
+            )
+        else:
+            op, before, after = "d", _old_row(columns, change.old, change.old_is_key), None
+        if lsn < self._highest_segment:
+            key = comparable_key(key_of(shape, after if after is not None else before or {}))
+            if self.progress.in_snapshot(shape.name, key, lsn):
+                return
+            offset = {"lsn": lsn, "n": self._n, "segments": self._segments_offset}
+        else:
+            offset = {"lsn": lsn, "n": self._n}
+        new = self.events.records(
+            shape, op, before, after,
+            lsn=lsn, txid=txn.xid, commit_ms=ms_of(txn.commit_ts_us), snapshot=False,
+            offset=offset, source_partition=self.source_partition,
+        )  # fmt: skip
+        records += new
+        self._open += len(new)
+        self._flush_point = lsn  # split here: Postgres sends this transaction again
+
+    def _caught_up(self, stream: WalStream) -> None:
+        """Idle with everything written: the WAL up to the server's position holds nothing
+        for us, so the slot may confirm it (else it keeps WAL for other databases' work)."""
+        if stream.wal_end > stream.confirmed:
+            stream.confirm(stream.wal_end)
+
+    async def commit(self) -> None:
+        """A Kafka transaction committed: Postgres may forget the WAL it came from."""
+        if not self._flushes:
+            return
+        lsn = self._flushes.popleft()
+        if self._stream is not None and lsn:
+            self._stream.confirm(lsn)
+
+    def metrics(self) -> dict[str, Any]:
+        """Replication lag: bytes of WAL between the slot's confirmed position (what is in
+        Kafka) and the server's, and, while that is > 0, seconds since the commit in
+        Postgres of the last transaction read."""
+        if not getattr(self, "active", False):
+            return {}
+        stream = self._stream
+        if stream is None:
+            return {"phase": "snapshot", "records_polled": self._records_polled}
+        lag = max(0, stream.wal_end - stream.confirmed)
+        seconds = 0.0
+        if lag and self._last_commit_ms is not None:
+            seconds = max(0.0, time.time() - self._last_commit_ms / 1000)
+        return {
+            "phase": "stream",
+            "replication_lag_bytes": lag,
+            "replication_lag_s": round(seconds, 3),
+            "confirmed_lsn": stream.confirmed,
+            "server_wal_end": stream.wal_end,
+            "records_polled": self._records_polled,
+        }
+
+    async def stop(self) -> None:
+        for part in (self._stream, self._snapshot):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    part.close()
+        self._stream = self._snapshot = None
+
+
+def _old_row(columns: Any, cells: Any, key_only: bool) -> dict[str, Any]:
+    """The old row as sent: the key columns only (REPLICA IDENTITY DEFAULT: the others
+    are sent as nulls, which they are not), or the whole row (FULL)."""
+    values = row(columns, cells)
+    if key_only:
+        return {c.name: values.get(c.name) for c in columns if c.key}
+    return values
+
+
+def _with_offset(record: SourceRecord, offset: dict[str, Any]) -> SourceRecord:
+    import msgspec
+
+    return msgspec.structs.replace(record, source_offset=offset)
