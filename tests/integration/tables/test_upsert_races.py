@@ -20,8 +20,10 @@ from typed_files import raw, stage_records
 
 from rayconnect.config.sink import DeltaSink
 from rayconnect.formats.settings import RecordFormat
+from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables.delta import current_schema
+from rayconnect.tables.delta_upkeep import DeltaUpkeep
 from rayconnect.tables.factory import open_committer
 
 pytestmark = [pytest.mark.timeout(90)]
@@ -181,3 +183,30 @@ def test_vacuum_of_the_files_merges_removed_between_rounds(rounds):
     rounds.commit(changes_over_every_file("c"))
     assert table_state(rounds.table) == rounds.state
     assert rounds.committer.committed_offsets() == {KEY: rounds.next}
+
+
+def test_the_pipelines_compaction_planned_before_a_round_retries_after_it(rounds):
+    """Our own upkeep's compaction read the table before a round's MERGE: its commit is
+    refused, the retry on a fresh version compacts, every key once."""
+    keeper = DeltaUpkeep(
+        str(rounds.table), PIPELINE, CompactSettings(min_files=2, every_s=0),
+        LogSettings(), 24, FMT,
+    )  # fmt: skip
+    stale = DeltaTable(str(rounds.table))
+    rounds.commit([(1, "b1"), (2, None), (900, "b900")])  # rewrites the first file only
+    assert len(DeltaTable(str(rounds.table)).file_uris()) == 4
+    with pytest.raises(CommitFailedError):
+        keeper._compact_once(stale)
+    fresh = keeper._table
+    calls: list[int] = []
+
+    def stale_first() -> DeltaTable:
+        calls.append(1)
+        return stale if len(calls) == 1 else fresh()
+
+    keeper._table = stale_first  # type: ignore[method-assign]
+    assert keeper.compact()["numFilesRemoved"] > 1  # the second attempt
+    assert len(DeltaTable(str(rounds.table)).file_uris()) == 1
+    assert table_state(rounds.table) == rounds.state
+    rounds.commit(changes_over_every_file("c"))
+    assert table_state(rounds.table) == rounds.state
