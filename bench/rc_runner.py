@@ -31,6 +31,7 @@ def pipeline(
 ) -> rc.SinkPipeline:
     source_opts = settings.pop("source", {})
     storage_options = settings.pop("storage_options", {})
+    sink_opts = settings.pop("sink", {})  # e.g. write_mode="upsert"
     ensure_session_latest(ray._private.worker._global_node.get_session_dir_path())
     meta = rc.StaticMetadataService(
         (rc.KafkaStream(topic, {"local": rc.ClusterMetadata(bootstrap, (topic,))}),)
@@ -40,7 +41,7 @@ def pipeline(
         rc.KafkaSource(meta, **source_opts),
         table
         if isinstance(table, rc.IcebergSink)
-        else rc.DeltaSink(table, storage_options=storage_options),
+        else rc.DeltaSink(table, storage_options=storage_options, **sink_opts),
         **settings,
     )
 
@@ -169,7 +170,7 @@ def run_backlog(
         ),
         "idle": idle,
         "memory": sampler.result(),
-        "settings": {k: v for k, v in settings.items() if k != "source"}
+        "settings": {k: v for k, v in settings.items() if k not in ("source", "sink")}
         | settings.get("source", {}),
     }
 
