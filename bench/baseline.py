@@ -88,6 +88,28 @@ def to_batch_json(cluster: str, records: list) -> pa.RecordBatch:
 STORAGE_ENV = "BENCH_BASELINE_STORAGE_OPTIONS"
 
 
+async def resume_consumer(
+    bootstrap: str, topic: str, dt: DeltaTable
+) -> tuple[AIOKafkaConsumer, dict[int, int]]:
+    """A started consumer of every partition of ``topic`` at the table's txn versions (app id
+    ``<topic>/<partition>``): a restart resumes exactly once; and those offsets."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_bytes=32 * 1024 * 1024,
+    )
+    await consumer.start()
+    tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    consumer.assign(tps)
+    committed: dict[int, int] = {}
+    for tp in tps:
+        committed[tp.partition] = dt.transaction_version(f"{topic}/{tp.partition}") or 0
+        consumer.seek(tp, committed[tp.partition])
+    return consumer, committed
+
+
 async def main(a: argparse.Namespace) -> dict:
     storage = json.loads(os.environ.get(STORAGE_ENV) or "{}") or None
     if not DeltaTable.is_deltatable(a.table, storage_options=storage):
@@ -105,21 +127,7 @@ async def main(a: argparse.Namespace) -> dict:
             schema = SCHEMA
         DeltaTable.create(a.table, schema, mode="ignore", storage_options=storage)
     dt = DeltaTable(a.table, storage_options=storage)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=a.bootstrap,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-        fetch_max_bytes=32 * 1024 * 1024,
-    )
-    await consumer.start()
-    tps = [TopicPartition(a.topic, p) for p in sorted(consumer.partitions_for_topic(a.topic))]
-    consumer.assign(tps)
-    committed: dict[int, int] = {}
-    for tp in tps:  # resume from the table's txn versions (exactly once across restarts)
-        v = dt.transaction_version(f"{a.topic}/{tp.partition}")
-        committed[tp.partition] = v or 0
-        consumer.seek(tp, v or 0)
+    consumer, committed = await resume_consumer(a.bootstrap, a.topic, dt)
     print("READY", flush=True)
     t0_wall = None
     buffered: list[pa.RecordBatch] = []

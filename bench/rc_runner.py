@@ -32,6 +32,7 @@ def pipeline(
 ) -> rc.SinkPipeline:
     source_opts = settings.pop("source", {})
     storage_options = settings.pop("storage_options", {})
+    sink_opts = settings.pop("sink", {})  # e.g. write_mode="upsert"
     ensure_session_latest(ray_internals.session_dir())
     meta = rc.StaticMetadataService(
         (rc.KafkaStream(topic, {"local": rc.ClusterMetadata(bootstrap, (topic,))}),)
@@ -41,7 +42,7 @@ def pipeline(
         rc.KafkaSource(meta, **source_opts),
         table
         if isinstance(table, rc.IcebergSink)
-        else rc.DeltaSink(table, storage_options=storage_options),
+        else rc.DeltaSink(table, storage_options=storage_options, **sink_opts),
         **settings,
     )
 
@@ -170,7 +171,7 @@ def run_backlog(
         ),
         "idle": idle,
         "memory": sampler.result(),
-        "settings": {k: v for k, v in settings.items() if k != "source"}
+        "settings": {k: v for k, v in settings.items() if k not in ("source", "sink")}
         | settings.get("source", {}),
     }
 

@@ -42,8 +42,15 @@ def stage_decoded(
 ) -> list[DataFile]:
     """Decode against ``table_schema`` and stage one file per table partition, plus the
     dead letters' file, under the table folder ``table``."""
+    return stage_records(table, raw(values, start), fmt, table_schema)
+
+
+def stage_records(
+    table: Path, records: pa.Table, fmt: RecordFormat, table_schema: pa.Schema
+) -> list[DataFile]:
+    """``stage_decoded`` of raw ``records`` (any keys, values, partitions)."""
     location = TableLocation.parse(str(table))
-    block = decode_block(raw(values, start), fmt, table_schema)
+    block = decode_block(records, fmt, table_schema)
     files = []
     staging = f"{STAGING_DIR}/{uuid.uuid4().hex}"
     parts = split(block.rows, partition_specs(fmt), fmt.partition_values_in_files)
