@@ -260,6 +260,8 @@ class RaySession:
     def __enter__(self) -> RaySession:
         import ray
 
+        from rayconnect import ray_internals
+
         self.before = set(os.listdir(RAY_TMP)) if RAY_TMP.exists() else set()
         PRIVATE_TMP.mkdir(exist_ok=True)
         ray.init(
@@ -268,7 +270,7 @@ class RaySession:
             include_dashboard=True,
             _temp_dir=str(PRIVATE_TMP),
         )
-        self.session_dir = ray._private.worker._global_node.get_session_dir_path()
+        self.session_dir = ray_internals.session_dir()
         ensure_session_latest(self.session_dir)
         return self
 

@@ -23,6 +23,7 @@ from common import (
 )
 
 import rayconnect as rc
+from rayconnect import ray_internals
 from rayconnect.actors import names
 
 
@@ -32,7 +33,7 @@ def pipeline(
     source_opts = settings.pop("source", {})
     storage_options = settings.pop("storage_options", {})
     sink_opts = settings.pop("sink", {})  # e.g. write_mode="upsert"
-    ensure_session_latest(ray._private.worker._global_node.get_session_dir_path())
+    ensure_session_latest(ray_internals.session_dir())
     meta = rc.StaticMetadataService(
         (rc.KafkaStream(topic, {"local": rc.ClusterMetadata(bootstrap, (topic,))}),)
     )

@@ -77,7 +77,7 @@ MAX_TICK_S = 0.25
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class CoordinatorActor:
-    async def __init__(self, config: SinkPipelineConfig, partitions: list[str]) -> None:
+    async def __init__(self, config: SinkPipelineConfig, partitions: list[str]) -> None:  # type: ignore[misc]  # Ray awaits an async actor's __init__
         from rayconnect.tables.factory import open_committer, open_upkeep, upkeep_schedule
 
         self.config = config
@@ -288,7 +288,7 @@ class CoordinatorActor:
             handle = self.hosts[name] = ray.get_actor(name, namespace=names.NAMESPACE)
         return handle
 
-    async def last_round(self, commit: bool = True, timeout_s: float = 60.0) -> dict[str, Any]:
+    async def last_round(self, commit: bool = True, timeout_s: float = 60.0) -> PipelineStatus:
         """Stop: with ``commit``, the round in progress is ended now and finished first. The
         machine decides; this waits (at most ``timeout_s``) for its ``Stopped``."""
         await self._apply(lambda: self.machine.stop(commit, time.monotonic()))

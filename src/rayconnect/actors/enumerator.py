@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import ray
 
+from rayconnect import ray_internals
 from rayconnect.actors import names
 from rayconnect.config.sink import SinkPipelineConfig
 from rayconnect.protocol.enumerator import Enumerator, EnumeratorConfig, EnumeratorSnapshot
@@ -60,14 +61,11 @@ def enumerator_config(config: SinkPipelineConfig) -> EnumeratorConfig:
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class EnumeratorActor:
-    async def __init__(self, config: SinkPipelineConfig) -> None:
-        from ray.experimental import internal_kv
-
+    async def __init__(self, config: SinkPipelineConfig) -> None:  # type: ignore[misc]  # Ray awaits an async actor's __init__
         self.config = config
         self.service = config.source.metadata
-        self._kv = internal_kv
         now = time.monotonic()
-        saved = internal_kv._internal_kv_get(_snapshot_key(config.name))
+        saved = ray_internals.kv_get(_snapshot_key(config.name))
         machine_config = enumerator_config(config)
         if saved:
             snapshot = msgspec.msgpack.decode(saved, type=EnumeratorSnapshot)
@@ -129,17 +127,15 @@ class EnumeratorActor:
 
     async def close(self) -> None:
         self._task.cancel()
-        self._kv._internal_kv_del(_snapshot_key(self.config.name))
+        ray_internals.kv_del(_snapshot_key(self.config.name))
 
     # -- effects ---------------------------------------------------------------------------
 
     async def _apply(self, step) -> None:
         async with self._lock:
             await self._carry_out(step())
-            self._kv._internal_kv_put(
-                _snapshot_key(self.config.name),
-                msgspec.msgpack.encode(self.machine.snapshot()),
-                overwrite=True,
+            ray_internals.kv_put(
+                _snapshot_key(self.config.name), msgspec.msgpack.encode(self.machine.snapshot())
             )
 
     async def _carry_out(self, ready: EnumeratorReady) -> None:
@@ -225,7 +221,7 @@ class EnumeratorActor:
             existing = self._reader(reader_id)
             if existing is not None:  # "replacing any reader of that id still running"
                 await self._stop_readers(StopReaders(effect.cluster_id, (reader_id,)))
-            ReaderActor.options(
+            ray_internals.actor_class(ReaderActor).options(
                 name=names.reader_of(self.config.name, reader_id),
                 namespace=names.NAMESPACE,
                 lifetime="detached",

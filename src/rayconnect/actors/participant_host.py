@@ -40,6 +40,7 @@ from typing import Any
 import msgspec
 import ray
 
+from rayconnect import ray_internals
 from rayconnect.actors import names
 from rayconnect.actors.pieces import Piece
 from rayconnect.actors.reader_calls import ReaderCalls
@@ -88,7 +89,7 @@ class _Slot:
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class ParticipantHostActor:
-    async def __init__(
+    async def __init__(  # type: ignore[misc]  # Ray awaits an async actor's __init__
         self,
         pipeline: str,
         name: str,
@@ -182,7 +183,7 @@ class ParticipantHostActor:
             return
         slots = [self.slots[k] for k in new]
         for slot in slots:  # the first tick asks for FindReader
-            await self._apply(slot, lambda m=slot.machine: m.tick(time.monotonic()))
+            await self._tick(slot)
         await asyncio.gather(*(s.finding for s in slots if s.finding is not None))
         self._outbox.extend(ParticipantStarted(k) for k in new)
         self._send()
@@ -201,11 +202,9 @@ class ParticipantHostActor:
 
     async def deliver(self, messages: dict[str, list[Message]]) -> None:
         """Coordinator messages, in order per partition: START-COMMIT, END-COMMIT, ACK-COMMIT."""
-        now = time.monotonic
-
         async def one(slot: _Slot, batch: list[Message]) -> None:
             for message in batch:
-                await self._apply(slot, lambda m=message: slot.machine.step(m, now()))
+                await self._step(slot, message)
 
         await self._for_each(messages.items(), one)
 
@@ -222,18 +221,7 @@ class ParticipantHostActor:
             for p in batch:
                 slot.records_in += p.records
                 try:
-                    await self._apply(
-                        slot,
-                        lambda p=p: slot.machine.records(
-                            p.first,
-                            p.next_offset,
-                            p.records,
-                            p.nbytes,
-                            p.batch,
-                            time.monotonic(),
-                            caught_up=p.caught_up,
-                        ),
-                    )
+                    await self._take(slot, p)
                 except Exception:
                     log.exception("participant host %s: batch of %s not taken", self.name, p.key)
                     failed.append(p.key)
@@ -308,7 +296,7 @@ class ParticipantHostActor:
             ]
             try:
                 await asyncio.gather(
-                    *(self._apply(s, lambda s=s: s.machine.tick(time.monotonic())) for s in due)
+                    *(self._tick(s) for s in due)
                 )
             except Exception:
                 log.exception("participant host %s: tick failed", self.name)
@@ -338,6 +326,26 @@ class ParticipantHostActor:
     async def _apply(self, slot: _Slot, step: Callable[[], Ready]) -> None:
         async with slot.lock:
             await self._carry_out(slot, step())
+
+    async def _tick(self, slot: _Slot) -> None:
+        await self._apply(slot, lambda: slot.machine.tick(time.monotonic()))
+
+    async def _step(self, slot: _Slot, message: Message) -> None:
+        await self._apply(slot, lambda: slot.machine.step(message, time.monotonic()))
+
+    async def _take(self, slot: _Slot, p: Piece) -> None:
+        await self._apply(
+            slot,
+            lambda: slot.machine.records(
+                p.first,
+                p.next_offset,
+                p.records,
+                p.nbytes,
+                p.batch,
+                time.monotonic(),
+                caught_up=p.caught_up,
+            ),
+        )
 
     async def _carry_out(self, slot: _Slot, ready: Ready) -> None:
         """Carry out one Ready in order. Once a steering effect misses the reader the rest
@@ -404,7 +412,7 @@ class ParticipantHostActor:
 
     def _calls_to(self, reader: Any) -> ReaderCalls:
         """One steering queue per reader actor (its partitions' calls share Ray calls)."""
-        actor_id = reader._actor_id.hex()
+        actor_id = ray_internals.actor_id(reader)
         calls = self._reader_calls.get(actor_id)
         if calls is None:
             calls = self._reader_calls[actor_id] = ReaderCalls(reader)
@@ -516,7 +524,7 @@ def start_participants(
     for name, host_keys in hosts_of(config.name, keys, pph).items():
         wanted = {TopicPartition.from_key(k).cluster for k in host_keys}
         host_clusters = {cid: clusters[cid] for cid in wanted}
-        handle = ParticipantHostActor.options(
+        handle = ray_internals.actor_class(ParticipantHostActor).options(
             name=name,
             namespace=names.NAMESPACE,
             lifetime="detached",

@@ -53,7 +53,7 @@ FETCH_MAX_WAIT_MS = 100
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class ReaderActor:
-    async def __init__(
+    async def __init__(  # type: ignore[misc]  # Ray awaits an async actor's __init__
         self,
         pipeline: str,
         cluster_id: str,

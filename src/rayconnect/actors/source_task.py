@@ -30,6 +30,7 @@ import msgspec
 import ray
 from aiokafka.errors import MessageSizeTooLargeError
 
+from rayconnect import ray_internals
 from rayconnect.actors import names
 from rayconnect.config.source import SourceSettings
 from rayconnect.kafka import compat
@@ -412,23 +413,19 @@ def _kv_get(key: bytes) -> bytes | None:
     """Ray's GCS key-value store keeps what an incarnation must tell the next one (the
     error that killed it, how many restarts): the process that knew it is gone."""
     try:
-        from ray.experimental.internal_kv import _internal_kv_get
-
-        return _internal_kv_get(key, namespace=_KV_NS)
+        return ray_internals.kv_get(key, namespace=_KV_NS)
     except Exception:
         return None
 
 
 def _kv_put(key: bytes, value: bytes) -> None:
     with contextlib.suppress(Exception):
-        from ray.experimental.internal_kv import _internal_kv_put
-
-        _internal_kv_put(key, value, overwrite=True, namespace=_KV_NS)
+        ray_internals.kv_put(key, value, namespace=_KV_NS)
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class SourceTaskActor:
-    async def __init__(
+    async def __init__(  # type: ignore[misc]  # Ray awaits an async actor's __init__
         self,
         settings: SourceSettings,
         index: int,

@@ -39,6 +39,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from rayconnect import ray_internals
 from rayconnect.actors import names
 from rayconnect.config.placement import Placement
 from rayconnect.config.spark import SparkSettings
@@ -441,7 +442,7 @@ def start_writer(
     against; required with a typed ``record_format``.
     """
     placement = placement or Placement()
-    handle = WriterActor.options(
+    handle = ray_internals.actor_class(WriterActor).options(
         name=name,
         namespace=namespace,
         lifetime="detached",

@@ -24,7 +24,8 @@ def actor_pid(name: str, namespace: str = NAMESPACE, timeout_s: float = 30.0) ->
     may not know or reach; a call that waits for a restarting actor also returns the PID of
     the new process, never the dead one's."""
     actor = ray.get_actor(name, namespace=namespace)
-    return int(ray.get(actor.__ray_call__.remote(_own_pid), timeout=timeout_s))
+    pid: ray.ObjectRef[int] = actor.__ray_call__.remote(_own_pid)
+    return ray.get(pid, timeout=timeout_s)
 
 
 def _own_pid(_actor: object) -> int:

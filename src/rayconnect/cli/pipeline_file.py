@@ -184,7 +184,7 @@ def _path_of(segments: list[Any]) -> str:
     return path
 
 
-def _fields(tp: type) -> dict[str, Any]:
+def _fields(tp: type[msgspec.Struct]) -> dict[str, Any]:
     """A Struct's fields by their name in files (``class`` for ``class_``) -> type."""
     hints = typing.get_type_hints(tp)
     return {
@@ -269,7 +269,7 @@ def _tag_required(members: list[type]) -> bool:
     return bool(getattr(members[0], "tag_required", False))
 
 
-def _tagged_members(tp: Any) -> list[type]:
+def _tagged_members(tp: Any) -> list[type[msgspec.Struct]]:
     if typing.get_origin(tp) not in (typing.Union, types.UnionType):
         return []
     return [

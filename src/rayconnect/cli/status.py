@@ -231,7 +231,12 @@ def list_command(args) -> int:
             by_pipeline.setdefault(p, []).append(a["name"])
     rows = []
     for pipeline, actor_names in sorted(by_pipeline.items()):
-        row = {"name": pipeline, "actors": len(actor_names), "state": "-", "table": None}
+        row: dict[str, Any] = {
+            "name": pipeline,
+            "actors": len(actor_names),
+            "state": "-",
+            "table": None,
+        }
         coordinator = get_actor(names.coordinator(pipeline))
         row["kind"] = "sink" if coordinator is not None else None
         if coordinator is None and any(n.startswith(f"{pipeline}/task/") for n in actor_names):

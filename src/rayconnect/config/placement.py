@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from rayconnect import ray_internals
 from rayconnect.errors import ConfigError
 
 Strategy = Literal["spread", "pack"]
@@ -57,13 +58,11 @@ class Placement(msgspec.Struct, frozen=True):
             raise ConfigError(
                 f"placement.strategy {self.strategy!r}: use one of {sorted(_SPARK_GROUP_STRATEGY)}"
             )
-        from ray._private.label_utils import validate_label_selector
-
         for role, selector in self.prefer.items():
             if role not in ROLES:
                 raise ConfigError(f"placement.prefer: unknown role {role!r}, use one of {ROLES}")
             problem = (
-                validate_label_selector(selector)
+                ray_internals.label_selector_problem(selector)
                 if isinstance(selector, dict) and selector
                 else "give node labels to match, e.g. {'pool': 'ingest'}"
             )

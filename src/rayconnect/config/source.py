@@ -154,7 +154,7 @@ class TaskConfig(msgspec.Struct, frozen=True, tag_field="type"):
 
     tag_required: ClassVar[bool] = True
     #: the built-in source the block's fields (its settings Struct) build
-    task_class: ClassVar[type[ConfiguredTask]]
+    task_class: ClassVar[type[ConfiguredTask[Any]]]
 
     def build(self) -> SourceTask:
         return self.task_class(**msgspec.structs.asdict(self))

@@ -160,7 +160,7 @@ def _ndjson(values: pa.Array) -> pa.Buffer:
     return joined.buffers()[2].slice(int(ends[0]), int(ends[-1] - ends[0]))
 
 
-def _parse(data: bytes, explicit: pa.Schema, infer: bool, raise_: bool = False) -> pa.Table | None:
+def _parse(data: pa.Buffer, explicit: pa.Schema, infer: bool, raise_: bool = False) -> pa.Table | None:
     if not data:
         return pa.Table.from_batches([], schema=explicit)
     try:

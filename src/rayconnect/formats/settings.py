@@ -172,3 +172,9 @@ class RecordFormat(msgspec.Struct, frozen=True):
         if self.value_schema is None:
             return None
         return pa.schema(declared_fields(self.value_schema, "source.value_schema"))
+
+
+def typed_format(fmt: RecordFormat | None) -> RecordFormat | None:
+    """``fmt`` if rows are decoded into typed columns (a table whose schema may grow), None
+    for a raw table: one test, so the type checker knows the format is there when typed."""
+    return fmt if fmt is not None and fmt.typed else None

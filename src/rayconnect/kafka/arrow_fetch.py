@@ -29,15 +29,14 @@ from typing import Any
 import aiokafka.consumer.fetcher as _fetcher
 import aiokafka.errors as _errors
 
-from rayconnect.kafka import compat
+from rayconnect.kafka import aiokafka_hooks, compat
+from rayconnect.kafka.aiokafka_hooks import Hook
 from rayconnect.kafka.record_batches import (
     RecordColumns,
     batch_spans,
     columns_of,
     decode_batches,
 )
-
-_MemoryRecords = _fetcher.MemoryRecords
 
 
 def arrow_columns(key: bytes | None) -> bytes | None:
@@ -52,7 +51,7 @@ class _KeptMemoryRecords:
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-        self._records = _MemoryRecords(data)
+        self._records = aiokafka_hooks.ORIGINAL_MEMORY_RECORDS(data)
 
     def has_next(self) -> bool:
         return bool(self._records.has_next())
@@ -109,9 +108,9 @@ class ArrowPartitionRecords(compat.MarkerAwarePartitionRecords):
     def _decode(self, batches: list[Any], fetch_offset: int) -> RecordColumns:
         if self._data is not None:
             spans = batch_spans(self._data)
-            at = [spans.get(b.base_offset) for b in batches]
-            if all(span is not None for span in at):
-                columns = decode_batches(self._data, at, fetch_offset)  # type: ignore[arg-type]
+            at = [span for b in batches if (span := spans.get(b.base_offset)) is not None]
+            if len(at) == len(batches):
+                columns = decode_batches(self._data, at, fetch_offset)
                 if columns is not None:
                     return columns
         # Old formats, a missing codec, bytes that do not add up: aiokafka's decoder.
@@ -125,5 +124,5 @@ def install() -> None:
     """Hook aiokafka's fetcher (idempotent); also applies the compat fixes it builds on."""
     compat.apply()
     with _lock:
-        _fetcher.MemoryRecords = _KeptMemoryRecords  # type: ignore[misc,assignment]
-        _fetcher.PartitionRecords = ArrowPartitionRecords  # type: ignore[misc]
+        aiokafka_hooks.replace(Hook.MEMORY_RECORDS, _KeptMemoryRecords)
+        aiokafka_hooks.replace(Hook.PARTITION_RECORDS, ArrowPartitionRecords)

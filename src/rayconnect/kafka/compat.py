@@ -3,7 +3,8 @@
 Four small monkeypatches, installed by :func:`apply` (idempotent) and removed by
 :func:`remove` / :func:`disabled` (used by the tests to prove each one is needed). Each
 one speaks the Kafka protocol, not tansu: against a broker that already does the job
-(Apache Kafka) it changes nothing observable.
+(Apache Kafka) it changes nothing observable. Each is installed through
+:mod:`rayconnect.kafka.aiokafka_hooks`, the one module that assigns into aiokafka.
 
 a. **InitProducerId v3** -- aiokafka only knows InitProducerId v0, which has no
    ``producer_id``/``producer_epoch`` fields. tansu accepts only an explicit -1/-1, i.e. v3+.
@@ -65,11 +66,13 @@ from typing import Any, TypeAlias
 
 import aiokafka.consumer.fetcher as _fetcher
 import aiokafka.errors as _errors
-import aiokafka.producer.sender as _sender
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
 from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
+
+from rayconnect.kafka import aiokafka_hooks
+from rayconnect.kafka.aiokafka_hooks import Hook
 
 __all__ = [
     "ProducerFencedError",
@@ -240,8 +243,6 @@ def _scan_markers(records: Any) -> _Scan:
     return _Scan(batches, aborted, abort_marker_at, held_from)
 
 
-_OriginalPartitionRecords = _fetcher.PartitionRecords
-_original_proc_fetch_request = _fetcher.Fetcher._proc_fetch_request
 _stall_warned: set[Any] = set()
 
 #: The longest a held-back partition makes its consumer's fetches wait.
@@ -253,7 +254,7 @@ _fetching: ContextVar[Any] = ContextVar("rayconnect_fetching", default=None)
 async def _proc_fetch_request(self: Any, assignment: Any, node_id: Any, request: Any) -> Any:
     token = _fetching.set(self)
     try:
-        return await _original_proc_fetch_request(self, assignment, node_id, request)
+        return await aiokafka_hooks.ORIGINAL_PROC_FETCH_REQUEST(self, assignment, node_id, request)
     finally:
         _fetching.reset(token)
         _pace_empty(self, assignment, request)
@@ -295,7 +296,7 @@ def _pace(fetcher: Any, tp: Any, held: bool) -> None:
         fetcher._fetch_max_wait_ms = wait
 
 
-class MarkerAwarePartitionRecords(_OriginalPartitionRecords):  # type: ignore[misc,valid-type]
+class MarkerAwarePartitionRecords(aiokafka_hooks.ORIGINAL_PARTITION_RECORDS):
     """``PartitionRecords`` that derives aborted transactions from markers if not given.
 
     Only read_committed fetches with an empty/absent aborted_transactions list are
@@ -349,33 +350,31 @@ FIXES = ("init_producer_id", "producer_fenced", "read_committed", "fetch_pacing"
 
 _lock = threading.RLock()
 _active: set[str] = set()
-_original_init_pid_request = _sender.InitProducerIdRequest
 
 
 def _install(name: str) -> None:
     if name == "init_producer_id":
-        _sender.InitProducerIdRequest = InitProducerIdRequestCompat  # type: ignore[assignment,misc]
+        aiokafka_hooks.replace(Hook.INIT_PRODUCER_ID_REQUEST, InitProducerIdRequestCompat)
     elif name == "producer_fenced":
-        # setdefault: if a future aiokafka maps 90 itself, keep its class.
-        _errors.kafka_errors.setdefault(PRODUCER_FENCED, ProducerFencedError)
+        # if a future aiokafka maps 90 itself, its class is kept.
+        aiokafka_hooks.register_error(PRODUCER_FENCED, ProducerFencedError)
     elif name == "read_committed":
-        _fetcher.PartitionRecords = MarkerAwarePartitionRecords  # type: ignore[misc]
+        aiokafka_hooks.replace(Hook.PARTITION_RECORDS, MarkerAwarePartitionRecords)
     elif name == "fetch_pacing":
-        _fetcher.Fetcher._proc_fetch_request = _proc_fetch_request  # type: ignore[method-assign]
+        aiokafka_hooks.replace(Hook.PROC_FETCH_REQUEST, _proc_fetch_request)
     else:
         raise ValueError(f"unknown compat fix {name!r}; known: {FIXES}")
 
 
 def _uninstall(name: str) -> None:
     if name == "init_producer_id":
-        _sender.InitProducerIdRequest = _original_init_pid_request  # type: ignore[misc]
+        aiokafka_hooks.restore(Hook.INIT_PRODUCER_ID_REQUEST)
     elif name == "producer_fenced":
-        if _errors.kafka_errors.get(PRODUCER_FENCED) is ProducerFencedError:
-            del _errors.kafka_errors[PRODUCER_FENCED]
+        aiokafka_hooks.unregister_error(PRODUCER_FENCED, ProducerFencedError)
     elif name == "read_committed":
-        _fetcher.PartitionRecords = _OriginalPartitionRecords  # type: ignore[misc]
+        aiokafka_hooks.restore(Hook.PARTITION_RECORDS)
     elif name == "fetch_pacing":
-        _fetcher.Fetcher._proc_fetch_request = _original_proc_fetch_request  # type: ignore[method-assign]
+        aiokafka_hooks.restore(Hook.PROC_FETCH_REQUEST)
     else:
         raise ValueError(f"unknown compat fix {name!r}; known: {FIXES}")
 

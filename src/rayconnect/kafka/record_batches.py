@@ -25,6 +25,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -183,19 +184,19 @@ def decode_batches(
         return _empty()
     a = np.frombuffer(data, np.uint8)
     length, body = _varints(a, np.array(at, np.int64))
-    ts_delta, pos = _varints(a, body + 1)  # + 1: the record's attributes byte
-    offset_delta, pos = _varints(a, pos)
-    key_len, pos = _varints(a, pos)
-    key_at = pos
-    value_len, pos = _varints(a, pos + np.maximum(key_len, 0))
-    value_at = pos
-    header_count, pos = _varints(a, pos + np.maximum(value_len, 0))
-    headers = _headers(a, data, header_count, pos) if header_count.any() else None
+    ts_delta, cursor = _varints(a, body + 1)  # + 1: the record's attributes byte
+    offset_delta, cursor = _varints(a, cursor)
+    key_len, cursor = _varints(a, cursor)
+    key_at = cursor
+    value_len, cursor = _varints(a, cursor + np.maximum(key_len, 0))
+    value_at = cursor
+    header_count, cursor = _varints(a, cursor + np.maximum(value_len, 0))
+    headers = _headers(a, data, header_count, cursor) if header_count.any() else None
     if headers is False:
         return None
     if headers is not None:
-        pos = headers.ends
-    if not np.array_equal(pos, body + length):
+        cursor = headers.ends
+    if not np.array_equal(cursor, body + length):
         return None
     per_batch = np.array(counts, np.int64)
     offsets = np.repeat(np.array(base_offsets, np.int64), per_batch) + offset_delta
@@ -241,7 +242,9 @@ class _Headers:
         return pa.ListArray.from_arrays(pa.array(offsets), entries, type=_HEADERS)
 
 
-def _headers(a: np.ndarray, data: bytes, counts: np.ndarray, pos: np.ndarray) -> _Headers | bool:
+def _headers(
+    a: np.ndarray, data: bytes, counts: np.ndarray, pos: np.ndarray
+) -> _Headers | Literal[False]:
     """Decode every record's headers, one header position at a time over all records that
     have that many (``False``: a header key is null, which Kafka does not allow)."""
     pos = pos.copy()
@@ -314,18 +317,34 @@ def _decompressed(
     return bytes(out), new_spans
 
 
-def columns_of(records: Sequence[object]) -> RecordColumns:
+class KafkaRecord(Protocol):
+    """What ``columns_of`` reads of a record object (aiokafka's ``DefaultRecord`` and
+    ``ConsumerRecord`` both have it)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
+
+
+def columns_of(records: Sequence[KafkaRecord]) -> RecordColumns:
     """The same columns from record objects (aiokafka's ``DefaultRecord``/``ConsumerRecord``).
 
     The fallback for what ``decode_batches`` does not cover.
     """
     n = len(records)
-    headers = [r.headers for r in records]  # type: ignore[attr-defined]
+    headers = [r.headers for r in records]
     return RecordColumns(
-        offsets=np.fromiter((r.offset for r in records), np.int64, n),  # type: ignore[attr-defined]
-        timestamps_ms=np.fromiter((r.timestamp for r in records), np.int64, n),  # type: ignore[attr-defined]
-        keys=pa.array([r.key for r in records], pa.binary()),  # type: ignore[attr-defined]
-        values=pa.array([r.value for r in records], pa.binary()),  # type: ignore[attr-defined]
+        offsets=np.fromiter((r.offset for r in records), np.int64, n),
+        timestamps_ms=np.fromiter((r.timestamp for r in records), np.int64, n),
+        keys=pa.array([r.key for r in records], pa.binary()),
+        values=pa.array([r.value for r in records], pa.binary()),
         headers=headers_column(headers) if any(headers) else None,
     )
 

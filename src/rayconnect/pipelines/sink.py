@@ -232,10 +232,10 @@ def check_sink(sink: TableSink) -> None:
 def check_catalog(sink: IcebergSink) -> None:
     """The Iceberg catalog opens (the embedded one is created): else a ConfigError naming
     ``sink.catalog``, not a coordinator retrying its recovery for ever."""
-    from rayconnect.tables.factory import open_committer
+    from rayconnect.tables.factory import iceberg_committer
 
     try:
-        open_committer(sink, "check").catalog()  # type: ignore[attr-defined]
+        iceberg_committer(sink, "check", None).catalog()
     except Exception as e:
         setting = "sink.catalog" if sink.catalog else "sink.warehouse"
         raise ConfigError(f"{setting}: cannot open the Iceberg catalog: {e}") from None

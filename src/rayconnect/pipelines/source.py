@@ -24,6 +24,7 @@ from typing import Any
 
 import ray
 
+from rayconnect import ray_internals
 from rayconnect.actors import names
 from rayconnect.aio import run_sync
 from rayconnect.config.source import (
@@ -39,6 +40,7 @@ from rayconnect.errors import (
     PipelineNotFoundError,
 )
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
+from rayconnect.protocol.source_task import Boundary
 from rayconnect.runtime import Handle, ensure_ray, get_actor, task_actor_names
 from rayconnect.source_tasks.base import SourceTask
 
@@ -61,7 +63,7 @@ class SourcePipeline:
         target: KafkaTarget,
         tasks: int = 1,
         offsets_topic: str | None = None,
-        transaction_boundary: str = "poll",
+        transaction_boundary: Boundary = "poll",
         transaction_boundary_interval_s: float = 1.0,
         exactly_once: ExactlyOnce = "requested",
         group: str = "rayconnect",
@@ -77,7 +79,7 @@ class SourcePipeline:
             target=target,
             tasks=tasks,
             offsets_topic=offsets_topic,
-            transaction_boundary=transaction_boundary,  # type: ignore[arg-type]
+            transaction_boundary=transaction_boundary,
             transaction_boundary_interval_s=transaction_boundary_interval_s,
             exactly_once=exactly_once,
             group=group,
@@ -141,7 +143,7 @@ class SourcePipeline:
         transactional, warning = self.prepare()
         detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
         actors = [
-            SourceTaskActor.options(name=names.task(s.name, i), **detached).remote(
+            ray_internals.actor_class(SourceTaskActor).options(name=names.task(s.name, i), **detached).remote(
                 s, i, self.task, transactional, warning
             )
             for i in range(s.tasks)
@@ -229,6 +231,9 @@ class SourcePipelineHandle(Handle):
         for actor_name in task_actor_names(self.name):
             index = int(actor_name.rsplit("/", 1)[1])
             actor = get_actor(actor_name)
+            if actor is None:  # gone between the listing and now
+                tasks[index] = {"state": "unavailable", "error": "no such actor"}
+                continue
             try:
                 tasks[index] = ray.get(actor.status.remote(), timeout=timeout_s)
             except Exception as e:  # a task restarting is a state, not an error
@@ -247,8 +252,7 @@ class SourcePipelineHandle(Handle):
         """Each task commits its open transaction (``connector``: aborts it), then ends.
         ``release``: then free what the source keeps for the pipeline (a Postgres source
         drops its replication slot; SourceTask.release) - for a pipeline deleted for good."""
-        actors = [(n, get_actor(n)) for n in task_actor_names(self.name)]
-        actors = [(n, a) for n, a in actors if a is not None]
+        actors = [(n, a) for n in task_actor_names(self.name) if (a := get_actor(n)) is not None]
         refs = {n: a.close.remote(timeout_s) for n, a in actors}
         final: dict[str, Any] = {}
         for n, ref in refs.items():

@@ -23,18 +23,19 @@ from rayconnect.protocol.types import DataFile
 COORDINATOR = "coordinator"
 
 
+# Subclasses say frozen=True again: msgspec inherits it, mypy (dataclass_transform) does not.
 class _Effect(msgspec.Struct, frozen=True, tag=True):
     pass
 
 
-class SendMessage(_Effect):
+class SendMessage(_Effect, frozen=True):
     """Deliver the protocol ``message`` to one peer: a partition key, or ``COORDINATOR``."""
 
     to: str
     message: Message
 
 
-class Broadcast(_Effect):
+class Broadcast(_Effect, frozen=True):
     """Deliver ``message`` to every participant in ``to`` (the round's partition keys)."""
 
     to: tuple[str, ...]
@@ -63,7 +64,7 @@ class RoundMetadata(msgspec.Struct, frozen=True):
         }
 
 
-class CommitTable(_Effect):
+class CommitTable(_Effect, frozen=True):
     """Commit ``files`` and the partitions' new ``offsets`` as ONE table version.
 
     The table must refuse (and the actor then report ``commit_failed``) unless the epoch
@@ -81,19 +82,19 @@ class CommitTable(_Effect):
     metadata: RoundMetadata
 
 
-class ReloadTable(_Effect):
+class ReloadTable(_Effect, frozen=True):
     """Read the table's committed offsets (and its epoch) again, then call
     ``Coordinator.table_reloaded``: after a failed commit only the table knows the truth."""
 
 
-class Fenced(_Effect):
+class Fenced(_Effect, frozen=True):
     """A newer coordinator epoch was claimed: this coordinator must stop for good."""
 
     epoch: int
     table_epoch: int
 
 
-class PartitionsRetired(_Effect):
+class PartitionsRetired(_Effect, frozen=True):
     """These partitions left the pipeline (FLIP-246) after a round whose END went out after
     their retirement was asked for finished (committed, or found empty): they are in no
     further round. Stop their participants; their offsets stay in the table."""
@@ -101,13 +102,13 @@ class PartitionsRetired(_Effect):
     keys: tuple[str, ...]
 
 
-class Stopped(_Effect):
+class Stopped(_Effect, frozen=True):
     """The stop asked for is done: the last round was committed, found empty or discarded
     (or there was none to finish, or the stop did not wait for it). The coordinator sends
     nothing more; its actor stops ticking and reports."""
 
 
-class RoundFinished(_Effect):
+class RoundFinished(_Effect, frozen=True):
     """Round ``txn_id`` finished: committed as table ``version`` (``files`` added, START to
     commit in ``duration_s``), or found empty (``version`` None). ``end_to_start_s``: its END
     to the next round's START - the protocol's own cost of a round; None when no START
@@ -121,7 +122,7 @@ class RoundFinished(_Effect):
     end_to_start_s: float | None
 
 
-class RoundDiscarded(_Effect):
+class RoundDiscarded(_Effect, frozen=True):
     """Round ``txn_id`` was discarded (its commit failed, or time ran out with nothing to
     commit): the table decides where the next one starts. ``reason`` for the outage watch."""
 
@@ -129,26 +130,26 @@ class RoundDiscarded(_Effect):
     reason: str
 
 
-class Seek(_Effect):
+class Seek(_Effect, frozen=True):
     """Make the reader deliver this partition from ``offset`` on."""
 
     offset: int
 
 
-class SeekToPolicy(_Effect):
+class SeekToPolicy(_Effect, frozen=True):
     """The table has no offset for this partition: seek by the starting-offset policy
     (earliest/latest), then report the concrete offset with ``position_resolved``."""
 
 
-class Pause(_Effect):
+class Pause(_Effect, frozen=True):
     """Stop reading this partition (batches already on their way are dropped by the machine)."""
 
 
-class Resume(_Effect):
+class Resume(_Effect, frozen=True):
     """Start reading this partition again."""
 
 
-class FindReader(_Effect):
+class FindReader(_Effect, frozen=True):
     """A steering effect missed this partition's reader (``protocol.reader_link``): look the
     reader up, then call the participant's ``reader_found`` or ``reader_not_found``."""
 
@@ -165,7 +166,7 @@ class ReaderSteer(msgspec.Struct, frozen=True):
     action: Seek | Pause | Resume
 
 
-class Flush(_Effect):
+class Flush(_Effect, frozen=True):
     """Write the buffered ``batches`` (opaque handles, object refs in production) to files,
     then call ``flushed(flush_id, files)`` or ``flush_failed(flush_id, reason)``.
 

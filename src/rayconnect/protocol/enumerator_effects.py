@@ -22,16 +22,17 @@ from rayconnect.protocol.messages import MetadataUpdateEvent
 from rayconnect.protocol.types import ClusterMetadata
 
 
+# Subclasses say frozen=True again: msgspec inherits it, mypy (dataclass_transform) does not.
 class _EnumeratorEffect(msgspec.Struct, frozen=True, tag=True):
     pass
 
 
-class PollMetadata(_EnumeratorEffect):
+class PollMetadata(_EnumeratorEffect, frozen=True):
     """Poll the KafkaMetadataService (``rayconnect.metadata.poll_service``) and report with
     ``metadata_polled``. Never more than one is outstanding."""
 
 
-class DiscoverPartitions(_EnumeratorEffect):
+class DiscoverPartitions(_EnumeratorEffect, frozen=True):
     """List the partitions of ``cluster``'s topics (``kafka.discovery.discover_partitions``)
     and answer with ``partitions_discovered`` or ``discovery_failed``, passing
     ``request_id`` back: a newer request for the same cluster makes older answers stale."""
@@ -41,7 +42,7 @@ class DiscoverPartitions(_EnumeratorEffect):
     request_id: int
 
 
-class StopReaders(_EnumeratorEffect):
+class StopReaders(_EnumeratorEffect, frozen=True):
     """Stop (kill) these readers of ``cluster_id``; they must deliver nothing more once this
     effect is done. Stopping a reader that does not exist is fine."""
 
@@ -49,7 +50,7 @@ class StopReaders(_EnumeratorEffect):
     reader_ids: tuple[str, ...]
 
 
-class StartReaders(_EnumeratorEffect):
+class StartReaders(_EnumeratorEffect, frozen=True):
     """Start one reader per entry of ``assignment`` (reader id -> its split keys) with
     ``cluster``'s address and properties, replacing any reader of that id still running.
     A started reader asks ``GetMetadataUpdateEvent`` and reads nothing until answered."""
@@ -59,7 +60,7 @@ class StartReaders(_EnumeratorEffect):
     assignment: dict[str, tuple[str, ...]]
 
 
-class SendMetadataUpdate(_EnumeratorEffect):
+class SendMetadataUpdate(_EnumeratorEffect, frozen=True):
     """Deliver ``event`` to the running reader ``reader_id``: ``event.splits`` is its
     complete split set (it starts the new ones and drops any it holds that are missing)."""
 
@@ -67,7 +68,7 @@ class SendMetadataUpdate(_EnumeratorEffect):
     event: MetadataUpdateEvent
 
 
-class AssignPartitions(_EnumeratorEffect):
+class AssignPartitions(_EnumeratorEffect, frozen=True):
     """The pipeline's partitions change: ``added`` join (participants start, coordinator
     ``add_partitions``), ``retired`` leave AFTER what they read is committed (coordinator
     ``retire_partitions``, which emits ``PartitionsRetired`` when they are gone). See the
@@ -77,7 +78,7 @@ class AssignPartitions(_EnumeratorEffect):
     retired: tuple[str, ...]
 
 
-class FailPipeline(_EnumeratorEffect):
+class FailPipeline(_EnumeratorEffect, frozen=True):
     """The metadata service failed ``discovery_failure_threshold`` times in a row."""
 
     reason: str

@@ -16,11 +16,12 @@ import msgspec
 from rayconnect.protocol.types import DataFile, KafkaPartitionSplit, KafkaStream
 
 
+# Subclasses say frozen=True again: msgspec inherits it, mypy (dataclass_transform) does not.
 class _Message(msgspec.Struct, frozen=True, tag=True, tag_field="type"):
     pass
 
 
-class StartCommit(_Message, tag="START-COMMIT"):
+class StartCommit(_Message, tag="START-COMMIT", frozen=True):
     """Coordinator -> participants: a round begins. ``offsets`` (partition key -> next offset
     to read) are the table's committed offsets this round starts from."""
 
@@ -29,14 +30,14 @@ class StartCommit(_Message, tag="START-COMMIT"):
     offsets: dict[str, int]
 
 
-class EndCommit(_Message, tag="END-COMMIT"):
+class EndCommit(_Message, tag="END-COMMIT", frozen=True):
     """Coordinator -> participants: stop reading, flush, report WRITE-STATUS."""
 
     epoch: int
     txn_id: int
 
 
-class WriteStatus(_Message, tag="WRITE-STATUS"):
+class WriteStatus(_Message, tag="WRITE-STATUS", frozen=True):
     """Participant -> coordinator: everything it wrote in this round.
 
     ``first_offset`` is where the round started for this partition and ``next_offset`` the
@@ -53,7 +54,7 @@ class WriteStatus(_Message, tag="WRITE-STATUS"):
     records: int
 
 
-class AckCommit(_Message, tag="ACK-COMMIT"):
+class AckCommit(_Message, tag="ACK-COMMIT", frozen=True):
     """Coordinator -> participants: the round is in table ``version``; ``offsets`` are now
     the committed offsets (consumer-group commits for lag monitoring may follow)."""
 
@@ -63,7 +64,7 @@ class AckCommit(_Message, tag="ACK-COMMIT"):
     offsets: dict[str, int]
 
 
-class RequestCommit(_Message, tag="REQUEST-COMMIT"):
+class RequestCommit(_Message, tag="REQUEST-COMMIT", frozen=True):
     """Participant -> coordinator: my buffer keeps filling, please end the round early (KIP-89)."""
 
     epoch: int
@@ -71,7 +72,7 @@ class RequestCommit(_Message, tag="REQUEST-COMMIT"):
     partition: str
 
 
-class Drained(_Message, tag="DRAINED"):
+class Drained(_Message, tag="DRAINED", frozen=True):
     """Participant -> coordinator: between my last two catch-ups with the high watermark I
     read ``records`` (``nbytes``). At most once per round and once while reading ahead; the
     coordinator adds them up over the pipeline to tell a backlog from steady traffic
@@ -82,7 +83,7 @@ class Drained(_Message, tag="DRAINED"):
     nbytes: int
 
 
-class RoundLost(_Message, tag="ROUND-LOST"):
+class RoundLost(_Message, tag="ROUND-LOST", frozen=True):
     """Participant -> coordinator: I cannot report this round (a flush failed, so data it
     accepted is gone). Do not wait ``write_timeout_s`` for me: commit the others now."""
 
@@ -92,7 +93,7 @@ class RoundLost(_Message, tag="ROUND-LOST"):
     reason: str = ""
 
 
-class ParticipantStarted(_Message, tag="PARTICIPANT-STARTED"):
+class ParticipantStarted(_Message, tag="PARTICIPANT-STARTED", frozen=True):
     """Participant -> coordinator, from a fresh (e.g. restarted) participant: it knows no
     round. In a running round the coordinator sends it the round's START again; in an
     ended one it stops waiting for it."""
@@ -100,14 +101,14 @@ class ParticipantStarted(_Message, tag="PARTICIPANT-STARTED"):
     partition: str
 
 
-class MetadataUpdateEvent(_Message, tag="METADATA-UPDATE"):
+class MetadataUpdateEvent(_Message, tag="METADATA-UPDATE", frozen=True):
     """Enumerator -> readers: the current streams, and the splits of the receiving reader."""
 
     streams: tuple[KafkaStream, ...]
     splits: tuple[KafkaPartitionSplit, ...] = ()
 
 
-class GetMetadataUpdateEvent(_Message, tag="GET-METADATA-UPDATE"):
+class GetMetadataUpdateEvent(_Message, tag="GET-METADATA-UPDATE", frozen=True):
     """Reader -> enumerator at start-up: send me fresh metadata before I read anything."""
 
     reader_id: str
@@ -127,7 +128,7 @@ Message = (
 )
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Message)
+_decoder: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)
 
 
 def encode(message: Message) -> bytes:

@@ -135,25 +135,26 @@ class Segment(msgspec.Struct, frozen=True):
 # -- effects ------------------------------------------------------------------------------
 
 
+# Subclasses say frozen=True again: msgspec inherits it, mypy (dataclass_transform) does not.
 class _Effect(msgspec.Struct, frozen=True, tag=True):
     pass
 
 
-class InitTransactions(_Effect):
+class InitTransactions(_Effect, frozen=True):
     """Initialise the producer (fences zombies); report ``initialized`` or ``failed``."""
 
 
-class Poll(_Effect):
+class Poll(_Effect, frozen=True):
     """Call ``task.poll()``; report ``polled`` (or ``failed``). ``poll_id`` numbers polls."""
 
     poll_id: int
 
 
-class BeginTransaction(_Effect):
+class BeginTransaction(_Effect, frozen=True):
     txn: int
 
 
-class ProduceSegment(_Effect):
+class ProduceSegment(_Effect, frozen=True):
     """Send records ``[start, stop)`` of poll ``poll_id`` to Kafka, in the open transaction.
     A record that cannot be sent stops the Ready there: report ``send_failed``."""
 
@@ -162,7 +163,7 @@ class ProduceSegment(_Effect):
     stop: int
 
 
-class SendToDeadLetter(_Effect):
+class SendToDeadLetter(_Effect, frozen=True):
     """Send record ``index`` of poll ``poll_id`` to the dead-letter topic with ``reason``,
     in the open transaction (it stands for the record in ``commit_record``)."""
 
@@ -171,19 +172,19 @@ class SendToDeadLetter(_Effect):
     reason: str
 
 
-class SendOffsets(_Effect):
+class SendOffsets(_Effect, frozen=True):
     """Write the source offsets to the offsets topic, in the open transaction."""
 
     offsets: dict[str, Any]
 
 
-class CommitTransaction(_Effect):
+class CommitTransaction(_Effect, frozen=True):
     """Wait for every send, then commit; report ``committed`` or ``commit_failed``."""
 
     txn: int
 
 
-class AbortTransaction(_Effect):
+class AbortTransaction(_Effect, frozen=True):
     """Abort the open transaction. Requested (``best_effort`` False): it must work, report
     ``aborted``. On the way to a ``Fail`` (True): try briefly, ignore a failure."""
 
@@ -191,24 +192,24 @@ class AbortTransaction(_Effect):
     best_effort: bool = False
 
 
-class Acknowledge(_Effect):
+class Acknowledge(_Effect, frozen=True):
     """The transaction committed: ``commit_record`` for each record sent in it, then
     ``task.commit()``; the records of ``ranges`` (``(poll_id, start, stop)``) are done."""
 
     ranges: tuple[tuple[int, int, int], ...]
 
 
-class Discard(_Effect):
+class Discard(_Effect, frozen=True):
     """The transaction was aborted on the task's request: forget these records."""
 
     ranges: tuple[tuple[int, int, int], ...]
 
 
-class Close(_Effect):
+class Close(_Effect, frozen=True):
     """Stopped cleanly: stop the task and the producer."""
 
 
-class Fail(_Effect):
+class Fail(_Effect, frozen=True):
     """Stop, and fail the task (the actor raises). ``permanent``: a record that no restart
     can get past - the actor stays up, failed, instead of being restarted into it."""
 

@@ -22,7 +22,7 @@ import functools
 import os
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import msgspec
 
@@ -41,7 +41,7 @@ class SourceRecord(msgspec.Struct, frozen=True):
     topic: str
     value: Any
     key: Any = None
-    headers: Sequence[tuple[str, bytes]] = ()
+    headers: Sequence[tuple[str, bytes | None]] = ()
     partition: int | None = None
     source_partition: Any = None
     source_offset: Any = None
@@ -99,7 +99,7 @@ def encode_record(record: Any) -> Encoded:
     except (TypeError, msgspec.EncodeError) as e:
         problem = problem or f"cannot encode as JSON: {e}"
     try:
-        headers = list(record.headers or ())
+        headers: list[tuple[str, bytes | None]] = list(record.headers or ())
     except TypeError:
         headers, problem = [], problem or f"headers must be a list of pairs, not {record.headers!r}"
     for header in headers:
@@ -264,7 +264,10 @@ class SourceTask:
         ``stop(release=True)`` after the task stopped, for a pipeline deleted for good."""
 
 
-class ConfiguredTask(SourceTask):
+SettingsT = TypeVar("SettingsT", bound=msgspec.Struct)
+
+
+class ConfiguredTask(SourceTask, Generic[SettingsT]):
     """A built-in source whose parameters are one settings Struct (``settings_type``): the
     constructor, the pipeline file's ``task:`` block and the checks all come from it, so a
     parameter is written once. The constructor takes the Struct's fields, positionally or by
@@ -286,7 +289,7 @@ class ConfiguredTask(SourceTask):
                 raise no_such(type(self).__name__, name, fields)
         values = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in kwargs.items()}
         try:
-            self.settings = msgspec.convert(values, self.settings_type)
+            self.settings = cast(SettingsT, msgspec.convert(values, self.settings_type))
         except msgspec.ValidationError as e:
             raise ConfigError(f"{type(self).__name__}: {e}") from None
         for name in fields:

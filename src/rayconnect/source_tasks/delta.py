@@ -55,19 +55,19 @@ class DeltaTableSettings(msgspec.Struct, frozen=True):
         check_topic("topic", self.topic)
 
 
-class DeltaTableSource(ConfiguredTask):
+class DeltaTableSource(ConfiguredTask[DeltaTableSettings]):
     settings_type = DeltaTableSettings
 
     @property
     def source_partition(self) -> dict[str, str]:
-        return {"table": self.path}
+        return {"table": self.settings.path}
 
     async def start(self, context: SourceTaskContext) -> None:
         self.context = context
         self.active = context.task_index == 0
         committed = context.offset(self.source_partition)
         if committed is None:
-            self.version, self.row = self.starting_version, 0
+            self.version, self.row = self.settings.starting_version, 0
         else:
             self.version, self.row = committed["version"], committed["row"] + 1
         self._rows: list[dict[str, Any]] | None = None  # rows added by self.version
@@ -75,13 +75,13 @@ class DeltaTableSource(ConfiguredTask):
     async def poll(self) -> list[SourceRecord]:
         records = await asyncio.to_thread(self._read) if self.active else []
         if not records:
-            await asyncio.sleep(self.idle_s)
+            await asyncio.sleep(self.settings.idle_s)
         return records
 
     def _read(self) -> list[SourceRecord]:
         from deltalake import DeltaTable
 
-        latest = DeltaTable(self.path, storage_options=self.storage_options).version()
+        latest = DeltaTable(self.settings.path, storage_options=self.settings.storage_options).version()
         while self.version <= latest:
             if self._rows is None:
                 self._rows = self._added_rows(self.version)
@@ -92,17 +92,17 @@ class DeltaTableSource(ConfiguredTask):
 
     def _records(self) -> list[SourceRecord]:
         assert self._rows is not None
-        end = min(len(self._rows), self.row + self.batch_size)
+        end = min(len(self._rows), self.row + self.settings.batch_size)
         out = []
         for r in range(self.row, end):
             row = self._rows[r]
-            key = None if self.key_column is None else row.get(self.key_column)
+            key = None if self.settings.key_column is None else row.get(self.settings.key_column)
             out.append(
                 SourceRecord(
-                    self.topic,
+                    self.settings.topic,
                     msgspec.json.encode(row),
                     key=None if key is None else str(key).encode(),
-                    partition=self.partition if self.key_column is None else None,
+                    partition=self.settings.partition if self.settings.key_column is None else None,
                     source_partition=self.source_partition,
                     source_offset={"version": self.version, "row": r},
                 )
@@ -114,8 +114,8 @@ class DeltaTableSource(ConfiguredTask):
         import pyarrow.dataset as pds
         from deltalake import DeltaTable
 
-        def fragments(v: int) -> dict[str, Any]:
-            ds = DeltaTable(self.path, version=v, storage_options=self.storage_options)
+        def fragments(v: int) -> tuple[dict[str, Any], Any]:
+            ds = DeltaTable(self.settings.path, version=v, storage_options=self.settings.storage_options)
             dataset = ds.to_pyarrow_dataset()
             return {f.path: f for f in dataset.get_fragments()}, dataset
 

@@ -44,7 +44,7 @@ class FileSourceSettings(msgspec.Struct, frozen=True):
         check_topic("topic", self.topic)
 
 
-class FileSource(ConfiguredTask):
+class FileSource(ConfiguredTask[FileSourceSettings]):
     settings_type = FileSourceSettings
 
     async def start(self, context: SourceTaskContext) -> None:
@@ -54,30 +54,30 @@ class FileSource(ConfiguredTask):
     async def poll(self) -> list[SourceRecord]:
         records = await asyncio.to_thread(self._read)
         if not records:
-            await asyncio.sleep(self.idle_s)
+            await asyncio.sleep(self.settings.idle_s)
         return records
 
     def _read(self) -> list[SourceRecord]:
-        for name in sorted(os.listdir(self.path)):
-            if name not in self._files and fnmatch.fnmatch(name, self.pattern):
+        for name in sorted(os.listdir(self.settings.path)):
+            if name not in self._files and fnmatch.fnmatch(name, self.settings.pattern):
                 partition = {"file": name}
                 if self.context.owns(partition):
                     committed = self.context.offset(partition)
                     skip = 0 if committed is None else committed["line"] + 1
-                    self._files[name] = _FileCursor(Path(self.path) / name, skip)
+                    self._files[name] = _FileCursor(Path(self.settings.path) / name, skip)
         records: list[SourceRecord] = []
         for name, cursor in sorted(self._files.items()):
-            for line_no, line in cursor.read(self.batch_size - len(records)):
+            for line_no, line in cursor.read(self.settings.batch_size - len(records)):
                 records.append(
                     SourceRecord(
-                        self.topic,
+                        self.settings.topic,
                         line,
                         key=name.encode(),
                         source_partition={"file": name},
                         source_offset={"line": line_no},
                     )
                 )
-            if len(records) >= self.batch_size:
+            if len(records) >= self.settings.batch_size:
                 break
         return records
 

@@ -50,41 +50,41 @@ class GeneratorSettings(msgspec.Struct, frozen=True):
         check_topic("topic", self.topic)
 
 
-class GeneratorSource(ConfiguredTask):
+class GeneratorSource(ConfiguredTask[GeneratorSettings]):
     settings_type = GeneratorSettings
 
     async def start(self, context: SourceTaskContext) -> None:
         self.context = context
         # next seq per owned partition: one after the committed offset
         self.next_seq: dict[int, int] = {}
-        for j in range(self.partitions):
+        for j in range(self.settings.partitions):
             if context.owns_index(j):
                 committed = context.offset({"generator": j})
                 self.next_seq[j] = 0 if committed is None else committed["seq"] + 1
         self._count = 0
 
     def value(self, j: int, seq: int) -> bytes:
-        head = {"p": j, "seq": seq, "tag": self.tag}
+        head = {"p": j, "seq": seq, "tag": self.settings.tag}
         base = json.dumps({**head, "pad": ""}, separators=(",", ":"))
-        pad = "x" * max(0, self.value_size - len(base))
+        pad = "x" * max(0, self.settings.value_size - len(base))
         return json.dumps({**head, "pad": pad}, separators=(",", ":")).encode()
 
     async def poll(self) -> list[SourceRecord]:
         owned = [j for j, n in self.next_seq.items() if self._has_more(n)]
         if not owned:
-            await asyncio.sleep(self.idle_s)
+            await asyncio.sleep(self.settings.idle_s)
             return []
-        if self.poll_delay_s:
-            await asyncio.sleep(self.poll_delay_s)
+        if self.settings.poll_delay_s:
+            await asyncio.sleep(self.settings.poll_delay_s)
         records: list[SourceRecord] = []
-        per = max(1, self.batch_size // len(owned))
+        per = max(1, self.settings.batch_size // len(owned))
         for j in owned:
             for _ in range(per):
                 n = self.next_seq[j]
-                if not self._has_more(n) or len(records) >= self.batch_size:
+                if not self._has_more(n) or len(records) >= self.settings.batch_size:
                     break
                 record = SourceRecord(
-                    self.topic,
+                    self.settings.topic,
                     self.value(j, n),
                     key=f"g{j}".encode(),
                     source_partition={"generator": j},
@@ -94,12 +94,12 @@ class GeneratorSource(ConfiguredTask):
                 self.next_seq[j] = n + 1
                 self._count += 1
                 txn = self.context.transaction_context
-                if self.commit_every and txn is not None and self._count % self.commit_every == 0:
+                if self.settings.commit_every and txn is not None and self._count % self.settings.commit_every == 0:
                     txn.commit_transaction(record)
         return records
 
     def _has_more(self, n: int) -> bool:
-        return self.records_per_partition is None or n < self.records_per_partition
+        return self.settings.records_per_partition is None or n < self.settings.records_per_partition
 
 
 def sequences(values: Iterable[Mapping[str, Any]]) -> dict[int, list[int]]:

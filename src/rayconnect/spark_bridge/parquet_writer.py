@@ -30,15 +30,16 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
+from rayconnect import ray_internals
 from rayconnect.formats import partitioning
 from rayconnect.formats.evolution import schema_differences
 from rayconnect.formats.partitioning import split as split_partitions
@@ -48,7 +49,7 @@ from rayconnect.formats.rows import (
     decode_block,
     partition_specs,
 )
-from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
+from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, typed_format
 from rayconnect.formats.transform import RECORDS_VIEW, records_schema, row_keys
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
@@ -138,7 +139,7 @@ def _holder(spark: SparkSession) -> tuple[ray.actor.ActorHandle, str, str]:
     if name not in _holders:
         context = ray.get_runtime_context()
         namespace = context.namespace
-        handle = _BlockHolder.options(
+        handle = ray_internals.actor_class(_BlockHolder).options(
             name=name,
             namespace=namespace,
             get_if_exists=True,
@@ -197,10 +198,11 @@ class _TaskFiles:
         self.location = location
         self.filesystem = location.filesystem()
         self.staging_rel = staging_rel
-        self.typed = record_format is not None and record_format.typed
+        typed = typed_format(record_format)
+        self.typed = typed is not None
         self.options = _parquet_options(schema)
-        self.specs = partition_specs(record_format) if self.typed else []  # type: ignore[arg-type]
-        self.in_files = self.typed and record_format.partition_values_in_files  # type: ignore[union-attr]
+        self.specs = partition_specs(typed) if typed is not None else []
+        self.in_files = typed is not None and typed.partition_values_in_files
         self.attempt = uuid.uuid4().hex  # each task attempt writes files of its own
         self.shares = share_of or [None] * n_groups
         self.key_of = key_of
@@ -316,14 +318,14 @@ class _Blocks:
     location: TableLocation
     staging_rel: str
 
-    def each(self, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.Table]]:
+    def each(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[int, pa.Table]]:
         """(index, block) of the block indexes a task was given (in a Spark Python worker:
         a separate Ray driver), one block in memory at a time, conformed to ``schema``."""
         holder = None  # looked up once per task, not per batch of indexes
         for batch in batches:
             indexes = batch.column(0).to_pylist()
             holder = self.holder() if holder is None else holder
-            refs = ray.get(holder.get.remote(self.write_id, indexes))
+            refs: list[Any] = ray.get(holder.get.remote(self.write_id, indexes))
             for index, ref in zip(indexes, refs, strict=True):
                 block = ray.get(ref)
                 if not isinstance(block, pa.Table):
@@ -359,7 +361,7 @@ class _Blocks:
     def mapped(
         self,
         spark: SparkSession,
-        fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+        fn: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
         out: pa.Schema,
     ) -> DataFrame:
         """``fn`` over the block indexes: one task per executor core. Not
@@ -380,7 +382,7 @@ def _block_writer(
     table_schema: pa.Schema | None = None,
     share_of: list[str | None] | None = None,
     key_of: Sequence[str | None] | None = None,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: block indexes in, (group, file path) rows out.
 
     Blocks are Arrow end to end, so types are kept exactly: int32 partition,
@@ -395,7 +397,7 @@ def _block_writer(
     """
     typed = record_format is not None and record_format.typed
 
-    def write_blocks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write_blocks(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         files = blocks.files(record_format, share_of, key_of)
         try:
             for index, table in blocks.each(batches):
@@ -417,7 +419,7 @@ def _block_writer(
 
 def _transform_decoder(
     blocks: _Blocks, record_format: RecordFormat
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A transform write's first ``mapInArrow``: block indexes in, decoded rows (the
     ``records`` view's columns) out. Bad records go to dead-letter files here, reported to
     the holder (they never enter the transform); ``errors: stop`` fails the write."""
@@ -426,7 +428,7 @@ def _transform_decoder(
         record_format, transform=None, transform_schema=None, partition_by=()
     )
 
-    def decode_blocks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def decode_blocks(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         files = blocks.files(plain)
@@ -453,7 +455,7 @@ def _transformed_writer(
     table_schema: pa.Schema | None,
     share_of: list[str | None] | None,
     key_of: Sequence[str | None],
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A transform write's second ``mapInArrow``: the statement's rows in, (group, path)
     rows out. A row's group is its partition's (``_kafka_*`` coordinates; a write's groups
     have distinct partitions), and a group's rows stay consecutive (row-wise statements
@@ -466,7 +468,7 @@ def _transformed_writer(
     group_of_key = {k: g for g, k in enumerate(key_of) if k is not None}
     layout = dataclasses.replace(blocks, schema=out)
 
-    def write_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         files = layout.files(record_format, share_of, key_of)
         try:
             for batch in batches:
@@ -510,7 +512,11 @@ def _frame(
     transform: decode (Arrow, on the executors) -> the statement over the view ``records``
     -> write by group; still one lazy DataFrame, one job when collected.
     """
-    if record_format is None or record_format.transform_schema is None:
+    if (
+        record_format is None
+        or record_format.transform_schema is None
+        or record_format.transform is None  # never without transform_schema
+    ):
         writer = _block_writer(blocks, record_format, table_schema, share_of, key_of)
         return blocks.mapped(spark, writer, _RESULT_SCHEMA)
     if key_of is None:
@@ -519,7 +525,7 @@ def _frame(
         spark, _transform_decoder(blocks, record_format), records_schema(record_format)
     )
     decoded.createOrReplaceTempView(RECORDS_VIEW)
-    transformed = spark.sql(record_format.transform)  # type: ignore[arg-type]
+    transformed = spark.sql(record_format.transform)
     write = _transformed_writer(blocks, record_format, table_schema, share_of, key_of)
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -558,7 +564,7 @@ def _describe_files(
         if len(groups) > 1:
             if keys is None or any(keys[g] is None for g in groups):
                 raise AssertionError(f"{rel} holds groups {groups} without partition keys")
-            shared_by = tuple(sorted({keys[g] for g in groups}))  # type: ignore[misc]
+            shared_by = tuple(sorted({k for g in groups if (k := keys[g]) is not None}))
             data_file = msgspec.structs.replace(data_file, shared_by=shared_by)
         for group in groups:
             files[group].append(data_file)
@@ -633,9 +639,9 @@ def write_groups(
         return WriteResult(files=[[] for _ in groups])
     share_of: list[str | None] | None = None
     if shares is not None and keys is not None:
-        share_of = [s if keys[i] is not None else None for i, s in enumerate(shares)]
+        share_of = by_share = [s if keys[i] is not None else None for i, s in enumerate(shares)]
         # a share's groups next to each other: a task keeps one file open per share
-        non_empty.sort(key=lambda item: (share_of[item[0]] or "", item[0]))  # type: ignore[index]
+        non_empty.sort(key=lambda item: (by_share[item[0]] or "", item[0]))
     transform = record_format is not None and record_format.transform_schema is not None
     if transform and keys is not None:
         layers = _distinct_key_layers(groups, keys)

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from rayconnect import ray_internals
 from rayconnect.spark_bridge.java import MIN_JAVA, use_java
 
 if TYPE_CHECKING:
@@ -75,10 +76,8 @@ def java_options() -> str:
 
 
 def _ray_logging_option() -> str:
-    import ray
-
-    node = getattr(ray._private.worker, "_global_node", None)
-    return f" -Dray.logging.dir={node.get_logs_dir_path()}" if node is not None else ""
+    logs = ray_internals.logs_dir()
+    return f" -Dray.logging.dir={logs}" if logs is not None else ""
 
 
 #: RayDP gives ``<prefix><resource>`` to both of its master actors (the Python master and the

@@ -72,7 +72,7 @@ def check_not_behind(known: Mapping[str, int], current: Mapping[str, int | None]
     behind = {
         key: (was, current.get(key))
         for key, was in known.items()
-        if current.get(key) is None or current[key] < was  # type: ignore[operator]
+        if (now := current.get(key)) is None or now < was
     }
     if behind:
         detail = ", ".join(

@@ -60,7 +60,7 @@ class CompactionRaces:
     def __init__(
         self,
         table_uri: str,
-        storage_options: dict[str, str],
+        storage_options: dict[str, str] | None,
         commit_actions: Callable[[int], list[dict]],
         read_file: Callable[[str], pa.Table],
     ) -> None:

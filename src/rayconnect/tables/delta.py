@@ -42,7 +42,7 @@ from rayconnect.formats.rows import (
     initial_schema,
     partition_specs,
 )
-from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
+from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, typed_format
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.storage.location import TableLocation, as_location
@@ -91,11 +91,10 @@ class DeltaCommitter(TableCommitter):
         self.table_path = self.location.uri
         self.pipeline = pipeline
         #: typed: the table's schema may grow (``formats.evolution``), never shrink
-        self.typed = record_format is not None and record_format.typed
-        self.schema = initial_schema(record_format) if self.typed else schema  # type: ignore[arg-type]
-        self.partition_by = (
-            [p.name for p in partition_specs(record_format)] if self.typed else []  # type: ignore[arg-type]
-        )
+        typed = typed_format(record_format)
+        self.typed = typed is not None
+        self.schema = initial_schema(typed) if typed is not None else schema
+        self.partition_by = [p.name for p in partition_specs(typed)] if typed is not None else []
         self.apply = apply
         self._dead: DeltaCommitter | None = None
         if self.typed and not dead_letters:

@@ -21,7 +21,7 @@ def open_committer(
     """The committer for ``sink``'s table, for pipeline ``pipeline`` (no IO yet);
     ``record_format``: the source's decoding (None or raw: the raw table)."""
     if isinstance(sink, IcebergSink):
-        return _iceberg_committer(sink, pipeline, record_format)
+        return iceberg_committer(sink, pipeline, record_format)
     if isinstance(sink, DeltaSink):
         from rayconnect.tables.delta import DeltaCommitter
 
@@ -31,7 +31,7 @@ def open_committer(
     raise TypeError(f"no committer for a sink of type {type(sink).__name__}")
 
 
-def _iceberg_committer(
+def iceberg_committer(
     sink: IcebergSink, pipeline: str, record_format: RecordFormat | None
 ) -> IcebergCommitter:
     from rayconnect.tables.iceberg import IcebergCommitter
@@ -67,7 +67,7 @@ def open_upkeep(
     if isinstance(sink, IcebergSink):
         from rayconnect.tables.iceberg_upkeep import IcebergUpkeep
 
-        committer = _iceberg_committer(sink, pipeline, record_format)
+        committer = iceberg_committer(sink, pipeline, record_format)
         return IcebergUpkeep(committer, sink.vacuum_retention_hours)
     if isinstance(sink, DeltaSink):
         from rayconnect.tables.delta_upkeep import DeltaUpkeep

@@ -53,7 +53,7 @@ from rayconnect.formats import evolution
 from rayconnect.formats.evolution import normalize_type, schema_differences
 from rayconnect.formats.partitioning import PartitionSpec
 from rayconnect.formats.rows import DEAD_LETTER_SCHEMA, initial_schema, partition_specs
-from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat
+from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, typed_format
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.storage.location import TableLocation, as_location
@@ -114,10 +114,11 @@ class IcebergCommitter(TableCommitter):
         self.table_path = f"{identifier} at {self.location.uri}"
         self.pipeline = pipeline
         #: typed: the table's schema may grow (``formats.evolution``), never shrink
-        self.typed = record_format is not None and record_format.typed
-        self.schema = initial_schema(record_format) if self.typed else schema  # type: ignore[arg-type]
+        typed = typed_format(record_format)
+        self.typed = typed is not None
+        self.schema = initial_schema(typed) if typed is not None else schema
         self.partition_by: list[PartitionSpec] = (
-            partition_specs(record_format) if self.typed else []  # type: ignore[arg-type]
+            partition_specs(typed) if typed is not None else []
         )
         self.keep_snapshots = keep_snapshots
         self._dead: IcebergCommitter | None = None

@@ -16,19 +16,23 @@ rewrote a file this MERGE read (OPTIMIZE, an outside DELETE): one side fails, cl
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rayconnect.write_modes.fold import Folded
 from rayconnect.write_modes.rows import with_delete_flag
+
+if TYPE_CHECKING:
+    from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 
 _SOURCE, _TARGET = "s", "t"
 
 
 def merge_round(
-    dt: object,
+    dt: DeltaTable,
     folded: Folded,
     key_columns: Sequence[str],
-    commit_properties: object,
-    post_commithook_properties: object = None,
+    commit_properties: CommitProperties,
+    post_commithook_properties: PostCommitHookProperties | None = None,
 ) -> dict[str, int]:
     """MERGE ``folded`` into ``dt`` (a ``deltalake.DeltaTable``) and commit it with
     ``commit_properties``; returns delta-rs's merge metrics (rows and files touched)."""
@@ -36,7 +40,7 @@ def merge_round(
     on = " AND ".join(f"{_TARGET}.`{c}` = {_SOURCE}.`{c}`" for c in key_columns)
     keep = f"NOT {_SOURCE}.`{flag}`"
     merger = (
-        dt.merge(  # type: ignore[attr-defined]
+        dt.merge(
             source,
             on,
             source_alias=_SOURCE,

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rayconnect.write_modes.fold import Folded
 
@@ -37,13 +36,8 @@ def upsert_round(
 
 
 def _match(keys: pa.Table, key_columns: Sequence[str]) -> Any:
-    """An Iceberg filter matching exactly ``keys``: ``In`` for one key column, an ``Or`` of
-    ``And``s for several (pyiceberg's own upsert builds it the same way)."""
-    from pyiceberg.expressions import And, EqualTo, In, Or
+    """An Iceberg filter matching exactly ``keys``: pyiceberg's own upsert's (``In`` for one
+    key column, an ``Or`` of ``And``s for several)."""
+    from pyiceberg.table.upsert_util import create_match_filter
 
-    if len(key_columns) == 1:
-        (name,) = key_columns
-        return In(name, pc.unique(keys.column(name)).to_pylist())
-    unique = keys.group_by(list(key_columns)).aggregate([]).to_pylist()
-    terms = [And(*[EqualTo(c, row[c]) for c in key_columns]) for row in unique]
-    return terms[0] if len(terms) == 1 else Or(*terms)
+    return create_match_filter(keys, list(key_columns))

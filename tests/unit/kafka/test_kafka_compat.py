@@ -15,7 +15,7 @@ from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.record.memory_records import MemoryRecords
 from kafka_batches import ABORT, COMMIT, batch, marker
 
-from rayconnect.kafka import compat
+from rayconnect.kafka import aiokafka_hooks, compat
 from rayconnect.kafka.compat import (
     InitProducerIdRequest_v3,
     InitProducerIdRequestCompat,
@@ -23,7 +23,7 @@ from rayconnect.kafka.compat import (
 )
 
 # aiokafka's own class: the package import (conftest plugin) has already patched the name
-PartitionRecords = compat._OriginalPartitionRecords
+PartitionRecords = aiokafka_hooks.ORIGINAL_PARTITION_RECORDS
 pytestmark = pytest.mark.timeout(30)
 
 TP = TopicPartition("t", 0)

@@ -92,7 +92,8 @@ class PostgresSettings(msgspec.Struct, frozen=True):
 
     @property
     def qualified_tables(self) -> list[tuple[str, str]]:
-        return [tuple(t.split(".")) if "." in t else ("public", t) for t in self.tables]  # type: ignore[misc]
+        split = (name.partition(".") for name in self.tables)
+        return [(schema, table) if table else ("public", schema) for schema, _, table in split]
 
     def topic(self, schema: str, table: str) -> str:
         return self.topic_template.format(prefix=self.topic_prefix, schema=schema, table=table)

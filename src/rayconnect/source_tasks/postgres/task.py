@@ -45,13 +45,13 @@ SLOT_RELEASE_WAIT_S = 30.0
 POLL_BUDGET_S = 0.5
 
 
-class PostgresSource(ConfiguredTask):
+class PostgresSource(ConfiguredTask[PostgresSettings]):
     settings_type = PostgresSettings
     transaction_boundary = "connector"
 
     @property
     def source_partition(self) -> dict[str, str]:
-        return {"postgres": self.slot}
+        return {"postgres": self.settings.slot}
 
     # -- outside the actor ----------------------------------------------------------------
 
