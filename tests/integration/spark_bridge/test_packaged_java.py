@@ -233,6 +233,7 @@ def _a_user_java_17(scratch: Path) -> str:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow  # ~100 s in CI; the packaged runtime's own test above stays in the default run
 def test_a_java_17_the_user_sets_in_java_home_wins(scratch: Path) -> None:
     user_home = _a_user_java_17(scratch)
     env = _environment(scratch, JAVA_HOME=user_home)
