@@ -38,6 +38,7 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fixtures.postgres import BIN, PASSWORD, PostgresServer, postgres_server  # noqa: E402
+from source_eo_vs_plain import committed_rate  # noqa: E402
 
 from rayconnect.actors.source_task import TaskRunner  # noqa: E402
 from rayconnect.config.source import KafkaTarget, SourceSettings  # noqa: E402
@@ -152,21 +153,7 @@ async def exactly_once(server: PostgresServer, bootstrap: str, changes: int, nam
     s = SourceSettings(name=name, target=KafkaTarget(bootstrap), transaction_boundary="connector")
     await prepare_generation(s)
     task = PostgresSource(**msgspec.structs.asdict(settings(server, name, topic_prefix=name)))
-    runner = TaskRunner(s, 0, task)
-    main = asyncio.create_task(runner.run())
-    while not runner.started.is_set():
-        if main.done():
-            main.result()
-        await asyncio.sleep(0.005)
-    t0 = time.perf_counter()
-    while runner.machine.status().records_committed < changes:
-        if main.done():
-            main.result()
-        await asyncio.sleep(0.002)
-    elapsed = time.perf_counter() - t0
-    runner.stop()
-    await main
-    return changes / elapsed
+    return await committed_rate(TaskRunner(s, 0, task), changes)
 
 
 def _latency_task(dsn_port: int, root: str, bootstrap: str, stop_at: float) -> None:

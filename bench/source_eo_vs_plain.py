@@ -33,18 +33,26 @@ async def via_task(bootstrap: str, name: str, n: int, batch: int, transactional:
     per = n // PARTITIONS
     source = GeneratorSource("bench", PARTITIONS, records_per_partition=per, batch_size=batch)
     runner = TaskRunner(s, 0, source, transactional=transactional)
+    return await committed_rate(runner, per * PARTITIONS)
+
+
+async def committed_rate(runner: TaskRunner, records: int) -> float:
+    """Run ``runner`` until ``records`` are committed; records/s from the task's start (its
+    first poll can run) to the last commit. A task that fails raises here."""
     task = asyncio.create_task(runner.run())
     while not runner.started.is_set():
+        if task.done():
+            task.result()
         await asyncio.sleep(0.005)
     t0 = time.perf_counter()
-    while runner.machine.status().records_committed < per * PARTITIONS:
+    while runner.machine.status().records_committed < records:
         if task.done():
             task.result()
         await asyncio.sleep(0.002)
     elapsed = time.perf_counter() - t0
     runner.stop()
     await task
-    return per * PARTITIONS / elapsed
+    return records / elapsed
 
 
 async def raw(bootstrap: str, n: int, batch: int) -> float:
