@@ -386,7 +386,7 @@ def test_pre_start_checks_name_the_setting(
     time.sleep(0.5)
     assert start(slot="busy").startswith("slot: 'busy' is in use by another consumer")
     repl.close()
-    conn.cursor().execute("SELECT pg_drop_replication_slot('busy')")
+    _drop_slot_once_released(conn, "busy")
     with pytest.raises(ConfigError, match="transaction_boundary"):
         rc.SourcePipeline(
             "pg-checks",
@@ -448,3 +448,18 @@ def test_cli_run_and_stop_drop_slot(
     assert main(["stop", "pg-cli", "--drop-slot"]) == EXIT_OK
     assert "released" in capsys.readouterr().out
     assert postgres.psql("SELECT count(*) FROM pg_replication_slots") == "0"
+
+
+def _drop_slot_once_released(conn: Any, slot: str, timeout_s: float = 30.0) -> None:
+    """The walsender of a closed replication connection exits a moment after the client:
+    until it has, the slot is still active and cannot be dropped."""
+    deadline = time.monotonic() + timeout_s
+    cur = conn.cursor()
+    while True:
+        cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        (active,) = cur.fetchone()
+        if not active:
+            break
+        assert time.monotonic() < deadline, f"slot {slot} still active after {timeout_s} s"
+        time.sleep(0.1)
+    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
