@@ -511,7 +511,7 @@ class Coordinator(TableMachine[State, Event]):
             self._rejected += 1
             self._last_error = f"WRITE-STATUS of {status.partition} rejected: {rejection}"
             return []
-        rnd.add_status(status)
+        rnd.record(status)
         return self._evaluate(now)
 
     def _on_lost(self, message: RoundLost, now: float) -> Ready:
