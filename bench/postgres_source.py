@@ -47,7 +47,7 @@ from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
 from rayconnect.kafka.transactions import producer, stop_quietly  # noqa: E402
 from rayconnect.pipelines.source import prepare_generation  # noqa: E402
 from rayconnect.source_tasks.postgres import PostgresSettings, PostgresSource  # noqa: E402
-from rayconnect.source_tasks.postgres.events import EventBuilder, TableShape, row  # noqa: E402
+from rayconnect.source_tasks.postgres.events import EventBuilder, RowCodec, TableShape  # noqa: E402
 from rayconnect.source_tasks.postgres.pgoutput import (  # noqa: E402
     Begin,
     Commit,
@@ -108,7 +108,7 @@ async def plain_loop(server: PostgresServer, bootstrap: str, changes: int) -> fl
     events = EventBuilder("plain", lambda s, t: f"plain.{s}.{t}", False, "postgres")
     p = producer(bootstrap, None)
     await p.start()
-    relations: dict[int, TableShape] = {}
+    relations: dict[int, RowCodec] = {}
     seen, futures, txn, last_commit = 0, [], None, 0
     t0 = time.perf_counter()
     while seen < changes:
@@ -130,15 +130,19 @@ async def plain_loop(server: PostgresServer, bootstrap: str, changes: int) -> fl
                 futures = []
                 stream.confirm(last_commit)
         elif isinstance(m, Relation):
-            relations[m.relation_id] = TableShape(m.schema, m.table, m.columns, ("id",))
+            shape = TableShape(m.schema, m.table, m.columns, ("id",))
+            relations[m.relation_id] = RowCodec(shape)
         elif isinstance(m, Insert | Update | Delete):
-            assert txn is not None
-            shape = relations[m.relation_id]
-            after = None if isinstance(m, Delete) else row(shape.columns, m.new)
+            assert txn is not None and not isinstance(m, Delete)
+            codec = relations[m.relation_id]
+            source = events.source(
+                codec.shape, lsn=txn.final_lsn, txid=txn.xid,
+                commit_ms=ms_of(txn.commit_ts_us), snapshot=False,
+            )  # fmt: skip
             (record,) = events.records(
-                shape, "c" if isinstance(m, Insert) else "u", None, after,
-                lsn=txn.final_lsn, txid=txn.xid, commit_ms=ms_of(txn.commit_ts_us),
-                snapshot=False, offset=None, source_partition=None,
+                codec.shape, "c" if isinstance(m, Insert) else "u", None, codec.row(m.new),
+                codec.key(m.new), source=source, now_ms=int(time.time() * 1000), offset=None,
+                source_partition=None,
             )  # fmt: skip
             futures.append(await p.send(record.topic, record.value, key=record.key))
             seen += 1
