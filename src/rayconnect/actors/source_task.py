@@ -38,6 +38,7 @@ from rayconnect.kafka.batched_send import Outgoing, Sent, check_size, send_batch
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_value
 from rayconnect.kafka.transactions import init_transactions, producer, stop_quietly
+from rayconnect.metrics import SourceMetrics
 from rayconnect.protocol.outages import OutageWatch
 from rayconnect.protocol.source_task import (
     AbortTransaction,
@@ -166,6 +167,9 @@ class TaskRunner:
         with contextlib.suppress(Exception):  # a task's own numbers never break status
             if source := self.task.metrics():
                 s["source"] = source
+        with contextlib.suppress(Exception):
+            if (lag := self.task.lag()) is not None:
+                s["lag"] = msgspec.to_builtins(lag)
         return s
 
     def stop(self) -> None:
@@ -421,6 +425,8 @@ def _source_offsets(records: list[SourceRecord]) -> list[tuple[str, Any] | None]
 # -- the actor ------------------------------------------------------------------------------
 
 _KV_NS = "rayconnect"
+#: how often a task actor records its source's lag as metrics
+LAG_REPORT_S = 2.0
 
 
 def _kv_key(pipeline: str, index: int, what: str) -> bytes:
@@ -467,6 +473,16 @@ class SourceTaskActor:
         self.gave_up: str | None = None
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
         self._main = asyncio.get_running_loop().create_task(self._run())
+        self._lag = asyncio.get_running_loop().create_task(self._report_lag())
+
+    async def _report_lag(self) -> None:
+        """The task's lag as metrics every LAG_REPORT_S (a gauge per pipeline and task)."""
+        metrics = SourceMetrics(self.settings.name, self.index)
+        while not self._main.done():
+            with contextlib.suppress(Exception):  # a task's own numbers never stop it
+                if (lag := self.runner.task.lag()) is not None:
+                    metrics.lag(lag.bytes, lag.seconds)
+            await asyncio.sleep(LAG_REPORT_S)
 
     async def _run(self) -> None:
         try:

@@ -47,6 +47,18 @@ class SourceRecord(msgspec.Struct, frozen=True):
     source_offset: Any = None
 
 
+class SourceLag(msgspec.Struct, frozen=True, kw_only=True):
+    """How far behind its source a task's committed records are (status and metrics:
+    ``rayconnect_source_lag_bytes`` / ``_s``). 0 when caught up; None: not known."""
+
+    #: bytes of the source not in Kafka yet (Postgres: WAL between the slot's confirmed
+    #: position - what is in Kafka - and the server's)
+    bytes: int | None = None
+    #: how old the oldest data not in Kafka yet is, in seconds (Postgres: since the commit
+    #: of the last transaction read, while bytes > 0)
+    seconds: float | None = None
+
+
 class RecordMetadata(msgspec.Struct, frozen=True):
     """Where a committed record landed in Kafka."""
 
@@ -256,8 +268,14 @@ class SourceTask:
         raise ConfigError if the source cannot work (unreachable, missing permission)."""
 
     def metrics(self) -> dict[str, Any]:
-        """What the task knows of its source (e.g. replication lag), shown in status."""
+        """What the task knows of its source (e.g. the replication slot's LSNs), shown in
+        status."""
         return {}
+
+    def lag(self) -> SourceLag | None:
+        """How far behind the source the committed records are (None: the task cannot
+        tell); shown in status and recorded as metrics every few seconds."""
+        return None
 
     async def release(self) -> None:
         """Free what the source keeps for this pipeline (a replication slot): called by

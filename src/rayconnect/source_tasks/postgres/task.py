@@ -21,7 +21,12 @@ import time
 from typing import Any
 
 from rayconnect.errors import ConfigError
-from rayconnect.source_tasks.base import ConfiguredTask, SourceRecord, SourceTaskContext
+from rayconnect.source_tasks.base import (
+    ConfiguredTask,
+    SourceLag,
+    SourceRecord,
+    SourceTaskContext,
+)
 from rayconnect.source_tasks.postgres import catalog
 from rayconnect.source_tasks.postgres.events import EventBuilder, RowCodec, TableShape, key_values
 from rayconnect.source_tasks.postgres.pgoutput import (
@@ -337,23 +342,28 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         if self._stream is not None and lsn:
             self._stream.confirm(lsn)
 
-    def metrics(self) -> dict[str, Any]:
+    def lag(self) -> SourceLag | None:
         """Replication lag: bytes of WAL between the slot's confirmed position (what is in
         Kafka) and the server's, and, while that is > 0, seconds since the commit in
-        Postgres of the last transaction read."""
+        Postgres of the last transaction read. None before the stream (the snapshot)."""
+        stream = self._stream if getattr(self, "active", False) else None
+        if stream is None:
+            return None
+        behind = max(0, stream.wal_end - stream.confirmed)
+        seconds = 0.0
+        if behind and self._last_commit_ms is not None:
+            seconds = max(0.0, time.time() - self._last_commit_ms / 1000)
+        return SourceLag(bytes=behind, seconds=round(seconds, 3))
+
+    def metrics(self) -> dict[str, Any]:
+        """The phase, the slot's confirmed LSN and the server's WAL end as last seen."""
         if not getattr(self, "active", False):
             return {}
         stream = self._stream
         if stream is None:
             return {"phase": "snapshot", "records_polled": self._records_polled}
-        lag = max(0, stream.wal_end - stream.confirmed)
-        seconds = 0.0
-        if lag and self._last_commit_ms is not None:
-            seconds = max(0.0, time.time() - self._last_commit_ms / 1000)
         return {
             "phase": "stream",
-            "replication_lag_bytes": lag,
-            "replication_lag_s": round(seconds, 3),
             "confirmed_lsn": stream.confirmed,
             "server_wal_end": stream.wal_end,
             "records_polled": self._records_polled,
