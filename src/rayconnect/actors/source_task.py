@@ -34,7 +34,7 @@ from rayconnect import ray_internals
 from rayconnect.actors import names
 from rayconnect.config.source import SourceSettings
 from rayconnect.kafka import compat
-from rayconnect.kafka.batched_send import Outgoing, Sent, check_size, send_batched
+from rayconnect.kafka.batched_send import Outgoing, check_size, send_batched
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_value
 from rayconnect.kafka.transactions import init_transactions, producer, stop_quietly
@@ -142,8 +142,8 @@ class TaskRunner:
         #: each poll's records until all of them are acknowledged or discarded
         self._polls: dict[int, list[SourceRecord]] = {}
         self._unsettled: dict[int, int] = {}
-        #: the open transaction's records and where they went (futures of their batches)
-        self._sent: list[tuple[SourceRecord, Sent]] = []
+        #: the open transaction's records, by the batch (its future) they went in
+        self._sent: list[tuple[asyncio.Future[Any], list[SourceRecord]]] = []
         self._offset_futures: list[asyncio.Future[Any]] = []
         self._wants_record_commits = type(task).commit_record is not SourceTask.commit_record
 
@@ -221,8 +221,7 @@ class TaskRunner:
             await self._produce_segment(effect)
         elif isinstance(effect, SendToDeadLetter):
             record = self._polls[effect.poll_id][effect.index]
-            sent = Sent(await self._dead_letter(record, effect.reason), 0)
-            self._sent.append((record, sent))
+            self._sent.append((await self._dead_letter(record, effect.reason), [record]))
         elif isinstance(effect, SendOffsets):
             topic = self.settings.own_offsets_topic
             for pkey, offset in effect.offsets.items():
@@ -323,10 +322,11 @@ class TaskRunner:
                 break
             ready.append(Outgoing(record.topic, record.partition, key, value, headers))
         try:
-            sent = await send_batched(self.producer, ready)
+            batches = await send_batched(self.producer, ready)
         except Exception as e:
             raise _SendFailed(effect.poll_id, effect.start, _kind(e), _reason(e)) from e
-        self._sent += zip(records[effect.start : effect.start + len(sent)], sent, strict=True)
+        start = effect.start
+        self._sent += [(b.future, [records[start + i] for i in b.members]) for b in batches]
         if failure is not None:
             raise failure
 
@@ -341,8 +341,7 @@ class TaskRunner:
 
     async def _commit(self) -> None:
         timeout = self.settings.commit_timeout_s
-        futures = list({id(s.future): s.future for _, s in self._sent}.values())
-        futures += self._offset_futures
+        futures = [future for future, _ in self._sent] + self._offset_futures
         if futures:
             await asyncio.wait_for(asyncio.gather(*futures), timeout)
         if self.transactional:
@@ -374,12 +373,12 @@ class TaskRunner:
     async def _acknowledge(self, ranges: tuple[tuple[int, int, int], ...]) -> None:
         sent, self._sent = self._sent, []
         if self._wants_record_commits:
-            for record, where in sent:
-                md = where.future.result()  # the batch's: its offset is the batch's first
-                offset = md.offset + where.index_in_batch
-                await self.task.commit_record(
-                    record, RecordMetadata(md.topic, md.partition, offset, md.timestamp)
-                )
+            for future, batch in sent:  # batch by batch (partition order is kept)
+                md = future.result()  # the batch's: its offset is its first record's
+                for i, record in enumerate(batch):
+                    await self.task.commit_record(
+                        record, RecordMetadata(md.topic, md.partition, md.offset + i, md.timestamp)
+                    )
         self._forget(ranges)
         await self.task.commit()
 

@@ -41,12 +41,12 @@ class Outgoing(msgspec.Struct, frozen=True, array_like=True):
     headers: Headers | None = None
 
 
-class Sent(msgspec.Struct, frozen=True):
-    """Where a record went: its batch's future (resolves to the batch's RecordMetadata,
-    whose offset is the batch's first) and the record's place in that batch."""
+class SentBatch(msgspec.Struct, frozen=True):
+    """One batch sent: its future (resolves to the batch's RecordMetadata, whose offset is
+    the batch's first record's) and which of the records given it holds, in batch order."""
 
     future: asyncio.Future[Any]
-    index_in_batch: int
+    members: list[int]
 
 
 def check_size(producer: Any, key: bytes | None, value: bytes | None, headers: Any) -> None:
@@ -93,9 +93,9 @@ def murmur2(keys: Sequence[bytes]) -> np.ndarray:
     return out
 
 
-async def send_batched(producer: Any, records: Sequence[Outgoing]) -> list[Sent]:
-    """Send ``records`` (already size-checked) in batches; one ``Sent`` per record, in
-    order. A partition the topic does not have is an error (as ``send`` asserts)."""
+async def send_batched(producer: Any, records: Sequence[Outgoing]) -> list[SentBatch]:
+    """Send ``records`` (already size-checked) in batches, in the order the batches were
+    filled. A partition the topic does not have is an error (as ``send`` asserts)."""
     metadata = producer._metadata
     partitions: dict[str, list[int]] = {}
     for topic in {r.topic for r in records}:
@@ -118,25 +118,25 @@ async def send_batched(producer: Any, records: Sequence[Outgoing]) -> list[Sent]
                 available = list(metadata.available_partitions_for_topic(r.topic))
                 sticky[r.topic] = random.choice(available or of_topic)
             chosen.append(sticky[r.topic])
-    open_batches: dict[tuple[str, int], Any] = {}
-    slots: list[tuple[Any, int]] = []
-    futures: dict[int, asyncio.Future[Any]] = {}  # id(builder) -> its batch's future
+    open_batches: dict[tuple[str, int], tuple[Any, list[int]]] = {}
+    sent: list[SentBatch] = []
 
     async def send(tp: tuple[str, int]) -> None:
-        builder = open_batches.pop(tp)
+        builder, members = open_batches.pop(tp)
         builder.close()  # a closed batch goes out at once (no linger)
-        futures[id(builder)] = await producer.send_batch(builder, tp[0], partition=tp[1])
+        future = await producer.send_batch(builder, tp[0], partition=tp[1])
+        sent.append(SentBatch(future, members))
 
-    for r, partition in zip(records, chosen, strict=True):
+    for i, (r, partition) in enumerate(zip(records, chosen, strict=True)):
         tp = (r.topic, partition)
         while True:
-            builder = open_batches.get(tp)
-            if builder is None:
-                builder = open_batches[tp] = producer.create_batch()
-            if builder.append(timestamp=None, key=r.key, value=r.value, headers=r.headers or []):
-                slots.append((builder, builder.record_count() - 1))
+            batch = open_batches.get(tp)
+            if batch is None:
+                batch = open_batches[tp] = (producer.create_batch(), [])
+            if batch[0].append(timestamp=None, key=r.key, value=r.value, headers=r.headers or []):
+                batch[1].append(i)
                 break
             await send(tp)  # full: a new batch takes the record (a first one always fits)
     for tp in list(open_batches):
         await send(tp)
-    return [Sent(futures[id(builder)], index) for builder, index in slots]
+    return sent

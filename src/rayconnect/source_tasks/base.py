@@ -91,12 +91,23 @@ class BadRecord(ValueError):
 
 
 Encoded = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]
+_RAW = (bytes, type(None))
 
 
 def encode_record(record: Any) -> Encoded:
     """``(value, key, headers)`` as the producer takes them, or ``BadRecord``. Checked per
     record, so one bad record is named (topic, source partition and offset) and routed to
     the dead-letter topic instead of failing a whole transaction for an unknown reason."""
+    if (  # the common case, checked in a few steps: bytes, no headers, a valid topic
+        type(record) is SourceRecord
+        and type(record.value) in _RAW
+        and type(record.key) in _RAW
+        and not record.headers
+        and (record.partition is None or (type(record.partition) is int and record.partition >= 0))
+        and type(record.topic) is str
+        and _topic_problem(record.topic) is None
+    ):
+        return record.value, record.key, None
     if not isinstance(record, SourceRecord):
         raise BadRecord(f"poll() returned a {type(record).__name__}, not a rayconnect.SourceRecord")
     problem = _topic_problem(record.topic) if isinstance(record.topic, str) else "not a str"

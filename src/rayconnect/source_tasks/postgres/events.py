@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from rayconnect.source_tasks.base import SourceRecord
-from rayconnect.source_tasks.postgres.pgoutput import Cell, Column, format_lsn
+from rayconnect.source_tasks.postgres.pgoutput import Cell, Column
 from rayconnect.source_tasks.postgres.values import json_encoder
 
 #: what ``after`` holds for a TOASTed value that was not sent (Debezium's default)
@@ -53,12 +53,14 @@ class TableShape(msgspec.Struct, frozen=True):
 class RowCodec:
     """Rows of one table shape as JSON, built once per shape (a Relation message)."""
 
-    __slots__ = ("shape", "_names", "_encoders", "_key", "_identity", "_unavailable")
+    __slots__ = ("shape", "_names", "_fields", "_encoders", "_key", "_identity", "_unavailable")
 
     def __init__(self, shape: TableShape, unavailable_value: str = UNAVAILABLE_VALUE) -> None:
         self.shape = shape
         columns = shape.columns
         self._names = [_encode(c.name) + b":" for c in columns]
+        #: the names as a whole row writes them: ``{"a":`` first, then ``,"b":``
+        self._fields = [(b"," if i else b"{") + name for i, name in enumerate(self._names)]
         self._encoders = [json_encoder(c.type_oid) for c in columns]
         position = {c.name: i for i, c in enumerate(columns)}
         #: the primary key's column positions, in key order
@@ -70,21 +72,25 @@ class RowCodec:
     def row(self, cells: Sequence[Cell], old: Sequence[Cell] | None = None) -> bytes:
         """The whole row; an unchanged TOASTed value from ``old`` (a whole old row) if it
         has it, else the placeholder."""
+        if not cells:
+            return b"{}"
+        fields, encoders = self._fields, self._encoders
         parts = []
         for i, cell in enumerate(cells):
+            parts.append(fields[i])
             if cell is None:
-                parts.append(self._names[i] + b"null")
+                parts.append(b"null")
             elif type(cell) is bytes:
-                parts.append(self._names[i] + self._encoders[i](cell))
+                parts.append(encoders[i](cell))
             else:
                 kept = old[i] if old is not None else None
-                value = (
-                    self._encoders[i](kept) if type(kept) is bytes
+                parts.append(
+                    encoders[i](kept) if type(kept) is bytes
                     else b"null" if kept is None and old is not None
                     else self._unavailable
                 )  # fmt: skip
-                parts.append(self._names[i] + value)
-        return b"{" + b",".join(parts) + b"}"
+        parts.append(b"}")
+        return b"".join(parts)
 
     def identity(self, cells: Sequence[Cell]) -> bytes:
         """An old key tuple ('K'): the replica identity's columns only (pgoutput sends the
@@ -127,6 +133,7 @@ class EventBuilder:
         self.tombstones = tombstones
         self.database = database
         self._topics: dict[tuple[str, str], str] = {}
+        self._heads: dict[tuple[str, str], bytes] = {}
 
     def topic(self, shape: TableShape) -> str:
         found = self._topics.get((shape.schema, shape.table))
@@ -139,22 +146,22 @@ class EventBuilder:
     def source(
         self, shape: TableShape, *, lsn: int, txid: int | None, commit_ms: int, snapshot: bool
     ) -> bytes:
-        """The ``source`` block, the same for every change of a transaction and table:
-        written once for them."""
-        return _encode(
-            {
+        """The ``source`` block, the same for every change of a transaction and table;
+        its table part is written once per table."""
+        head = self._heads.get((shape.schema, shape.table))
+        if head is None:
+            fields = {
                 "connector": "postgresql",
                 "name": self.topic_prefix,
                 "db": self.database,
                 "schema": shape.schema,
                 "table": shape.table,
-                "lsn": lsn,
-                "lsn_text": format_lsn(lsn),
-                "txId": txid,
-                "ts_ms": commit_ms,
-                "snapshot": "true" if snapshot else "false",
             }
-        )
+            head = self._heads[(shape.schema, shape.table)] = _encode(fields)[:-1] + b","
+        return head + b'"lsn":%d,"lsn_text":"%X/%X","txId":%s,"ts_ms":%d,"snapshot":"%s"}' % (
+            lsn, lsn >> 32, lsn & 0xFFFFFFFF, b"null" if txid is None else b"%d" % txid,
+            commit_ms, b"true" if snapshot else b"false",
+        )  # fmt: skip
 
     def records(
         self,

@@ -242,7 +242,9 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         return records
 
     def _on_message(self, message: Any, records: list[SourceRecord]) -> None:
-        if isinstance(message, Begin):
+        if isinstance(message, Insert | Update | Delete):
+            self._on_change(message, records)
+        elif isinstance(message, Begin):
             self._txn, self._n = message, -1
             self._sources = {}
             self._now_ms = int(time.time() * 1000)
@@ -252,8 +254,6 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             self._flush_point = message.commit_lsn
         elif isinstance(message, Relation):
             self._on_relation(message)
-        elif isinstance(message, Insert | Update | Delete):
-            self._on_change(message, records)
         # Truncate, Origin, Type: not events (see the guide's "not supported")
 
     def _on_relation(self, rel: Relation) -> None:
