@@ -15,21 +15,18 @@ import rayconnect as rc
 from rayconnect.source_tasks.base import SourceLag, SourceTaskContext, TransactionContext
 
 
-@pytest.mark.timeout(60)
-def test_a_full_poll_ends_at_a_postgres_commit(postgres: PostgresServer) -> None:
-    """With a backlog of 10-change transactions and batch_size 25, each poll returns whole
-    transactions (30 changes) and asks to commit: a poll ending mid-transaction could not
-    end the Kafka transaction, and with a backlog every poll would (none would commit)."""
+def _polls(postgres: PostgresServer, **settings: Any) -> list[tuple[int, list[Any]]]:
+    """Per poll: its records and the transaction requests, for a backlog of 10 transactions
+    of 10 inserts, then one of 100."""
     postgres.psql("CREATE TABLE acct (id int PRIMARY KEY, balance bigint)")
     task = rc.PostgresSource(
-        dsn=postgres.dsn, slot="polls", tables=["acct"], password_env="PGPASSWORD",
-        batch_size=25, max_records_per_transaction=45,
-    )  # fmt: skip
+        dsn=postgres.dsn, slot="polls", tables=["acct"], password_env="PGPASSWORD", **settings
+    )
     txn = TransactionContext()
 
     async def run() -> list[tuple[int, list[Any]]]:
         await task.start(SourceTaskContext("p", 0, 1, {}, txn))
-        for t in range(11):  # 10 transactions of 10 inserts, then one of 100
+        for t in range(11):
             values = ", ".join(f"({t * 1000 + i}, {i})" for i in range(10 if t < 10 else 100))
             postgres.psql(f"INSERT INTO acct VALUES {values}")
         polls: list[tuple[int, list[Any]]] = []
@@ -42,13 +39,28 @@ def test_a_full_poll_ends_at_a_postgres_commit(postgres: PostgresServer) -> None
         await task.stop()
         return polls
 
-    polls = asyncio.run(run())
+    return asyncio.run(run())
+
+
+@pytest.mark.timeout(60)
+def test_a_full_poll_ends_at_a_postgres_commit(postgres: PostgresServer) -> None:
+    """With a backlog of 10-change transactions and batch_size 25, each poll returns whole
+    transactions (30 changes) and asks to commit: a poll ending mid-transaction could not
+    end the Kafka transaction, and with a backlog every poll would (none would commit)."""
+    polls = _polls(postgres, batch_size=25, max_records_per_transaction=45)
     # whole 10-change transactions up to >= 25; then the last small one and the first 35
     # changes of the 100-change one reach the bound of 45: split there, and again
     assert polls == [
         (30, ["commit"]), (30, ["commit"]), (30, ["commit"]),
         (45, ["commit"]), (45, ["commit"]), (20, ["commit"]),
     ]  # fmt: skip
+
+
+@pytest.mark.timeout(60)
+def test_a_poll_ends_at_the_commit_after_batch_bytes(postgres: PostgresServer) -> None:
+    """batch_bytes bounds a poll like batch_size: 1 byte ends it at every Postgres commit."""
+    polls = _polls(postgres, batch_bytes=1)
+    assert polls == [(10, ["commit"])] * 10 + [(100, ["commit"])]
 
 
 @pytest.mark.timeout(60)

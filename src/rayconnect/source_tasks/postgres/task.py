@@ -158,6 +158,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         self._sources: dict[str, bytes] = {}
         self._now_ms = 0
         self._open = 0
+        self._poll_bytes = 0
 
     async def poll(self) -> list[SourceRecord]:
         if not self.active:
@@ -217,10 +218,17 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         assert stream is not None
         records: list[SourceRecord] = []
         limit, bound = self.settings.batch_size, self.settings.max_records_per_transaction
+        max_bytes = self.settings.batch_bytes
         deadline = time.monotonic() + POLL_BUDGET_S
-        # A full batch ends at the next commit, not mid-transaction: a poll that ends inside
-        # one cannot end the Kafka transaction, and with a backlog every poll would.
-        while self._open < bound and not (len(records) >= limit and self._txn is None):
+        self._poll_bytes = 0
+        # The flush policy: a poll - one Kafka transaction - ends at the first Postgres
+        # commit after batch_size records or batch_bytes of events, or as soon as the stream
+        # has nothing more (at a low rate each Postgres transaction is in Kafka at once).
+        # Not mid-transaction: a poll that ends inside one cannot end the Kafka
+        # transaction, and with a backlog every poll would.
+        while self._open < bound and not (
+            (len(records) >= limit or self._poll_bytes >= max_bytes) and self._txn is None
+        ):
             payload = stream.read()
             if payload is None:
                 if self._txn is None and records:
@@ -326,6 +334,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         )  # fmt: skip
         records += new
         self._open += len(new)
+        self._poll_bytes += len(new[0].value)
         self._flush_point = lsn  # split here: Postgres sends this transaction again
 
     def _caught_up(self, stream: WalStream) -> None:
