@@ -236,6 +236,14 @@ async def latency(
     return {"changes": len(delays), "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": delays[-1]}
 
 
+async def _cpu(run: Any, cpu: list[float]) -> Any:
+    """``await run``, appending the CPU seconds this process spent on it to ``cpu``."""
+    start = time.process_time()
+    result = await run
+    cpu.append(time.process_time() - start)
+    return result
+
+
 async def main(txns: int, rate: int, seconds: int) -> None:
     with postgres_server() as server, EmbeddedBroker("bench-pg") as broker:
         bootstrap = broker.bootstrap_servers
@@ -252,20 +260,21 @@ async def main(txns: int, rate: int, seconds: int) -> None:
         pgbench(server, "-t", str(txns // 4), "-c", "4", "-j", "2")
         changes = (txns // 4) * 4 * len(TABLES)
         write_s = time.perf_counter() - t0
-        ceiling = await raw_stream(server, changes)
-        plain = await plain_loop(server, bootstrap, changes)
-        eo = await exactly_once(server, bootstrap, changes, "eo")
-        tuned = await exactly_once(server, bootstrap, changes, "eotuned", tuned=True)
+        cpu: list[float] = []  # CPU seconds of this process per way: load-independent
+        ceiling = await _cpu(raw_stream(server, changes), cpu)
+        plain = await _cpu(plain_loop(server, bootstrap, changes), cpu)
+        eo = await _cpu(exactly_once(server, bootstrap, changes, "eo"), cpu)
+        tuned = await _cpu(exactly_once(server, bootstrap, changes, "eotuned", tuned=True), cpu)
         lat = await latency(server, bootstrap, rate, seconds)
     print(
         f"{changes:,} changes ({txns:,} Postgres transactions of 10 upserts, 10 tables; "
         f"pgbench wrote them in {write_s:.1f} s), embedded broker, one task, 2-core machine\n"
     )
-    print(f"{'way':<14} {'changes/s':>10} {'x plain':>8}")
+    print(f"{'way':<14} {'changes/s':>10} {'x plain':>8} {'CPU us/change':>14}")
     ways = [("raw stream", ceiling), ("plain loop", plain), ("exactly-once", eo)]
     ways.append(("eo tuned", tuned))
-    for way, v in ways:
-        print(f"{way:<14} {v:>10,.0f} {v / plain:>8.2f}")
+    for (way, v), cpu_s in zip(ways, cpu, strict=True):
+        print(f"{way:<14} {v:>10,.0f} {v / plain:>8.2f} {cpu_s / changes * 1e6:>14.1f}")
     print(f"(eo tuned: {TUNED_TASK}, defaults otherwise)")
     print(
         f"\ncommit -> visible (read_committed) at {rate:,} changes/s for {seconds} s: "
