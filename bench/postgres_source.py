@@ -12,7 +12,8 @@ created before pgbench writes the backlog (``--txns`` transactions of one upsert
                  slot confirmed after each Postgres commit batch: at-least-once
   exactly-once   rc.PostgresSource in a TaskRunner (the task actor's loop, without Ray):
                  records + LSN offset in one Kafka transaction per poll of whole Postgres
-                 transactions, the slot confirmed after each commit
+                 transactions, the slot confirmed after each commit; with the defaults,
+                 then tuned (``TUNED_TASK``) from a slot of its own
 
 Latency: the exactly-once task runs in a child process while pgbench writes ``--rate``
 changes/s for ``--seconds``; a read_committed consumer here takes, per change, the time it
@@ -47,7 +48,7 @@ from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
 from rayconnect.kafka.transactions import producer, stop_quietly  # noqa: E402
 from rayconnect.pipelines.source import prepare_generation  # noqa: E402
 from rayconnect.source_tasks.postgres import PostgresSettings, PostgresSource  # noqa: E402
-from rayconnect.source_tasks.postgres.events import EventBuilder, TableShape, row  # noqa: E402
+from rayconnect.source_tasks.postgres.events import EventBuilder, RowCodec, TableShape  # noqa: E402
 from rayconnect.source_tasks.postgres.pgoutput import (  # noqa: E402
     Begin,
     Commit,
@@ -108,7 +109,7 @@ async def plain_loop(server: PostgresServer, bootstrap: str, changes: int) -> fl
     events = EventBuilder("plain", lambda s, t: f"plain.{s}.{t}", False, "postgres")
     p = producer(bootstrap, None)
     await p.start()
-    relations: dict[int, TableShape] = {}
+    relations: dict[int, RowCodec] = {}
     seen, futures, txn, last_commit = 0, [], None, 0
     t0 = time.perf_counter()
     while seen < changes:
@@ -130,15 +131,19 @@ async def plain_loop(server: PostgresServer, bootstrap: str, changes: int) -> fl
                 futures = []
                 stream.confirm(last_commit)
         elif isinstance(m, Relation):
-            relations[m.relation_id] = TableShape(m.schema, m.table, m.columns, ("id",))
+            shape = TableShape(m.schema, m.table, m.columns, ("id",))
+            relations[m.relation_id] = RowCodec(shape)
         elif isinstance(m, Insert | Update | Delete):
-            assert txn is not None
-            shape = relations[m.relation_id]
-            after = None if isinstance(m, Delete) else row(shape.columns, m.new)
+            assert txn is not None and not isinstance(m, Delete)
+            codec = relations[m.relation_id]
+            source = events.source(
+                codec.shape, lsn=txn.final_lsn, txid=txn.xid,
+                commit_ms=ms_of(txn.commit_ts_us), snapshot=False,
+            )  # fmt: skip
             (record,) = events.records(
-                shape, "c" if isinstance(m, Insert) else "u", None, after,
-                lsn=txn.final_lsn, txid=txn.xid, commit_ms=ms_of(txn.commit_ts_us),
-                snapshot=False, offset=None, source_partition=None,
+                codec.shape, "c" if isinstance(m, Insert) else "u", None, codec.row(m.new),
+                codec.key(m.new), source=source, now_ms=int(time.time() * 1000), offset=None,
+                source_partition=None,
             )  # fmt: skip
             futures.append(await p.send(record.topic, record.value, key=record.key))
             seen += 1
@@ -149,10 +154,18 @@ async def plain_loop(server: PostgresServer, bootstrap: str, changes: int) -> fl
     return seen / elapsed
 
 
-async def exactly_once(server: PostgresServer, bootstrap: str, changes: int, name: str) -> float:
+#: the tuned run: polls of up to 20,000 changes (whole Postgres transactions, default
+#: 5,000), so a Kafka transaction carries 4x the records for one commit
+TUNED_TASK = {"batch_size": 20_000}
+
+
+async def exactly_once(
+    server: PostgresServer, bootstrap: str, changes: int, name: str, tuned: bool = False
+) -> float:
     s = SourceSettings(name=name, target=KafkaTarget(bootstrap), transaction_boundary="connector")
     await prepare_generation(s)
-    task = PostgresSource(**msgspec.structs.asdict(settings(server, name, topic_prefix=name)))
+    fields = settings(server, name, topic_prefix=name, **(TUNED_TASK if tuned else {}))
+    task = PostgresSource(**msgspec.structs.asdict(fields))
     return await committed_rate(TaskRunner(s, 0, task), changes)
 
 
@@ -192,6 +205,7 @@ async def latency(
     consumer = AIOKafkaConsumer(
         *[f"lat.public.{t}" for t in TABLES], bootstrap_servers=bootstrap,
         isolation_level="read_committed", auto_offset_reset="earliest", enable_auto_commit=False,
+        fetch_max_wait_ms=50,  # the reader's own wait (aiokafka: 500 ms) is not the pipeline's
     )  # fmt: skip
     await consumer.start()
     deadline = time.monotonic() + 60  # the task's slot, then the load
@@ -222,6 +236,14 @@ async def latency(
     return {"changes": len(delays), "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": delays[-1]}
 
 
+async def _cpu(run: Any, cpu: list[float]) -> Any:
+    """``await run``, appending the CPU seconds this process spent on it to ``cpu``."""
+    start = time.process_time()
+    result = await run
+    cpu.append(time.process_time() - start)
+    return result
+
+
 async def main(txns: int, rate: int, seconds: int) -> None:
     with postgres_server() as server, EmbeddedBroker("bench-pg") as broker:
         bootstrap = broker.bootstrap_servers
@@ -229,26 +251,31 @@ async def main(txns: int, rate: int, seconds: int) -> None:
             ";".join(f"CREATE TABLE {t} (id int PRIMARY KEY, v int, s text)" for t in TABLES)
         )
         server.psql(f"CREATE PUBLICATION {PUB} FOR TABLE {', '.join(TABLES)}")
-        for slot in ("raw", "plain", "eo"):
+        for slot in ("raw", "plain", "eo", "eotuned"):
             server.psql(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')")
-        for prefix in ("plain", "eo"):
+        for prefix in ("plain", "eo", "eotuned"):
             for t in TABLES:
                 await create_topic(bootstrap, f"{prefix}.public.{t}", 2)
         t0 = time.perf_counter()
         pgbench(server, "-t", str(txns // 4), "-c", "4", "-j", "2")
         changes = (txns // 4) * 4 * len(TABLES)
         write_s = time.perf_counter() - t0
-        ceiling = await raw_stream(server, changes)
-        plain = await plain_loop(server, bootstrap, changes)
-        eo = await exactly_once(server, bootstrap, changes, "eo")
+        cpu: list[float] = []  # CPU seconds of this process per way: load-independent
+        ceiling = await _cpu(raw_stream(server, changes), cpu)
+        plain = await _cpu(plain_loop(server, bootstrap, changes), cpu)
+        eo = await _cpu(exactly_once(server, bootstrap, changes, "eo"), cpu)
+        tuned = await _cpu(exactly_once(server, bootstrap, changes, "eotuned", tuned=True), cpu)
         lat = await latency(server, bootstrap, rate, seconds)
     print(
         f"{changes:,} changes ({txns:,} Postgres transactions of 10 upserts, 10 tables; "
         f"pgbench wrote them in {write_s:.1f} s), embedded broker, one task, 2-core machine\n"
     )
-    print(f"{'way':<14} {'changes/s':>10} {'x plain':>8}")
-    for way, v in (("raw stream", ceiling), ("plain loop", plain), ("exactly-once", eo)):
-        print(f"{way:<14} {v:>10,.0f} {v / plain:>8.2f}")
+    print(f"{'way':<14} {'changes/s':>10} {'x plain':>8} {'CPU us/change':>14}")
+    ways = [("raw stream", ceiling), ("plain loop", plain), ("exactly-once", eo)]
+    ways.append(("eo tuned", tuned))
+    for (way, v), cpu_s in zip(ways, cpu, strict=True):
+        print(f"{way:<14} {v:>10,.0f} {v / plain:>8.2f} {cpu_s / changes * 1e6:>14.1f}")
+    print(f"(eo tuned: {TUNED_TASK}, defaults otherwise)")
     print(
         f"\ncommit -> visible (read_committed) at {rate:,} changes/s for {seconds} s: "
         f"{lat['changes']:,} changes, p50 {lat['p50_ms']:.0f} ms, p99 {lat['p99_ms']:.0f} ms, "

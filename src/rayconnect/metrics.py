@@ -18,6 +18,8 @@ its prefix) and tagged with ``pipeline``; per-partition metrics also carry ``clu
 | rayconnect_commit_latency_s     | histogram | pipeline        | coordinator: the table commit alone |
 | rayconnect_dead_letter_records  | counter   | per partition   | whoever routes a record to a dead-letter queue |
 | rayconnect_outage_s             | gauge     | pipeline        | coordinator: how long the oldest outage under way (broker unreachable, table store failing) has lasted; 0 when none |
+| rayconnect_source_lag_bytes     | gauge     | pipeline, task  | source task: bytes of its source not in Kafka yet (Postgres: WAL behind the slot's confirmed position); 0 when caught up |
+| rayconnect_source_lag_s         | gauge     | pipeline, task  | source task: how old the oldest data not in Kafka yet is (Postgres: since the commit of the last transaction read) |
 
 Lag behind the table, per partition, is ``high_watermark - committed_offset`` (a PromQL
 expression; ``rayconnect status`` shows it computed).
@@ -38,6 +40,7 @@ from rayconnect.protocol.types import TopicPartition
 
 PARTITION_TAGS = ("pipeline", "cluster", "topic", "partition")
 PIPELINE_TAGS = ("pipeline",)
+TASK_TAGS = ("pipeline", "task")
 
 # seconds: a round is ~commit_interval_s (default 10 s), a commit ~10 ms - 1 s
 ROUND_BOUNDARIES = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300]
@@ -104,6 +107,8 @@ def _registry() -> dict[str, Any]:
             "Seconds the oldest outage under way has lasted (0: none)",
             PIPELINE_TAGS,
         )
+        gauge("source_lag_bytes", "Bytes of the source not in Kafka yet", TASK_TAGS)
+        gauge("source_lag_s", "Seconds the oldest data not in Kafka yet is old", TASK_TAGS)
         _metrics["round_duration_s"] = Histogram(
             "rayconnect_round_duration_s",
             "Round duration, START-COMMIT to committed, seconds",
@@ -129,6 +134,32 @@ def _partition_tags(pipeline: str, key: str) -> dict[str, str]:
     }
 
 
+def _record(name: str, method: str, value: float, tags: dict[str, str]) -> None:
+    try:
+        getattr(_registry()[name], method)(value, tags=tags)
+        if method == "set":
+            _remember_gauge(name, value, tags)
+    except Exception:  # pragma: no cover - metrics are best effort
+        import logging
+
+        logging.getLogger(__name__).debug("metric %s not recorded", name, exc_info=True)
+
+
+class SourceMetrics:
+    """The metrics of one source task (its actor records them every few seconds). Never
+    raises."""
+
+    def __init__(self, pipeline: str, task: int) -> None:
+        self._tags = {"pipeline": pipeline, "task": str(task)}
+
+    def lag(self, lag_bytes: int | None, lag_s: float | None) -> None:
+        """How far behind its source the task is (None: not known, not recorded)."""
+        if lag_bytes is not None:
+            _record("source_lag_bytes", "set", lag_bytes, self._tags)
+        if lag_s is not None:
+            _record("source_lag_s", "set", lag_s, self._tags)
+
+
 class SinkMetrics:
     """The metrics of one sink pipeline, as seen from one actor. Never raises: a metric that
     cannot be recorded must not stop a pipeline."""
@@ -139,14 +170,7 @@ class SinkMetrics:
         self._seen_rounds: dict[str, int] = {}
 
     def _do(self, name: str, method: str, value: float, tags: dict[str, str]) -> None:
-        try:
-            getattr(_registry()[name], method)(value, tags=tags)
-            if method == "set":
-                _remember_gauge(name, value, tags)
-        except Exception:  # pragma: no cover - metrics are best effort
-            import logging
-
-            logging.getLogger(__name__).debug("metric %s not recorded", name, exc_info=True)
+        _record(name, method, value, tags)
 
     # -- reader --------------------------------------------------------------------------
 

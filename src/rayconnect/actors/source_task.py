@@ -34,9 +34,11 @@ from rayconnect import ray_internals
 from rayconnect.actors import names
 from rayconnect.config.source import SourceSettings
 from rayconnect.kafka import compat
+from rayconnect.kafka.batched_send import Outgoing, check_size, send_batched
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_value
 from rayconnect.kafka.transactions import init_transactions, producer, stop_quietly
+from rayconnect.metrics import SourceMetrics
 from rayconnect.protocol.outages import OutageWatch
 from rayconnect.protocol.source_task import (
     AbortTransaction,
@@ -140,7 +142,8 @@ class TaskRunner:
         #: each poll's records until all of them are acknowledged or discarded
         self._polls: dict[int, list[SourceRecord]] = {}
         self._unsettled: dict[int, int] = {}
-        self._sent: list[tuple[SourceRecord, asyncio.Future[Any]]] = []
+        #: the open transaction's records, by the batch (its future) they went in
+        self._sent: list[tuple[asyncio.Future[Any], list[SourceRecord]]] = []
         self._offset_futures: list[asyncio.Future[Any]] = []
         self._wants_record_commits = type(task).commit_record is not SourceTask.commit_record
 
@@ -164,6 +167,9 @@ class TaskRunner:
         with contextlib.suppress(Exception):  # a task's own numbers never break status
             if source := self.task.metrics():
                 s["source"] = source
+        with contextlib.suppress(Exception):
+            if (lag := self.task.lag()) is not None:
+                s["lag"] = msgspec.to_builtins(lag)
         return s
 
     def stop(self) -> None:
@@ -215,7 +221,7 @@ class TaskRunner:
             await self._produce_segment(effect)
         elif isinstance(effect, SendToDeadLetter):
             record = self._polls[effect.poll_id][effect.index]
-            self._sent.append((record, await self._dead_letter(record, effect.reason)))
+            self._sent.append((await self._dead_letter(record, effect.reason), [record]))
         elif isinstance(effect, SendOffsets):
             topic = self.settings.own_offsets_topic
             for pkey, offset in effect.offsets.items():
@@ -298,24 +304,31 @@ class TaskRunner:
         return PollResult(_source_offsets(records), ends)
 
     async def _produce_segment(self, effect: ProduceSegment) -> None:
+        """Send the segment's records in whole record batches (kafka/batched_send: a
+        ``send`` per record costs more than most tasks spend making the record). Each
+        record is checked first; a bad one interrupts the segment after the records
+        before it went out, so the machine's dead letter keeps their order."""
         records = self._polls[effect.poll_id]
+        ready: list[Outgoing] = []
+        failure: _SendFailed | None = None
         for index in range(effect.start, effect.stop):
             record = records[index]
             try:
                 value, key, headers = encode_record(record)
-                fut = await self.producer.send(
-                    record.topic,
-                    value,
-                    key=key,
-                    partition=record.partition,
-                    headers=headers,
-                )
+                check_size(self.producer, key, value, headers)
             except (BadRecord, MessageSizeTooLargeError) as e:
                 reason = str(e) or type(e).__name__
-                raise _SendFailed(effect.poll_id, index, Failure.BAD_RECORD, reason) from e
-            except Exception as e:
-                raise _SendFailed(effect.poll_id, index, _kind(e), _reason(e)) from e
-            self._sent.append((record, fut))
+                failure = _SendFailed(effect.poll_id, index, Failure.BAD_RECORD, reason)
+                break
+            ready.append(Outgoing(record.topic, record.partition, key, value, headers))
+        try:
+            batches = await send_batched(self.producer, ready)
+        except Exception as e:
+            raise _SendFailed(effect.poll_id, effect.start, _kind(e), _reason(e)) from e
+        start = effect.start
+        self._sent += [(b.future, [records[start + i] for i in b.members]) for b in batches]
+        if failure is not None:
+            raise failure
 
     async def _dead_letter(self, record: Any, reason: str) -> asyncio.Future[Any]:
         """Route a record that cannot be written to the dead-letter topic, in the open
@@ -328,7 +341,7 @@ class TaskRunner:
 
     async def _commit(self) -> None:
         timeout = self.settings.commit_timeout_s
-        futures = [f for _, f in self._sent] + self._offset_futures
+        futures = [future for future, _ in self._sent] + self._offset_futures
         if futures:
             await asyncio.wait_for(asyncio.gather(*futures), timeout)
         if self.transactional:
@@ -360,11 +373,12 @@ class TaskRunner:
     async def _acknowledge(self, ranges: tuple[tuple[int, int, int], ...]) -> None:
         sent, self._sent = self._sent, []
         if self._wants_record_commits:
-            for record, fut in sent:
-                md = fut.result()
-                await self.task.commit_record(
-                    record, RecordMetadata(md.topic, md.partition, md.offset, md.timestamp)
-                )
+            for future, batch in sent:  # batch by batch (partition order is kept)
+                md = future.result()  # the batch's: its offset is its first record's
+                for i, record in enumerate(batch):
+                    await self.task.commit_record(
+                        record, RecordMetadata(md.topic, md.partition, md.offset + i, md.timestamp)
+                    )
         self._forget(ranges)
         await self.task.commit()
 
@@ -391,18 +405,27 @@ def _index_of(records: list[SourceRecord], record: SourceRecord, start: int) -> 
 
 
 def _source_offsets(records: list[SourceRecord]) -> list[tuple[str, Any] | None]:
-    """Each record's (encoded source partition, source offset), None without a partition."""
-    return [
-        None
-        if r.source_partition is None
-        else (encode_partition(r.source_partition), r.source_offset)
-        for r in records
-    ]
+    """Each record's (encoded source partition, source offset), None without a partition.
+    A task usually gives all its records one partition object: it is encoded once."""
+    out: list[tuple[str, Any] | None] = []
+    last: Any = None
+    encoded = ""
+    for r in records:
+        partition = r.source_partition
+        if partition is None:
+            out.append(None)
+            continue
+        if partition is not last:
+            last, encoded = partition, encode_partition(partition)
+        out.append((encoded, r.source_offset))
+    return out
 
 
 # -- the actor ------------------------------------------------------------------------------
 
 _KV_NS = "rayconnect"
+#: how often a task actor records its source's lag as metrics
+LAG_REPORT_S = 2.0
 
 
 def _kv_key(pipeline: str, index: int, what: str) -> bytes:
@@ -449,6 +472,16 @@ class SourceTaskActor:
         self.gave_up: str | None = None
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
         self._main = asyncio.get_running_loop().create_task(self._run())
+        self._lag = asyncio.get_running_loop().create_task(self._report_lag())
+
+    async def _report_lag(self) -> None:
+        """The task's lag as metrics every LAG_REPORT_S (a gauge per pipeline and task)."""
+        metrics = SourceMetrics(self.settings.name, self.index)
+        while not self._main.done():
+            with contextlib.suppress(Exception):  # a task's own numbers never stop it
+                if (lag := self.runner.task.lag()) is not None:
+                    metrics.lag(lag.bytes, lag.seconds)
+            await asyncio.sleep(LAG_REPORT_S)
 
     async def _run(self) -> None:
         try:

@@ -47,6 +47,18 @@ class SourceRecord(msgspec.Struct, frozen=True):
     source_offset: Any = None
 
 
+class SourceLag(msgspec.Struct, frozen=True, kw_only=True):
+    """How far behind its source a task's committed records are (status and metrics:
+    ``rayconnect_source_lag_bytes`` / ``_s``). 0 when caught up; None: not known."""
+
+    #: bytes of the source not in Kafka yet (Postgres: WAL between the slot's confirmed
+    #: position - what is in Kafka - and the server's)
+    bytes: int | None = None
+    #: how old the oldest data not in Kafka yet is, in seconds (Postgres: since the commit
+    #: of the last transaction read, while bytes > 0)
+    seconds: float | None = None
+
+
 class RecordMetadata(msgspec.Struct, frozen=True):
     """Where a committed record landed in Kafka."""
 
@@ -79,12 +91,23 @@ class BadRecord(ValueError):
 
 
 Encoded = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]
+_RAW = (bytes, type(None))
 
 
 def encode_record(record: Any) -> Encoded:
     """``(value, key, headers)`` as the producer takes them, or ``BadRecord``. Checked per
     record, so one bad record is named (topic, source partition and offset) and routed to
     the dead-letter topic instead of failing a whole transaction for an unknown reason."""
+    if (  # the common case, checked in a few steps: bytes, no headers, a valid topic
+        type(record) is SourceRecord
+        and type(record.value) in _RAW
+        and type(record.key) in _RAW
+        and not record.headers
+        and (record.partition is None or (type(record.partition) is int and record.partition >= 0))
+        and type(record.topic) is str
+        and _topic_problem(record.topic) is None
+    ):
+        return record.value, record.key, None
     if not isinstance(record, SourceRecord):
         raise BadRecord(f"poll() returned a {type(record).__name__}, not a rayconnect.SourceRecord")
     problem = _topic_problem(record.topic) if isinstance(record.topic, str) else "not a str"
@@ -256,8 +279,14 @@ class SourceTask:
         raise ConfigError if the source cannot work (unreachable, missing permission)."""
 
     def metrics(self) -> dict[str, Any]:
-        """What the task knows of its source (e.g. replication lag), shown in status."""
+        """What the task knows of its source (e.g. the replication slot's LSNs), shown in
+        status."""
         return {}
+
+    def lag(self) -> SourceLag | None:
+        """How far behind the source the committed records are (None: the task cannot
+        tell); shown in status and recorded as metrics every few seconds."""
+        return None
 
     async def release(self) -> None:
         """Free what the source keeps for this pipeline (a replication slot): called by

@@ -25,7 +25,7 @@ def scrape(port: int) -> dict[str, dict[tuple, float]]:
             labels = tuple(
                 kv
                 for kv in sorted(re.findall(r'(\w+)="([^"]*)"', m[2] or ""))
-                if kv[0] in ("pipeline", "cluster", "topic", "partition", "le")
+                if kv[0] in ("pipeline", "cluster", "topic", "partition", "task", "le")
             )
             name = m[1].removesuffix("_total")
             out[name][labels] = out[name].get(labels, 0.0) + float(m[3])
@@ -35,7 +35,7 @@ def scrape(port: int) -> dict[str, dict[tuple, float]]:
 @ray.remote(num_cpus=0)
 class Recorder:
     def record(self) -> None:
-        from rayconnect.metrics import SinkMetrics
+        from rayconnect.metrics import SinkMetrics, SourceMetrics
         from rayconnect.protocol.coordinator import CoordinatorStatus
 
         m = SinkMetrics("mx")
@@ -58,6 +58,10 @@ class Recorder:
         )
         m.rounds(CoordinatorStatus(**{**base, "rounds_committed": 2, "rounds_discarded": 1}))
         m.rounds(CoordinatorStatus(**{**base, "rounds_committed": 3, "rounds_discarded": 1}))
+        source = SourceMetrics("mx", 0)  # a source task's actor sets it every few seconds
+        source.lag(4096, 1.5)
+        source.lag(160, 0.25)
+        SourceMetrics("mx", 1).lag(None, None)  # a task that cannot tell records nothing
 
 
 @pytest.mark.timeout(120)
@@ -80,6 +84,7 @@ def test_metrics_reach_prometheus_with_their_values_and_tags():
     p0 = (("cluster", "c0"), ("partition", "0"), ("pipeline", "mx"), ("topic", "orders"))
     p1 = (("cluster", "c0"), ("partition", "1"), ("pipeline", "mx"), ("topic", "orders"))
     pipe = (("pipeline", "mx"),)
+    task0 = (("pipeline", "mx"), ("task", "0"))
     expected = {
         "ray_rayconnect_records_read": {p0: 150, p1: 7},
         "ray_rayconnect_bytes_read": {p0: 6000, p1: 280},
@@ -91,6 +96,8 @@ def test_metrics_reach_prometheus_with_their_values_and_tags():
         "ray_rayconnect_rounds_discarded": {pipe: 1},
         "ray_rayconnect_dead_letter_records": {p1: 2},
         "ray_rayconnect_outage_s": {pipe: 12.5},
+        "ray_rayconnect_source_lag_bytes": {task0: 160},
+        "ray_rayconnect_source_lag_s": {task0: 0.25},
         "ray_rayconnect_round_duration_s_count": {pipe: 1},
         "ray_rayconnect_commit_latency_s_count": {pipe: 1},
     }

@@ -4,6 +4,7 @@ polls end, which decides its Kafka transactions."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -11,24 +12,21 @@ import pytest
 from fixtures.postgres import PostgresServer
 
 import rayconnect as rc
-from rayconnect.source_tasks.base import SourceTaskContext, TransactionContext
+from rayconnect.source_tasks.base import SourceLag, SourceTaskContext, TransactionContext
 
 
-@pytest.mark.timeout(60)
-def test_a_full_poll_ends_at_a_postgres_commit(postgres: PostgresServer) -> None:
-    """With a backlog of 10-change transactions and batch_size 25, each poll returns whole
-    transactions (30 changes) and asks to commit: a poll ending mid-transaction could not
-    end the Kafka transaction, and with a backlog every poll would (none would commit)."""
+def _polls(postgres: PostgresServer, **settings: Any) -> list[tuple[int, list[Any]]]:
+    """Per poll: its records and the transaction requests, for a backlog of 10 transactions
+    of 10 inserts, then one of 100."""
     postgres.psql("CREATE TABLE acct (id int PRIMARY KEY, balance bigint)")
     task = rc.PostgresSource(
-        dsn=postgres.dsn, slot="polls", tables=["acct"], password_env="PGPASSWORD",
-        batch_size=25, max_records_per_transaction=45,
-    )  # fmt: skip
+        dsn=postgres.dsn, slot="polls", tables=["acct"], password_env="PGPASSWORD", **settings
+    )
     txn = TransactionContext()
 
     async def run() -> list[tuple[int, list[Any]]]:
         await task.start(SourceTaskContext("p", 0, 1, {}, txn))
-        for t in range(11):  # 10 transactions of 10 inserts, then one of 100
+        for t in range(11):
             values = ", ".join(f"({t * 1000 + i}, {i})" for i in range(10 if t < 10 else 100))
             postgres.psql(f"INSERT INTO acct VALUES {values}")
         polls: list[tuple[int, list[Any]]] = []
@@ -41,10 +39,137 @@ def test_a_full_poll_ends_at_a_postgres_commit(postgres: PostgresServer) -> None
         await task.stop()
         return polls
 
-    polls = asyncio.run(run())
+    return asyncio.run(run())
+
+
+@pytest.mark.timeout(60)
+def test_a_full_poll_ends_at_a_postgres_commit(postgres: PostgresServer) -> None:
+    """With a backlog of 10-change transactions and batch_size 25, each poll returns whole
+    transactions (30 changes) and asks to commit: a poll ending mid-transaction could not
+    end the Kafka transaction, and with a backlog every poll would (none would commit)."""
+    polls = _polls(postgres, batch_size=25, max_records_per_transaction=45)
     # whole 10-change transactions up to >= 25; then the last small one and the first 35
     # changes of the 100-change one reach the bound of 45: split there, and again
     assert polls == [
         (30, ["commit"]), (30, ["commit"]), (30, ["commit"]),
         (45, ["commit"]), (45, ["commit"]), (20, ["commit"]),
+    ]  # fmt: skip
+
+
+@pytest.mark.timeout(60)
+def test_a_poll_ends_at_the_commit_after_batch_bytes(postgres: PostgresServer) -> None:
+    """batch_bytes bounds a poll like batch_size: 1 byte ends it at every Postgres commit."""
+    polls = _polls(postgres, batch_bytes=1)
+    assert polls == [(10, ["commit"])] * 10 + [(100, ["commit"])]
+
+
+@pytest.mark.timeout(60)
+def test_lag_moves_behind_while_reading_a_backlog_and_to_zero_once_caught_up(
+    postgres: PostgresServer,
+) -> None:
+    """``lag()`` (status and metrics): bytes and seconds > 0 while a backlog is read a
+    poll at a time, 0 once everything read is committed and the stream is idle."""
+    postgres.psql("CREATE TABLE acct (id int PRIMARY KEY, balance bigint)")
+    task = rc.PostgresSource(
+        dsn=postgres.dsn, slot="lag", tables=["acct"], password_env="PGPASSWORD",
+        batch_size=100, snapshot=False,
+    )  # fmt: skip
+    txn = TransactionContext()
+
+    async def run() -> tuple[list[Any], Any]:
+        await task.start(SourceTaskContext("p", 0, 1, {}, txn))
+        for t in range(30):  # 30 transactions of 100 inserts
+            values = ", ".join(f"({t * 1000 + i}, {i})" for i in range(100))
+            postgres.psql(f"INSERT INTO acct VALUES {values}")
+        time.sleep(0.2)
+        behind = []
+        records = 0
+        while records < 3000:
+            polled = await task.poll()
+            records += len(polled)
+            txn.take()
+            await task.commit()
+            if polled and records < 2500:
+                behind.append(task.lag())
+        deadline = time.monotonic() + 20
+        while (lag := task.lag()) is not None and lag.bytes and time.monotonic() < deadline:
+            assert await task.poll() == []  # idle: the task confirms the server's position
+        await task.stop()
+        return behind, lag
+
+    behind, caught_up = asyncio.run(run())
+    assert behind and all(lag.bytes > 0 and lag.seconds > 0 for lag in behind), behind
+    assert caught_up == SourceLag(bytes=0, seconds=0.0)
+
+
+SHAPES = """
+CREATE TABLE doc (id int PRIMARY KEY, body text, n int);
+CREATE TABLE docfull (id int PRIMARY KEY, body text, n int);
+ALTER TABLE docfull REPLICA IDENTITY FULL;
+CREATE TABLE nokey (a int, b text);
+ALTER TABLE nokey REPLICA IDENTITY FULL;
+"""
+#: 9.6 kB of md5 hex: stored out of line (TOAST), so an update of another column leaves it
+#: out of the new row ('u')
+BIG = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 300) g)"
+
+
+@pytest.mark.timeout(60)
+def test_toast_key_changes_keyless_tables_and_dropped_columns(postgres: PostgresServer) -> None:
+    """An unchanged TOASTed value is never null: the old row's value under REPLICA IDENTITY
+    FULL, else the placeholder; a primary-key change is a delete (+ tombstone) of the old
+    key and a create of the new; a table without a key (FULL) has key null, partition 0 and
+    the whole old row; a dropped column is gone from the next event on."""
+    postgres.psql(SHAPES)
+    task = rc.PostgresSource(
+        dsn=postgres.dsn, slot="shapes", tables=["doc", "docfull", "nokey"],
+        password_env="PGPASSWORD", snapshot=False, tombstones=True,
+    )  # fmt: skip
+    txn = TransactionContext()
+
+    async def run() -> list[Any]:
+        await task.start(SourceTaskContext("p", 0, 1, {}, txn))
+        postgres.psql(
+            f"INSERT INTO doc VALUES (1, {BIG}, 0); INSERT INTO docfull VALUES (1, {BIG}, 0);"
+            "INSERT INTO nokey VALUES (1, 'x')"
+        )
+        postgres.psql("UPDATE doc SET n = 1 WHERE id = 1; UPDATE docfull SET n = 1 WHERE id = 1")
+        postgres.psql("UPDATE doc SET id = 2 WHERE id = 1")
+        postgres.psql("UPDATE nokey SET b = 'y'")
+        postgres.psql("ALTER TABLE doc DROP COLUMN n")
+        postgres.psql("UPDATE doc SET body = 'short' WHERE id = 2")
+        records: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(records) < 10 and time.monotonic() < deadline:
+            records += await task.poll()
+            txn.take()
+            await task.commit()
+        await task.stop()
+        return records
+
+    records = asyncio.run(run())
+    big = postgres.psql(f"SELECT {BIG}")
+    unavailable = "__debezium_unavailable_value"
+    got = [
+        (
+            r.topic.rsplit(".", 1)[1],
+            r.key and json.loads(r.key),
+            r.partition,
+            r.value and {k: v for k, v in json.loads(r.value).items() if k in ("op", "before", "after")},
+        )
+        for r in records
+    ]
+    assert got == [
+        ("doc", {"id": 1}, None, {"op": "c", "before": None, "after": {"id": 1, "body": big, "n": 0}}),
+        ("docfull", {"id": 1}, None, {"op": "c", "before": None, "after": {"id": 1, "body": big, "n": 0}}),
+        ("nokey", None, 0, {"op": "c", "before": None, "after": {"a": 1, "b": "x"}}),
+        ("doc", {"id": 1}, None, {"op": "u", "before": None, "after": {"id": 1, "body": unavailable, "n": 1}}),
+        ("docfull", {"id": 1}, None, {
+            "op": "u", "before": {"id": 1, "body": big, "n": 0}, "after": {"id": 1, "body": big, "n": 1}
+        }),
+        ("doc", {"id": 1}, None, {"op": "d", "before": {"id": 1}, "after": None}),
+        ("doc", {"id": 1}, None, None),  # the old key's tombstone
+        ("doc", {"id": 2}, None, {"op": "c", "before": None, "after": {"id": 2, "body": unavailable, "n": 1}}),
+        ("nokey", None, 0, {"op": "u", "before": {"a": 1, "b": "x"}, "after": {"a": 1, "b": "y"}}),
+        ("doc", {"id": 2}, None, {"op": "u", "before": None, "after": {"id": 2, "body": "short"}}),
     ]  # fmt: skip

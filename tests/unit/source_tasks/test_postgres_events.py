@@ -1,18 +1,24 @@
 """The pure parts of the Postgres source: pgoutput messages captured from a real Postgres 15
 (a transaction inserting a row with a TOASTed text, updating only its numeric to NaN - the
-text then comes as 'unchanged' - and deleting it), value typing, change events and the
+text then comes as 'unchanged' - and deleting it), values as JSON, change events and the
 snapshot/stream progress that makes restarts exactly once."""
 
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 
+import msgspec
 import pytest
 
 from rayconnect.errors import ConfigError
 from rayconnect.source_tasks.postgres import PostgresSettings
-from rayconnect.source_tasks.postgres.events import EventBuilder, TableShape, row
+from rayconnect.source_tasks.postgres.events import (
+    UNAVAILABLE_VALUE,
+    EventBuilder,
+    RowCodec,
+    TableShape,
+    key_values,
+)
 from rayconnect.source_tasks.postgres.pgoutput import (
     Begin,
     Column,
@@ -27,7 +33,7 @@ from rayconnect.source_tasks.postgres.pgoutput import (
     parse_lsn,
 )
 from rayconnect.source_tasks.postgres.progress import Progress, Segment
-from rayconnect.source_tasks.postgres.values import typed
+from rayconnect.source_tasks.postgres.values import json_encoder
 
 # CREATE TABLE t (id int PRIMARY KEY, big text, n numeric, ok bool); BEGIN; INSERT (1, 9.6 kB
 # of md5 hex, 1.50, true); UPDATE t SET n = 'NaN'; DELETE; COMMIT - as pgoutput v1 sent it
@@ -53,8 +59,8 @@ def test_decodes_a_captured_transaction() -> None:
     assert begin == Begin(final_lsn=0x152BC68, commit_ts_us=begin.commit_ts_us, xid=726)
     assert decode(bytes.fromhex(RELATION)) == Relation(16384, "public", "t", "d", COLUMNS)
     update = decode(bytes.fromhex(UPDATE))
-    assert update == Update(16384, ("1", Unchanged.TOAST, "NaN", "t"))
-    assert decode(bytes.fromhex(DELETE)) == Delete(16384, ("1", None, None, None), old_is_key=True)
+    assert update == Update(16384, (b"1", Unchanged.TOAST, b"NaN", b"t"))
+    assert decode(bytes.fromhex(DELETE)) == Delete(16384, (b"1", None, None, None), old_is_key=True)
     commit = decode(bytes.fromhex(COMMIT))
     assert commit == Commit(0x152BC68, 0x152BC98, begin.commit_ts_us)
     assert ms_of(commit.commit_ts_us) == 1795746466652  # 2026-11-27 02:27:46.652 UTC, captured
@@ -87,45 +93,67 @@ def test_lsn_text_round_trip() -> None:
         (17, "\\x00ff", "AP8="),
         (25, "ü", "ü"),
         (2950, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
-        (23, None, None),
+        (1700, "-0.5", -0.5),
+        (700, "-Infinity", "-Infinity"),
+        (701, "1e+20", 1e20),
+        (25, 'a "quoted"\\ \n', 'a "quoted"\\ \n'),
     ],
 )
-def test_values_are_typed_by_column_type(oid: int, text: str | None, value: object) -> None:
-    assert typed(oid, text) == value
+def test_values_are_typed_by_column_type(oid: int, text: str, value: object) -> None:
+    assert msgspec.json.decode(json_encoder(oid)(text.encode())) == value
+
+
+def _events(builder: EventBuilder, shape: TableShape, *changes: tuple) -> list:
+    source = builder.source(shape, lsn=0x10, txid=5, commit_ms=7, snapshot=False)
+    out = []
+    for n, (op, before, after, key) in enumerate(changes):
+        out += builder.records(
+            shape, op, before, after, key, source=source, now_ms=9,
+            offset={"lsn": 16, "n": n}, source_partition={"postgres": "s"},
+        )  # fmt: skip
+    return out
 
 
 def test_change_events_are_debezium_shaped_with_exact_numerics() -> None:
     shape = TableShape("public", "t", COLUMNS, ("id",))
+    codec = RowCodec(shape)
     builder = EventBuilder("pg", lambda s, t: f"pg.{s}.{t}", True, "db")
-    after = row(COLUMNS, ("1", Unchanged.TOAST, "12345678901234567890.01", "t"))
-    assert after == {"id": 1, "n": Decimal("12345678901234567890.01"), "ok": True}
-    (update,) = builder.records(
-        shape, "u", None, after, lsn=0x10, txid=5, commit_ms=7, snapshot=False,
-        offset={"lsn": 16, "n": 0}, source_partition={"postgres": "s"},
-    )  # fmt: skip
+    cells = (b"1", b"x", b"12345678901234567890.01", b"t")
+    key = codec.key(cells)
+    (update,) = _events(builder, shape, ("u", None, codec.row(cells), key))
     assert update.topic == "pg.public.t" and update.key == b'{"id":1}'
     assert b'"n":12345678901234567890.01' in update.value  # a JSON number, every digit
     event = json.loads(update.value)
-    assert event["op"] == "u" and event["before"] is None
+    assert event["op"] == "u" and event["before"] is None and event["ts_ms"] == 9
+    assert event["after"] == {"id": 1, "big": "x", "n": 12345678901234567890.01, "ok": True}
     assert event["source"] == {
         "connector": "postgresql", "name": "pg", "db": "db", "schema": "public", "table": "t",
         "lsn": 16, "lsn_text": "0/10", "txId": 5, "ts_ms": 7, "snapshot": "false",
     }  # fmt: skip
-    delete, tombstone = builder.records(
-        shape, "d", {"id": 1}, None, lsn=0x10, txid=5, commit_ms=7, snapshot=False,
-        offset={"lsn": 16, "n": 1}, source_partition={"postgres": "s"},
-    )  # fmt: skip
+    old_key = (b"1", None, None, None)  # an old key tuple ('K'): the other columns are not null
+    delete, tombstone = _events(builder, shape, ("d", codec.identity(old_key), None, key))
     assert json.loads(delete.value)["before"] == {"id": 1}
     assert tombstone.key == b'{"id":1}' and tombstone.value is None
+    assert key_values(key) == [1] and key_values(None) is None
+
+
+def test_an_unchanged_toasted_value_is_never_claimed_null() -> None:
+    """pgoutput leaves it out ('u'): taken from the whole old row if Postgres sent one
+    (REPLICA IDENTITY FULL), else the placeholder - a null would say it was cleared."""
+    codec = RowCodec(TableShape("public", "t", COLUMNS, ("id",)))
+    new = (b"1", Unchanged.TOAST, b"NaN", b"t")
+    assert json.loads(codec.row(new)) == {"id": 1, "big": UNAVAILABLE_VALUE, "n": "NaN", "ok": True}
+    old = (b"1", b"long text", b"1.50", b"t")
+    assert json.loads(codec.row(new, old))["big"] == "long text"
+    assert json.loads(RowCodec(codec.shape, "?").row(new))["big"] == "?"
 
 
 def test_a_table_without_a_key_keeps_order_in_partition_0() -> None:
     shape = TableShape("public", "log", COLUMNS, ())
     builder = EventBuilder("pg", lambda s, t: f"pg.{s}.{t}", True, "db")
-    records = builder.records(
-        shape, "d", {"id": 1}, None, lsn=1, txid=1, commit_ms=1, snapshot=False,
-        offset={}, source_partition={},
-    )  # fmt: skip
+    row = RowCodec(shape).row((b"1", None, None, None))
+    assert RowCodec(shape).key((b"1", None, None, None)) is None
+    records = _events(builder, shape, ("d", row, None, None))
     assert [(r.key, r.partition) for r in records] == [(None, 0)]  # no tombstone without key
 
 

@@ -5,27 +5,35 @@ event ``{"before", "after", "source", "op", "ts_ms"}`` with ``op`` ``r`` (snapsh
 ``c``, ``u`` or ``d``; ``source`` says where the change is in Postgres (``lsn``, ``txId``,
 ``ts_ms`` of the commit, ``schema``, ``table``, ``snapshot``). ``before`` is the old row as
 Postgres sends it: the key columns only (REPLICA IDENTITY DEFAULT) or the whole row (FULL).
-A column whose TOASTed value an update did not change is left out of ``after`` (pgoutput
-does not send it). Tables without a primary key (REPLICA IDENTITY FULL) have key null and
-all their records go to Kafka partition 0, which keeps them in commit order.
+
+A TOASTed value an update did not change is not sent by pgoutput: ``after`` takes it from
+the old row when Postgres sent that (REPLICA IDENTITY FULL), else it holds the placeholder
+``unavailable_value`` (Debezium's ``__debezium_unavailable_value``) - never null, which
+would claim the value was cleared. An update that changes the primary key is, as in
+Debezium, a delete of the old key (and its tombstone) followed by a create of the new one,
+so a compacted topic or an upsert sink forgets the old key. Tables without a primary key
+(REPLICA IDENTITY FULL) have key null and all their records go to Kafka partition 0, which
+keeps them in commit order.
+
+Events are written as JSON bytes directly (``values``: each column's text to its JSON
+text); no Python value per column.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from rayconnect.source_tasks.base import SourceRecord
-from rayconnect.source_tasks.postgres.pgoutput import Cell, Column, Unchanged, format_lsn
-from rayconnect.source_tasks.postgres.values import converter
+from rayconnect.source_tasks.postgres.pgoutput import Cell, Column
+from rayconnect.source_tasks.postgres.values import json_encoder
 
-#: numeric as JSON numbers with their exact digits
-_encoder = msgspec.json.Encoder(decimal_format="number")
+#: what ``after`` holds for a TOASTed value that was not sent (Debezium's default)
+UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 
-Row = dict[str, Any]
+_encode = msgspec.json.Encoder().encode
 
 
 class TableShape(msgspec.Struct, frozen=True):
@@ -42,33 +50,90 @@ class TableShape(msgspec.Struct, frozen=True):
         return f"{self.schema}.{self.table}"
 
 
-def row(columns: Sequence[Column], cells: Sequence[Cell]) -> Row:
-    """Typed values by column name; unchanged TOAST values left out."""
-    out: Row = {}
-    for column, cell in zip(columns, cells, strict=True):
-        if cell is None:
-            out[column.name] = None
-        elif not isinstance(cell, Unchanged):
-            out[column.name] = converter(column.type_oid)(cell)
-    return out
+class RowCodec:
+    """Rows of one table shape as JSON, built once per shape (a Relation message)."""
+
+    __slots__ = ("shape", "_names", "_fields", "_encoders", "_key", "_identity", "_unavailable")
+
+    def __init__(self, shape: TableShape, unavailable_value: str = UNAVAILABLE_VALUE) -> None:
+        self.shape = shape
+        columns = shape.columns
+        self._names = [_encode(c.name) + b":" for c in columns]
+        #: the names as a whole row writes them: ``{"a":`` first, then ``,"b":``
+        self._fields = [(b"," if i else b"{") + name for i, name in enumerate(self._names)]
+        self._encoders = [json_encoder(c.type_oid) for c in columns]
+        position = {c.name: i for i, c in enumerate(columns)}
+        #: the primary key's column positions, in key order
+        self._key = [position[name] for name in shape.primary_key]
+        #: the replica identity's columns: what an old key ('K') tuple holds
+        self._identity = [i for i, c in enumerate(columns) if c.key]
+        self._unavailable = _encode(unavailable_value)
+
+    def row(self, cells: Sequence[Cell], old: Sequence[Cell] | None = None) -> bytes:
+        """The whole row; an unchanged TOASTed value from ``old`` (a whole old row) if it
+        has it, else the placeholder."""
+        if not cells:
+            return b"{}"
+        fields, encoders = self._fields, self._encoders
+        parts = []
+        for i, cell in enumerate(cells):
+            parts.append(fields[i])
+            if cell is None:
+                parts.append(b"null")
+            elif type(cell) is bytes:
+                parts.append(encoders[i](cell))
+            else:
+                kept = old[i] if old is not None else None
+                parts.append(
+                    encoders[i](kept) if type(kept) is bytes
+                    else b"null" if kept is None and old is not None
+                    else self._unavailable
+                )  # fmt: skip
+        parts.append(b"}")
+        return b"".join(parts)
+
+    def identity(self, cells: Sequence[Cell]) -> bytes:
+        """An old key tuple ('K'): the replica identity's columns only (pgoutput sends the
+        others as nulls, which they are not)."""
+        return self._object(cells, self._identity)
+
+    def key(self, cells: Sequence[Cell]) -> bytes | None:
+        """The primary key as a JSON object in key order; None without a primary key."""
+        return self._object(cells, self._key) if self._key else None
+
+    def same_key(self, a: Sequence[Cell], b: Sequence[Cell]) -> bool:
+        return all(a[i] == b[i] for i in self._key)
+
+    def _object(self, cells: Sequence[Cell], positions: list[int]) -> bytes:
+        parts = []
+        for i in positions:
+            cell = cells[i]
+            text = self._encoders[i](cell) if type(cell) is bytes else b"null"
+            parts.append(self._names[i] + text)
+        return b"{" + b",".join(parts) + b"}"
 
 
-def key_of(shape: TableShape, values: Row) -> list[Any] | None:
-    """The primary key's values in key order (None: no primary key)."""
-    if not shape.primary_key:
-        return None
-    return [values.get(c) for c in shape.primary_key]
+def key_values(key: bytes | None) -> list[Any] | None:
+    """A record key's values in key order (None: no primary key)."""
+    return None if key is None else list(msgspec.json.decode(key).values())
 
 
 class EventBuilder:
     """Builds the records of one task; ``topic_of`` names the topic of a table."""
 
-    def __init__(self, topic_prefix: str, topic_of: Any, tombstones: bool, database: str) -> None:
+    def __init__(
+        self,
+        topic_prefix: str,
+        topic_of: Callable[[str, str], str],
+        tombstones: bool,
+        database: str,
+    ) -> None:
         self.topic_prefix = topic_prefix
         self.topic_of = topic_of
         self.tombstones = tombstones
         self.database = database
         self._topics: dict[tuple[str, str], str] = {}
+        self._heads: dict[tuple[str, str], bytes] = {}
 
     def topic(self, shape: TableShape) -> str:
         found = self._topics.get((shape.schema, shape.table))
@@ -78,66 +143,59 @@ class EventBuilder:
             )
         return found
 
-    def records(
-        self,
-        shape: TableShape,
-        op: str,
-        before: Row | None,
-        after: Row | None,
-        *,
-        lsn: int,
-        txid: int | None,
-        commit_ms: int,
-        snapshot: bool,
-        offset: dict[str, Any],
-        source_partition: Any,
-    ) -> list[SourceRecord]:
-        """The record of one change (and its tombstone after a delete, if asked)."""
-        values = after if after is not None else before or {}
-        key_values = key_of(shape, values)
-        key = (
-            None
-            if key_values is None
-            else _encoder.encode(dict(zip(shape.primary_key, key_values, strict=True)))
-        )
-        event = {
-            "before": before,
-            "after": after,
-            "source": {
+    def source(
+        self, shape: TableShape, *, lsn: int, txid: int | None, commit_ms: int, snapshot: bool
+    ) -> bytes:
+        """The ``source`` block, the same for every change of a transaction and table;
+        its table part is written once per table."""
+        head = self._heads.get((shape.schema, shape.table))
+        if head is None:
+            fields = {
                 "connector": "postgresql",
                 "name": self.topic_prefix,
                 "db": self.database,
                 "schema": shape.schema,
                 "table": shape.table,
-                "lsn": lsn,
-                "lsn_text": format_lsn(lsn),
-                "txId": txid,
-                "ts_ms": commit_ms,
-                "snapshot": "true" if snapshot else "false",
-            },
-            "op": op,
-            "ts_ms": int(time.time() * 1000),
-        }
+            }
+            head = self._heads[(shape.schema, shape.table)] = _encode(fields)[:-1] + b","
+        return head + b'"lsn":%d,"lsn_text":"%X/%X","txId":%s,"ts_ms":%d,"snapshot":"%s"}' % (
+            lsn, lsn >> 32, lsn & 0xFFFFFFFF, b"null" if txid is None else b"%d" % txid,
+            commit_ms, b"true" if snapshot else b"false",
+        )  # fmt: skip
+
+    def records(
+        self,
+        shape: TableShape,
+        op: str,
+        before: bytes | None,
+        after: bytes | None,
+        key: bytes | None,
+        *,
+        source: bytes,
+        now_ms: int,
+        offset: dict[str, Any],
+        source_partition: Any,
+    ) -> list[SourceRecord]:
+        """The record of one change (and its tombstone after a delete, if asked)."""
+        value = b"".join(
+            (
+                b'{"before":', before or b"null", b',"after":', after or b"null",
+                b',"source":', source, b',"op":"', op.encode(), b'","ts_ms":',
+                str(now_ms).encode(), b"}",
+            )
+        )  # fmt: skip
         topic = self.topic(shape)
-        partition = None if key is not None else 0
-        out = [
-            SourceRecord(
-                topic,
-                _encoder.encode(event),
-                key=key,
-                partition=partition,
-                source_partition=source_partition,
-                source_offset=offset,
-            )
-        ]
+        record = SourceRecord(
+            topic,
+            value,
+            key=key,
+            partition=None if key is not None else 0,
+            source_partition=source_partition,
+            source_offset=offset,
+        )
         if op == "d" and self.tombstones and key is not None:
-            out.append(
-                SourceRecord(
-                    topic,
-                    None,
-                    key=key,
-                    source_partition=source_partition,
-                    source_offset=offset,
-                )
+            tombstone = SourceRecord(
+                topic, None, key=key, source_partition=source_partition, source_offset=offset
             )
-        return out
+            return [record, tombstone]
+        return [record]

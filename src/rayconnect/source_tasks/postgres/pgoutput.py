@@ -3,7 +3,7 @@
 Postgres sends each transaction whole, at its commit, as ``Begin``, the changes (each
 preceded by a ``Relation`` message the first time a table is used, and again after its
 definition changed - how ``ALTER TABLE`` add/drop column reaches us), ``Commit``. Column
-values arrive in their text output form; ``values`` types them. See
+values arrive in their text output form; ``values`` writes them as JSON. See
 https://www.postgresql.org/docs/15/protocol-logicalrep-message-formats.html
 """
 
@@ -24,8 +24,8 @@ class Unchanged(enum.Enum):
     TOAST = "unchanged-toast"
 
 
-#: a column's value as sent: text, NULL, or an unchanged TOASTed value
-Cell = str | None | Unchanged
+#: a column's value as sent: its text form (bytes, UTF-8), NULL, or an unchanged TOASTed value
+Cell = bytes | None | Unchanged
 
 
 class Column(msgspec.Struct, frozen=True):
@@ -96,18 +96,18 @@ _I16, _I32, _I64, _U64 = (
     struct.Struct(">q"),
     struct.Struct(">Q"),
 )
+_REL_TAG = struct.Struct(">iB")  # a change's relation id and its first tuple tag
+_BEGIN = struct.Struct(">QqI")
+_COMMIT = struct.Struct(">xQQq")
 
 
 class _Reader:
+    """Relation and Truncate messages: rare, read field by field."""
+
     __slots__ = ("buf", "pos")
 
-    def __init__(self, buf: bytes) -> None:
-        self.buf, self.pos = buf, 0
-
-    def byte(self) -> str:
-        b = self.buf[self.pos : self.pos + 1].decode()
-        self.pos += 1
-        return b
+    def __init__(self, buf: bytes, pos: int) -> None:
+        self.buf, self.pos = buf, pos
 
     def int8(self) -> int:
         v = self.buf[self.pos]
@@ -124,84 +124,77 @@ class _Reader:
         self.pos += 4
         return v
 
-    def int64(self) -> int:
-        (v,) = _I64.unpack_from(self.buf, self.pos)
-        self.pos += 8
-        return v
-
-    def lsn(self) -> int:
-        (v,) = _U64.unpack_from(self.buf, self.pos)
-        self.pos += 8
-        return v
-
     def cstring(self) -> str:
         end = self.buf.index(b"\0", self.pos)
         s = self.buf[self.pos : end].decode()
         self.pos = end + 1
         return s
 
-    def tuple_data(self) -> tuple[Cell, ...]:
-        n = self.int16()
-        cells: list[Cell] = []
-        buf = self.buf
-        for _ in range(n):
-            kind = buf[self.pos]
-            self.pos += 1
-            if kind == 0x74:  # 't'
-                size = self.int32()
-                cells.append(buf[self.pos : self.pos + size].decode())
-                self.pos += size
-            elif kind == 0x6E:  # 'n'
-                cells.append(None)
-            elif kind == 0x75:  # 'u'
-                cells.append(Unchanged.TOAST)
-            else:
-                raise ValueError(f"pgoutput: tuple column kind {chr(kind)!r} (binary?) unsupported")
-        return tuple(cells)
+
+def _tuple(buf: bytes, pos: int) -> tuple[tuple[Cell, ...], int]:
+    """TupleData at ``pos``: its cells (each value's text as bytes, not decoded: most
+    become JSON as they are) and the position after it."""
+    (n,) = _I16.unpack_from(buf, pos)
+    pos += 2
+    cells: list[Cell] = []
+    append, unpack = cells.append, _I32.unpack_from
+    for _ in range(n):
+        kind = buf[pos]
+        if kind == 0x74:  # 't'
+            (size,) = unpack(buf, pos + 1)
+            pos += 5 + size
+            append(buf[pos - size : pos])
+        elif kind == 0x6E:  # 'n'
+            append(None)
+            pos += 1
+        elif kind == 0x75:  # 'u'
+            append(Unchanged.TOAST)
+            pos += 1
+        else:
+            raise ValueError(f"pgoutput: tuple column kind {chr(kind)!r} (binary?) unsupported")
+    return tuple(cells), pos
 
 
 def decode(payload: bytes) -> Message:
     """One pgoutput message -> its Struct; ValueError for a malformed or unknown one."""
-    r = _Reader(payload)
-    kind = r.byte()
-    if kind == "B":
-        return Begin(r.lsn(), r.int64(), r.int32() & 0xFFFFFFFF)
-    if kind == "C":
-        r.int8()  # flags, unused
-        return Commit(r.lsn(), r.lsn(), r.int64())
-    if kind == "I":
-        rel = r.int32()
-        if r.byte() != "N":
-            raise ValueError("pgoutput: Insert without a new tuple")
-        return Insert(rel, r.tuple_data())
-    if kind == "U":
-        rel = r.int32()
-        tag = r.byte()
-        old, old_is_key = None, False
-        if tag in ("K", "O"):
-            old, old_is_key = r.tuple_data(), tag == "K"
-            tag = r.byte()
-        if tag != "N":
+    kind = payload[0]
+    if kind in (0x49, 0x55, 0x44):  # I U D: the bulk, read without a reader object
+        rel, tag = _REL_TAG.unpack_from(payload, 1)
+        if kind == 0x49:
+            if tag != 0x4E:  # 'N'
+                raise ValueError("pgoutput: Insert without a new tuple")
+            return Insert(rel, _tuple(payload, 6)[0])
+        if kind == 0x44:
+            return Delete(rel, _tuple(payload, 6)[0], tag == 0x4B)
+        old: tuple[Cell, ...] | None = None
+        pos = 6
+        if tag in (0x4B, 0x4F):  # 'K' old key, 'O' old row
+            old, pos = _tuple(payload, pos)
+            pos += 1
+        if payload[pos - 1] != 0x4E:
             raise ValueError("pgoutput: Update without a new tuple")
-        return Update(rel, r.tuple_data(), old, old_is_key)
-    if kind == "D":
+        return Update(rel, _tuple(payload, pos)[0], old, tag == 0x4B)
+    if kind == 0x42:  # B
+        lsn, ts, xid = _BEGIN.unpack_from(payload, 1)
+        return Begin(lsn, ts, xid)
+    if kind == 0x43:  # C
+        return Commit(*_COMMIT.unpack_from(payload, 1))
+    r = _Reader(payload, 1)
+    if kind == 0x52:  # R
         rel = r.int32()
-        tag = r.byte()
-        return Delete(rel, r.tuple_data(), tag == "K")
-    if kind == "R":
-        rel, schema, table, identity = r.int32(), r.cstring(), r.cstring(), chr(r.int8())
+        schema, table, identity = r.cstring(), r.cstring(), chr(r.int8())
         columns = []
         for _ in range(r.int16()):
             flags, name, oid, typmod = r.int8(), r.cstring(), r.int32(), r.int32()
             columns.append(Column(name, oid & 0xFFFFFFFF, typmod, bool(flags & 1)))
         return Relation(rel, schema, table, identity, tuple(columns))
-    if kind == "T":
+    if kind == 0x54:  # T
         n = r.int32()
         r.int8()  # options: CASCADE / RESTART IDENTITY
         return Truncate(tuple(r.int32() for _ in range(n)))
-    if kind in ("O", "Y", "M"):
-        return Ignored(kind)
-    raise ValueError(f"pgoutput: unknown message kind {kind!r}")
+    if kind in (0x4F, 0x59, 0x4D):  # Origin, Type, logical decoding Message
+        return Ignored(chr(kind))
+    raise ValueError(f"pgoutput: unknown message kind {chr(kind)!r}")
 
 
 def ms_of(pg_ts_us: int) -> int:

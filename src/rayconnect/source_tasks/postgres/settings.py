@@ -31,7 +31,11 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     replication slot (created if missing, else reused from where it confirmed).
     ``topic_template``: ``{prefix}``, ``{schema}``, ``{table}``. ``max_records_per_transaction``
     bounds a Kafka transaction: a Postgres transaction with more changes is split (see
-    docs/guides/postgres-source.md)."""
+    docs/guides/postgres-source.md). ``batch_size`` / ``batch_bytes``: a poll - one Kafka
+transaction - ends at the first Postgres commit after this many records / bytes of events,
+or when the stream has nothing more. ``unavailable_value``: what ``after`` holds for a
+    TOASTed value an update did not change and Postgres did not send (REPLICA IDENTITY FULL
+    sends it)."""
 
     dsn: str
     slot: str
@@ -44,8 +48,10 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     tombstones: bool = False
     snapshot: bool = True
     batch_size: PositiveInt = 5000
+    batch_bytes: PositiveInt = 16 << 20
     max_records_per_transaction: PositiveInt = 100_000
     idle_s: NonNegativeFloat = 0.2
+    unavailable_value: str = "__debezium_unavailable_value"
     connect_timeout_s: PositiveInt = 10
 
     __repr__ = redacted_repr

@@ -21,9 +21,14 @@ import time
 from typing import Any
 
 from rayconnect.errors import ConfigError
-from rayconnect.source_tasks.base import ConfiguredTask, SourceRecord, SourceTaskContext
+from rayconnect.source_tasks.base import (
+    ConfiguredTask,
+    SourceLag,
+    SourceRecord,
+    SourceTaskContext,
+)
 from rayconnect.source_tasks.postgres import catalog
-from rayconnect.source_tasks.postgres.events import EventBuilder, TableShape, key_of, row
+from rayconnect.source_tasks.postgres.events import EventBuilder, RowCodec, TableShape, key_values
 from rayconnect.source_tasks.postgres.pgoutput import (
     Begin,
     Commit,
@@ -114,7 +119,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         finally:
             conn.close()
         self.events = EventBuilder(s.topic_prefix, s.topic, s.tombstones, self.database)
-        self.relations: dict[int, TableShape] = {}
+        self.relations: dict[int, RowCodec] = {}
         if committed is not None:
             self.progress = Progress.from_offset(committed)
         elif s.snapshot and self.tables:
@@ -149,7 +154,11 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         self._segments_offset = self.progress.to_offset().get("segments")
         self._txn: Begin | None = None
         self._n = -1
+        #: the source block of each table's events in the transaction under way
+        self._sources: dict[str, bytes] = {}
+        self._now_ms = 0
         self._open = 0
+        self._poll_bytes = 0
 
     async def poll(self) -> list[SourceRecord]:
         if not self.active:
@@ -169,13 +178,17 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         rows = reader.page(shape, self.sql_types[shape.name], p.after, self.settings.batch_size)
         records: list[SourceRecord] = []
         now_ms = int(time.time() * 1000)
-        for cells in rows:
-            values = row(shape.columns, cells)
-            if shape.primary_key:
-                p.after = comparable_key(key_of(shape, values))
+        codec = RowCodec(shape, self.settings.unavailable_value)
+        source = self.events.source(
+            shape, lsn=self._snapshot_lsn, txid=None, commit_ms=now_ms, snapshot=True
+        )
+        for text in rows:
+            cells = tuple(None if v is None else v.encode() for v in text)
+            key = codec.key(cells)
+            if key is not None:  # the record's offset says: written up to its key
+                p.after = comparable_key(key_values(key))
             records += self.events.records(
-                shape, "r", None, values,
-                lsn=self._snapshot_lsn, txid=None, commit_ms=now_ms, snapshot=True,
+                shape, "r", None, codec.row(cells), key, source=source, now_ms=now_ms,
                 offset=p.to_offset(), source_partition=self.source_partition,
             )  # fmt: skip
         done = len(rows) < self.settings.batch_size
@@ -205,10 +218,17 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         assert stream is not None
         records: list[SourceRecord] = []
         limit, bound = self.settings.batch_size, self.settings.max_records_per_transaction
+        max_bytes = self.settings.batch_bytes
         deadline = time.monotonic() + POLL_BUDGET_S
-        # A full batch ends at the next commit, not mid-transaction: a poll that ends inside
-        # one cannot end the Kafka transaction, and with a backlog every poll would.
-        while self._open < bound and not (len(records) >= limit and self._txn is None):
+        self._poll_bytes = 0
+        # The flush policy: a poll - one Kafka transaction - ends at the first Postgres
+        # commit after batch_size records or batch_bytes of events, or as soon as the stream
+        # has nothing more (at a low rate each Postgres transaction is in Kafka at once).
+        # Not mid-transaction: a poll that ends inside one cannot end the Kafka
+        # transaction, and with a backlog every poll would.
+        while self._open < bound and not (
+            (len(records) >= limit or self._poll_bytes >= max_bytes) and self._txn is None
+        ):
             payload = stream.read()
             if payload is None:
                 if self._txn is None and records:
@@ -230,16 +250,18 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         return records
 
     def _on_message(self, message: Any, records: list[SourceRecord]) -> None:
-        if isinstance(message, Begin):
+        if isinstance(message, Insert | Update | Delete):
+            self._on_change(message, records)
+        elif isinstance(message, Begin):
             self._txn, self._n = message, -1
+            self._sources = {}
+            self._now_ms = int(time.time() * 1000)
         elif isinstance(message, Commit):
             self._txn = None
             self._last_commit_ms = ms_of(message.commit_ts_us)
             self._flush_point = message.commit_lsn
         elif isinstance(message, Relation):
             self._on_relation(message)
-        elif isinstance(message, Insert | Update | Delete):
-            self._on_change(message, records)
         # Truncate, Origin, Type: not events (see the guide's "not supported")
 
     def _on_relation(self, rel: Relation) -> None:
@@ -253,41 +275,66 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         )
         if known is None:  # a table added to the publication later: its key as pgoutput says
             pk = tuple(c.name for c in rel.columns if c.key) if rel.replica_identity == "d" else ()
-        shape = TableShape(rel.schema, rel.table, rel.columns, pk)
-        self.relations[rel.relation_id] = self.shapes[name] = shape
+        shape = self.shapes[name] = TableShape(rel.schema, rel.table, rel.columns, pk)
+        self.relations[rel.relation_id] = RowCodec(shape, self.settings.unavailable_value)
 
     def _on_change(self, change: Insert | Update | Delete, records: list[SourceRecord]) -> None:
         txn = self._txn
         assert txn is not None, "pgoutput: a change outside a transaction"
         self._n += 1
-        lsn = txn.final_lsn
-        if self.progress.already_written(lsn, self._n):
+        if self.progress.already_written(txn.final_lsn, self._n):
             return
-        shape = self.relations[change.relation_id]
-        columns = shape.columns
+        codec = self.relations[change.relation_id]
+        old, key_only = (
+            (None, False) if isinstance(change, Insert) else (change.old, change.old_is_key)
+        )
+        full_old = None if key_only else old  # REPLICA IDENTITY FULL: the whole old row
+        before = None
+        if old is not None:
+            before = codec.identity(old) if full_old is None else codec.row(old)
         if isinstance(change, Insert):
-            op, before, after = "c", None, row(columns, change.new)
-        elif isinstance(change, Update):
-            op, after = "u", row(columns, change.new)
-            before = (
-                None if change.old is None else _old_row(columns, change.old, change.old_is_key)
-            )
+            self._emit(codec, "c", None, codec.row(change.new), codec.key(change.new), records)
+        elif isinstance(change, Delete):
+            self._emit(codec, "d", before, None, codec.key(change.old), records)
+        elif old is not None and not codec.same_key(old, change.new):
+            # the primary key changed: the old key is deleted, the new one created
+            self._emit(codec, "d", before, None, codec.key(old), records)
+            after = codec.row(change.new, full_old)
+            self._emit(codec, "c", None, after, codec.key(change.new), records)
         else:
-            op, before, after = "d", _old_row(columns, change.old, change.old_is_key), None
+            after = codec.row(change.new, full_old)
+            self._emit(codec, "u", before, after, codec.key(change.new), records)
+
+    def _emit(
+        self,
+        codec: RowCodec,
+        op: str,
+        before: bytes | None,
+        after: bytes | None,
+        key: bytes | None,
+        records: list[SourceRecord],
+    ) -> None:
+        txn = self._txn
+        assert txn is not None
+        lsn, shape = txn.final_lsn, codec.shape
         if lsn < self._highest_segment:
-            key = comparable_key(key_of(shape, after if after is not None else before or {}))
-            if self.progress.in_snapshot(shape.name, key, lsn):
+            if self.progress.in_snapshot(shape.name, comparable_key(key_values(key)), lsn):
                 return
             offset = {"lsn": lsn, "n": self._n, "segments": self._segments_offset}
         else:
             offset = {"lsn": lsn, "n": self._n}
+        source = self._sources.get(shape.name)
+        if source is None:
+            source = self._sources[shape.name] = self.events.source(
+                shape, lsn=lsn, txid=txn.xid, commit_ms=ms_of(txn.commit_ts_us), snapshot=False
+            )
         new = self.events.records(
-            shape, op, before, after,
-            lsn=lsn, txid=txn.xid, commit_ms=ms_of(txn.commit_ts_us), snapshot=False,
+            shape, op, before, after, key, source=source, now_ms=self._now_ms,
             offset=offset, source_partition=self.source_partition,
         )  # fmt: skip
         records += new
         self._open += len(new)
+        self._poll_bytes += len(new[0].value)
         self._flush_point = lsn  # split here: Postgres sends this transaction again
 
     def _caught_up(self, stream: WalStream) -> None:
@@ -304,23 +351,28 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         if self._stream is not None and lsn:
             self._stream.confirm(lsn)
 
-    def metrics(self) -> dict[str, Any]:
+    def lag(self) -> SourceLag | None:
         """Replication lag: bytes of WAL between the slot's confirmed position (what is in
         Kafka) and the server's, and, while that is > 0, seconds since the commit in
-        Postgres of the last transaction read."""
+        Postgres of the last transaction read. None before the stream (the snapshot)."""
+        stream = self._stream if getattr(self, "active", False) else None
+        if stream is None:
+            return None
+        behind = max(0, stream.wal_end - stream.confirmed)
+        seconds = 0.0
+        if behind and self._last_commit_ms is not None:
+            seconds = max(0.0, time.time() - self._last_commit_ms / 1000)
+        return SourceLag(bytes=behind, seconds=round(seconds, 3))
+
+    def metrics(self) -> dict[str, Any]:
+        """The phase, the slot's confirmed LSN and the server's WAL end as last seen."""
         if not getattr(self, "active", False):
             return {}
         stream = self._stream
         if stream is None:
             return {"phase": "snapshot", "records_polled": self._records_polled}
-        lag = max(0, stream.wal_end - stream.confirmed)
-        seconds = 0.0
-        if lag and self._last_commit_ms is not None:
-            seconds = max(0.0, time.time() - self._last_commit_ms / 1000)
         return {
             "phase": "stream",
-            "replication_lag_bytes": lag,
-            "replication_lag_s": round(seconds, 3),
             "confirmed_lsn": stream.confirmed,
             "server_wal_end": stream.wal_end,
             "records_polled": self._records_polled,
@@ -332,15 +384,6 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                 with contextlib.suppress(Exception):
                     part.close()
         self._stream = self._snapshot = None
-
-
-def _old_row(columns: Any, cells: Any, key_only: bool) -> dict[str, Any]:
-    """The old row as sent: the key columns only (REPLICA IDENTITY DEFAULT: the others
-    are sent as nulls, which they are not), or the whole row (FULL)."""
-    values = row(columns, cells)
-    if key_only:
-        return {c.name: values.get(c.name) for c in columns if c.key}
-    return values
 
 
 def _with_offset(record: SourceRecord, offset: dict[str, Any]) -> SourceRecord:

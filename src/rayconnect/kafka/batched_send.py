@@ -1,0 +1,142 @@
+"""A transaction's records sent as whole record batches, not one ``producer.send`` each.
+
+Why: aiokafka's ``send`` costs ~36 us a record on this machine (a metadata wait, the
+partition list rebuilt per call, a pure-Python murmur2, a future per record resolved one
+by one): a source task that polls thousands of small records spends most of its time
+there. Here the records of a segment are partitioned all at once (murmur2 vectorised with
+numpy, the same hash as aiokafka's ``DefaultPartitioner`` and Java's), appended to one
+``BatchBuilder`` per topic-partition in order, and each full batch is handed to
+``send_batch`` - which adds the partition to the open transaction exactly as ``send`` does.
+Record order per partition is kept: batches of one partition go out in the order filled.
+
+Keyless records without a partition all go to one partition per call (chosen at random
+among the available ones, like Kafka's sticky partitioner), not one at random each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+_SEED = 0x9747B28C
+_M = np.uint32(0x5BD1E995)
+
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+class Outgoing(msgspec.Struct, frozen=True, array_like=True):
+    """One record ready for a batch: bytes, and its partition if the task chose one."""
+
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: Headers | None = None
+
+
+class SentBatch(msgspec.Struct, frozen=True):
+    """One batch sent: its future (resolves to the batch's RecordMetadata, whose offset is
+    the batch's first record's) and which of the records given it holds, in batch order."""
+
+    future: asyncio.Future[Any]
+    members: list[int]
+
+
+def check_size(producer: Any, key: bytes | None, value: bytes | None, headers: Any) -> None:
+    """aiokafka's own per-record limit (``max_request_size``): MessageSizeTooLargeError."""
+    size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers or [])
+    if size > producer._max_request_size:
+        raise MessageSizeTooLargeError(
+            f"The message is {size} bytes when serialized which is larger than the maximum "
+            "request size you have configured with the max_request_size configuration"
+        )
+
+
+def murmur2(keys: Sequence[bytes]) -> np.ndarray:
+    """Kafka's murmur2 of every key (uint32), keys of one length at a time in numpy."""
+    out = np.empty(len(keys), np.uint32)
+    by_length: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_length.setdefault(len(key), []).append(i)
+    for length, where in by_length.items():
+        data = np.frombuffer(b"".join([keys[i] for i in where]), np.uint8)
+        data = data.reshape(len(where), length)
+        h = np.full(len(where), (_SEED ^ length) & 0xFFFFFFFF, np.uint32)
+        words = length // 4
+        if words:
+            blocks = np.ascontiguousarray(data[:, : words * 4]).view("<u4")
+            for j in range(words):
+                k = blocks[:, j] * _M
+                k ^= k >> np.uint32(24)
+                k *= _M
+                h *= _M
+                h ^= k
+        tail, extra = words * 4, length % 4
+        if extra >= 3:
+            h ^= data[:, tail + 2].astype(np.uint32) << np.uint32(16)
+        if extra >= 2:
+            h ^= data[:, tail + 1].astype(np.uint32) << np.uint32(8)
+        if extra >= 1:
+            h ^= data[:, tail].astype(np.uint32)
+            h *= _M
+        h ^= h >> np.uint32(13)
+        h *= _M
+        h ^= h >> np.uint32(15)
+        out[where] = h
+    return out
+
+
+async def send_batched(producer: Any, records: Sequence[Outgoing]) -> list[SentBatch]:
+    """Send ``records`` (already size-checked) in batches, in the order the batches were
+    filled. A partition the topic does not have is an error (as ``send`` asserts)."""
+    metadata = producer._metadata
+    partitions: dict[str, list[int]] = {}
+    for topic in {r.topic for r in records}:
+        await producer.client._wait_on_metadata(topic)
+        partitions[topic] = sorted(metadata.partitions_for_topic(topic))
+    chosen: list[int] = []
+    keyed = [r.key for r in records if r.partition is None and r.key is not None]
+    hashes = iter((murmur2(keyed) & np.uint32(0x7FFFFFFF)).tolist()) if keyed else iter(())
+    sticky: dict[str, int] = {}
+    for r in records:
+        of_topic = partitions[r.topic]
+        if r.partition is not None:
+            if r.partition not in of_topic:
+                raise ValueError(f"topic {r.topic!r} has no partition {r.partition}")
+            chosen.append(r.partition)
+        elif r.key is not None:
+            chosen.append(of_topic[next(hashes) % len(of_topic)])
+        else:
+            if r.topic not in sticky:
+                available = list(metadata.available_partitions_for_topic(r.topic))
+                sticky[r.topic] = random.choice(available or of_topic)
+            chosen.append(sticky[r.topic])
+    open_batches: dict[tuple[str, int], tuple[Any, list[int]]] = {}
+    sent: list[SentBatch] = []
+
+    async def send(tp: tuple[str, int]) -> None:
+        builder, members = open_batches.pop(tp)
+        builder.close()  # a closed batch goes out at once (no linger)
+        future = await producer.send_batch(builder, tp[0], partition=tp[1])
+        sent.append(SentBatch(future, members))
+
+    for i, (r, partition) in enumerate(zip(records, chosen, strict=True)):
+        tp = (r.topic, partition)
+        while True:
+            batch = open_batches.get(tp)
+            if batch is None:
+                batch = open_batches[tp] = (producer.create_batch(), [])
+            if batch[0].append(timestamp=None, key=r.key, value=r.value, headers=r.headers or []):
+                batch[1].append(i)
+                break
+            await send(tp)  # full: a new batch takes the record (a first one always fits)
+    for tp in list(open_batches):
+        await send(tp)
+    return sent
