@@ -228,6 +228,10 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
         """The sink of route table ``name``: this one's settings, at ``<path>/<name>``."""
         return msgspec.structs.replace(self, path=self.location().join(name), routes=None)
 
+    def route_location(self, name: str) -> TableLocation:
+        """Where route table ``name``'s files go."""
+        return self.route_table(name).location()
+
 
 class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     """An Apache Iceberg table ``table`` (``"namespace.name"``) in a pyiceberg catalog;
@@ -338,6 +342,10 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
         return msgspec.structs.replace(
             self, table=f"{namespace}.{name}", table_location=location, routes=None
         )
+
+    def route_location(self, name: str) -> TableLocation:
+        """Where route table ``name``'s files go."""
+        return self.route_table(name).location()
 
 
 TableSink = DeltaSink | IcebergSink

@@ -33,6 +33,11 @@ class Router(Protocol):
     @property
     def fields(self) -> tuple[str, ...]: ...
 
+    @property
+    def unrouted(self) -> str:
+        """``dead_letter`` or ``stop``: what a record no rule takes does."""
+        ...
+
     def route(self, topic: str, values: Mapping[str, str | None] | None = None) -> Routed: ...
 
 
