@@ -416,7 +416,8 @@ class CoordinatorActor:
         while self.gave_up is None:
             try:
                 offsets, epoch, version = await asyncio.to_thread(self._read_table)
-                check_not_behind(self.machine.offsets, offsets)
+                if self.tables is None:  # a TableSet checks each of its tables itself
+                    check_not_behind(self.machine.offsets, offsets)
                 break
             except TableBrokenError as e:
                 await self._stop_broken(f"{type(e).__name__}: {e}")

@@ -41,7 +41,12 @@ from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.effects import CommitTable
 from rayconnect.protocol.table_offsets import restart_offsets, round_starts, table_round
 from rayconnect.protocol.types import DataFile
-from rayconnect.tables.base import COORDINATOR_KEY, StaleEpochError, TableCommitter
+from rayconnect.tables.base import (
+    COORDINATOR_KEY,
+    StaleEpochError,
+    TableCommitter,
+    check_not_behind,
+)
 from rayconnect.tables.skip_rows import without_rows_below
 
 log = logging.getLogger(__name__)
@@ -97,10 +102,16 @@ class TableSet:
 
     def committed_offsets(self, keys: Iterable[str] | None = None) -> dict[str, int]:
         """Where each partition restarts (``protocol.table_offsets.restart_offsets``),
-        every table read again."""
+        every table read again. Raises ``TableBrokenError`` if a table's offsets moved
+        backwards since this set last read or committed them."""
         for name in self._route_tables():
             self.committer(name)
-        self.offsets = {name: c.committed_offsets(None) for name, c in self.tables.items()}
+        read = {name: c.committed_offsets(None) for name, c in self.tables.items()}
+        for name, known in self.offsets.items():
+            # per table: the smallest offset may well be below what the last round
+            # committed (a table the partition did not feed), a table's own never
+            check_not_behind(known, read.get(name, {}))
+        self.offsets = read
         start = restart_offsets(self.offsets, self.own.committed_offsets(None))
         return start if keys is None else {k: v for k, v in start.items() if k in set(keys)}
 
