@@ -76,15 +76,16 @@ def open_own_table(sink: TableSink, pipeline: str) -> TableCommitter:
     return DeltaCommitter(dead, pipeline, DEAD_LETTER_SCHEMA, dead_letters=True)
 
 
-def route_tables(sink: TableSink, pipeline: str) -> list[str]:
+def route_tables(sink: TableSink, pipeline: str, catalog: Any = None) -> list[str]:
     """The route tables of ``sink`` that exist now (by name): Delta tables in folders of
     ``sink.path``, Iceberg tables of the sink table's namespace (not its own, nor the
-    dead-letter tables of others)."""
+    dead-letter tables of others; ``catalog``: an open one to ask)."""
     from rayconnect.config.routes import bad_table_name
 
     if isinstance(sink, IcebergSink):
         namespace, own = sink.table.rsplit(".", 1)
-        catalog = iceberg_committer(sink, pipeline, None).catalog()
+        if catalog is None:
+            catalog = iceberg_committer(sink, pipeline, None).catalog()
         if not catalog.namespace_exists(namespace):
             return []
         listed = {ident[-1] for ident in catalog.list_tables(namespace)}

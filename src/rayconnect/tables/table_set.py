@@ -209,11 +209,15 @@ class RouteSchemas:
     def __init__(self, sink: TableSink, pipeline: str, record_format: RecordFormat) -> None:
         self.sink, self.pipeline, self.format = sink, pipeline, record_format
         self._tables: dict[str, TableCommitter] = {}
+        self._catalog: Any = None  # an Iceberg sink's, opened once
 
     def __call__(self) -> dict[str, pa.Schema]:
-        from rayconnect.tables.factory import open_committer, route_tables
+        from rayconnect.config.sink import IcebergSink
+        from rayconnect.tables.factory import iceberg_committer, open_committer, route_tables
 
-        for name in route_tables(self.sink, self.pipeline):
+        if isinstance(self.sink, IcebergSink) and self._catalog is None:
+            self._catalog = iceberg_committer(self.sink, self.pipeline, None).catalog()
+        for name in route_tables(self.sink, self.pipeline, self._catalog):
             if name not in self._tables:
                 route = self.sink.route_table(name)
                 self._tables[name] = open_committer(route, self.pipeline, self.format)
