@@ -63,6 +63,16 @@ REFERENCE = [
         "`rc.IcebergSink(table, ...)`; `sink: {type: iceberg, ...}`",
     ),
     (
+        "Routes",
+        "rayconnect.config.routes:Routes",
+        "`rc.DeltaSink(..., routes=rc.Routes(rules=(...)))`; `sink: {routes: {...}}`",
+    ),
+    (
+        "Route",
+        "rayconnect.config.routes:Route",
+        "`rc.Route(table, topic=...)`; each entry of `sink: {routes: {rules: [...]}}`",
+    ),
+    (
         "SparkSettings",
         "rayconnect.config.spark:SparkSettings",
         "`rc.SinkPipeline(..., spark=rc.SparkSettings(...))`; a pipeline file's `spark:` block",

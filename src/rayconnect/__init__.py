@@ -24,6 +24,8 @@ _EXPORTS = {
     "KafkaSource": "rayconnect.config.sink",
     "DeltaSink": "rayconnect.config.sink",
     "IcebergSink": "rayconnect.config.sink",
+    "Routes": "rayconnect.config.routes",
+    "Route": "rayconnect.config.routes",
     "StaticMetadataService": "rayconnect.metadata",
     "CommitSettings": "rayconnect.protocol.settings",
     "CompactSettings": "rayconnect.protocol.upkeep",

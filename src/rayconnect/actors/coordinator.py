@@ -68,7 +68,8 @@ from rayconnect.protocol.housekeeping import (
 from rayconnect.protocol.messages import Message
 from rayconnect.protocol.status import PipelineStatus, RoundCounts
 from rayconnect.protocol.upkeep import Job
-from rayconnect.tables.base import TableBrokenError, check_not_behind
+from rayconnect.tables.base import TableBrokenError, TableCommitter, check_not_behind
+from rayconnect.tables.table_set import TableSet
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,15 @@ class CoordinatorActor:
         from rayconnect.tables.factory import open_committer, open_upkeep, upkeep_schedule
 
         self.config = config
-        self.committer = open_committer(config.sink, config.name, config.record_format())
+        #: with routes: the tables of the routes, each committed by its own committer
+        self.tables: TableSet | None = None
+        self.committer: TableCommitter | TableSet
+        if config.sink.routes is not None:
+            self.committer = self.tables = TableSet(
+                config.sink, config.name, config.record_format()
+            )
+        else:
+            self.committer = open_committer(config.sink, config.name, config.record_format())
         self.upkeep = open_upkeep(config.sink, config.name, config.record_format())
         # one clock for probes, upkeep and outages: the wall clock readers report outages in
         self.housekeeping = Housekeeping(
@@ -362,14 +371,7 @@ class CoordinatorActor:
         started = time.monotonic()
         try:
             version = await asyncio.wait_for(
-                asyncio.to_thread(
-                    self.committer.commit,
-                    list(commit.files),
-                    commit.offsets,
-                    commit.expected,
-                    commit.metadata.as_table_metadata(),
-                    commit.epoch,
-                ),
+                asyncio.to_thread(self._commit_blocking, commit),
                 self.config.commit.write_timeout_s,
             )
         except Exception as e:
@@ -398,11 +400,24 @@ class CoordinatorActor:
             self._round_duration,
         )
 
+    def _commit_blocking(self, commit: CommitTable) -> int:
+        """The round's table version: one table's, or each route table's (``TableSet``)."""
+        if isinstance(self.committer, TableSet):
+            return self.committer.commit_round(commit)
+        return self.committer.commit(
+            list(commit.files),
+            commit.offsets,
+            commit.expected,
+            commit.metadata.as_table_metadata(),
+            commit.epoch,
+        )
+
     async def _reload(self) -> None:
         while self.gave_up is None:
             try:
                 offsets, epoch, version = await asyncio.to_thread(self._read_table)
-                check_not_behind(self.machine.offsets, offsets)
+                if self.tables is None:  # a TableSet checks each of its tables itself
+                    check_not_behind(self.machine.offsets, offsets)
                 break
             except TableBrokenError as e:
                 await self._stop_broken(f"{type(e).__name__}: {e}")

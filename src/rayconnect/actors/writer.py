@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import shutil
@@ -53,7 +54,7 @@ from rayconnect.spark_bridge.executor_group import (
     reserve_executors,
 )
 from rayconnect.spark_bridge.executor_watch import ExecutorWatch
-from rayconnect.spark_bridge.parquet_writer import WriteResult, write_groups
+from rayconnect.spark_bridge.parquet_writer import RoutedWrite, WriteResult, write_groups
 from rayconnect.spark_bridge.session import registered_executors, start_spark, stop_spark
 from rayconnect.storage.location import TableLocation, as_location
 
@@ -107,15 +108,20 @@ class WriterActor:
         placement_group_strategy: str = "SPREAD",
         record_format: RecordFormat | None = None,
         table_schema: Callable[[], pa.Schema] | None = None,
+        routing: RoutedWrite | None = None,
+        route_schemas: Callable[[], dict[str, pa.Schema]] | None = None,
     ) -> None:
         # A fresh Spark app name per actor *incarnation*: RayDP names an actor
         # "<app>_SPARK_MASTER", and a restarted writer must not collide with its predecessor.
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         self._app_name = f"rayconnect-{safe}-{uuid.uuid4().hex[:8]}"
         self._format = record_format if record_format is not None and record_format.typed else None
-        if self._format is not None and table_schema is None:
+        if self._format is not None and table_schema is None and routing is None:
             raise ValueError("a typed record_format needs table_schema (the table's reader)")
         self._table_schema = table_schema
+        #: with routes: where each table is, and the tables' schemas now (typed formats)
+        self._routing = routing
+        self._route_schemas = route_schemas
         spark = spark or SparkSettings()
         self._executors, self._cores = spark.executors, spark.executor_cores
         self._memory = spark.executor_memory
@@ -375,6 +381,10 @@ class WriterActor:
             table_schema = await asyncio.get_running_loop().run_in_executor(
                 None, self._table_schema
             )
+        routing = self._routing
+        if routing is not None and self._route_schemas is not None:
+            schemas = await asyncio.get_running_loop().run_in_executor(None, self._route_schemas)
+            routing = dataclasses.replace(routing, schemas=schemas)
         result: WriteResult = await self._run_in_spark_thread(
             write_groups,
             self._spark,
@@ -385,6 +395,7 @@ class WriterActor:
             table_schema,
             keys,
             shares,
+            routing,
         )
         self._stats["spark_writes"] += 1
         self._stats["spark_jobs"] += len(result.job_ids)
@@ -429,6 +440,8 @@ def start_writer(
     placement: Placement | None = None,
     record_format: RecordFormat | None = None,
     table_schema: Callable[[], pa.Schema] | None = None,
+    routing: RoutedWrite | None = None,
+    route_schemas: Callable[[], dict[str, pa.Schema]] | None = None,
 ) -> ray.actor.ActorHandle:
     """Get or create the named, detached, always-restarted writer actor.
 
@@ -439,7 +452,8 @@ def start_writer(
     ``record_format``: how the source's values are decoded (on the executors, in each
     write's one job); None or raw: rows are written as read. ``table_schema``: reads the
     table's schema now (``TableCommitter.current_schema``), which a typed write decodes
-    against; required with a typed ``record_format``.
+    against; required with a typed ``record_format``. ``routing``: a sink with routes
+    (``RoutedWrite``), whose tables' schemas ``route_schemas`` reads instead.
     """
     placement = placement or Placement()
     handle = ray_internals.actor_class(WriterActor).options(
@@ -457,6 +471,8 @@ def start_writer(
         warm_up_table=warm_up_table,
         record_format=record_format,
         table_schema=table_schema,
+        routing=routing,
+        route_schemas=route_schemas,
     )
     if wait:
         ray.get(handle.ready.remote(), timeout=timeout_s)

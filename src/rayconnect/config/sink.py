@@ -15,6 +15,7 @@ from typing import Any, Literal
 import msgspec
 
 from rayconnect.config.placement import Placement
+from rayconnect.config.routes import Routes
 from rayconnect.config.spark import SparkSettings
 from rayconnect.errors import ConfigError, require
 from rayconnect.formats.settings import Envelope, ErrorPolicy, KeyFormat, RecordFormat, ValueFormat
@@ -197,6 +198,10 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     write_mode: WriteMode = "append"
     #: upsert: the key's columns; empty: the record key's fields (``source.key_schema``)
     key_columns: tuple[str, ...] = ()
+    #: write many tables instead of one (docs/guides/routes.md): rules that give each record
+    #: its table; the tables are made on the fly as ``<path>/<name>``; ``path`` itself then holds only
+    #: the records no rule took (``_dead_letters``)
+    routes: Routes | None = None
 
     __repr__ = redacted_repr  # storage options hold credentials
 
@@ -218,6 +223,14 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     def location(self) -> TableLocation:
         """Where the table lives, with its storage options (a local path made absolute)."""
         return TableLocation.parse(self.path, self.storage_options)
+
+    def route_table(self, name: str) -> DeltaSink:
+        """The sink of route table ``name``: this one's settings, at ``<path>/<name>``."""
+        return msgspec.structs.replace(self, path=self.location().join(name), routes=None)
+
+    def route_location(self, name: str) -> TableLocation:
+        """Where route table ``name``'s files go."""
+        return self.route_table(name).location()
 
 
 class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
@@ -261,6 +274,10 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     write_mode: WriteMode = "append"
     #: upsert: the key's columns; empty: the record key's fields (``source.key_schema``)
     key_columns: tuple[str, ...] = ()
+    #: write many tables instead of one (docs/guides/routes.md): rules that give each record
+    #: its table; the tables are made on the fly as ``<namespace>.<name>``; ``table`` itself then holds only
+    #: the records no rule took
+    routes: Routes | None = None
 
     __repr__ = redacted_repr  # catalog properties and storage options may hold credentials
 
@@ -316,6 +333,20 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
             f"{warehouse.rstrip('/')}/{namespace}/{name}", self.storage_options
         )
 
+    def route_table(self, name: str) -> IcebergSink:
+        """The sink of route table ``name``: this one's settings, as ``<namespace>.<name>``
+        (its files in ``<table_location>/<name>`` if a ``table_location`` is given, else
+        where the catalog's warehouse puts them)."""
+        namespace = self.table.rsplit(".", 1)[0]
+        location = f"{self.table_location.rstrip('/')}/{name}" if self.table_location else ""
+        return msgspec.structs.replace(
+            self, table=f"{namespace}.{name}", table_location=location, routes=None
+        )
+
+    def route_location(self, name: str) -> TableLocation:
+        """Where route table ``name``'s files go."""
+        return self.route_table(name).location()
+
 
 TableSink = DeltaSink | IcebergSink
 
@@ -360,6 +391,12 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
             f"partitions_per_host must be >= 1, not {self.partitions_per_host!r}",
         )
         from rayconnect.formats.rows import partition_specs
+
+        require(
+            self.sink.routes is None or self.transform is None,
+            "sink.routes with a transform is not supported yet: route the transform's rows "
+            "in a pipeline of their own",
+        )
 
         require(
             self.transform is not None or self.transform_schema is None,

@@ -391,3 +391,9 @@ def _dead_letters(raw: pa.Table, bad: dict[int, str]) -> pa.Table:
         pa.array([bad[i] for i in idx], pa.string()),
     ]
     return pa.Table.from_arrays(arrays, schema=DEAD_LETTER_SCHEMA)
+
+
+def dead_letter_rows(raw: pa.Table, bad: dict[int, str]) -> pa.Table:
+    """Rows ``bad`` (index -> reason) of a raw block as dead-letter rows - also for what
+    is bad before decoding (a record no route takes: ``formats.route_split``)."""
+    return _dead_letters(raw, bad)

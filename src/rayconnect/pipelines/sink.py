@@ -153,6 +153,7 @@ class SinkPipeline:
         # Spark's start-up (~20-30 s) and the participants' start overlap: both must be up
         # before the coordinator's first START.
         record_format = cfg.record_format()
+        routing, route_schemas = _routing(cfg)
         writer = start_writer(
             names.writer(cfg.name),
             spark=cfg.spark,
@@ -162,9 +163,11 @@ class SinkPipeline:
             record_format=record_format,
             table_schema=(
                 open_committer(cfg.sink, cfg.name, record_format).current_schema
-                if record_format.typed
+                if record_format.typed and routing is None
                 else None
             ),
+            routing=routing,
+            route_schemas=route_schemas,
         )
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.
@@ -189,6 +192,19 @@ class SinkPipeline:
         handle.startup = phases.seconds
         log.info("pipeline %s started in %.1f s: %s", cfg.name, phases.total, phases)
         return handle
+
+
+def _routing(cfg: SinkPipelineConfig) -> tuple[Any, Any]:
+    """A sink with routes: what the writer needs to write each record into its table
+    (``RoutedWrite``) and to read the tables' schemas (typed formats); else (None, None)."""
+    if cfg.sink.routes is None:
+        return None, None
+    from rayconnect.spark_bridge.parquet_writer import RoutedWrite
+    from rayconnect.tables.table_set import RouteSchemas
+
+    record_format = cfg.record_format()
+    schemas = RouteSchemas(cfg.sink, cfg.name, record_format) if record_format.typed else None
+    return RoutedWrite(cfg.sink.routes, cfg.sink.route_location), schemas
 
 
 class StartupPhases:

@@ -240,6 +240,7 @@ class CommitState:
             files=tuple(files.values()),
             expected={k: self.start_offsets.get(k) for k in keys},
             offsets={s.partition: s.next_offset for s in statuses},
+            starts={s.partition: s.first_offset for s in statuses},
             metadata=RoundMetadata(
                 pipeline=pipeline,
                 epoch=self.epoch,

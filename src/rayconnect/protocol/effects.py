@@ -80,6 +80,10 @@ class CommitTable(_Effect, frozen=True):
     expected: dict[str, int | None]
     offsets: dict[str, int]
     metadata: RoundMetadata
+    #: where each partition's round started (its WRITE-STATUS's ``first_offset``): with
+    #: routes, a table that gets a partition's rows for the first time is given this offset
+    #: before any table commits (``tables.table_set``)
+    starts: dict[str, int] = {}
 
 
 class ReloadTable(_Effect, frozen=True):

@@ -76,6 +76,9 @@ class DataFile(msgspec.Struct, frozen=True):
     #: a dead-letter file (bad records, for the dead-letter table): partition key -> its bad
     #: records in the file, counted when the file was written. Empty: a data file.
     dead_letters: dict[str, int] = {}
+    #: the route table the file belongs to (``config.routes``; its path is relative to that
+    #: table); None: the sink's own table
+    table: str | None = None
 
 
 class ClusterMetadata(msgspec.Struct, frozen=True):

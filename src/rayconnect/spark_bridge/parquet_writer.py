@@ -43,6 +43,7 @@ from rayconnect import ray_internals
 from rayconnect.formats import partitioning
 from rayconnect.formats.evolution import schema_differences
 from rayconnect.formats.partitioning import split as split_partitions
+from rayconnect.formats.route_split import Router, split_block
 from rayconnect.formats.rows import (
     BadRecordError,
     conform_to_table,
@@ -159,6 +160,89 @@ def _conform(table: pa.Table, schema: pa.Schema, index: int) -> pa.Table:
 
 #: What a write task returns: one row per file it wrote.
 _RESULT_SCHEMA = pa.schema([pa.field(GROUP_COLUMN, pa.int32()), pa.field("path", pa.string())])
+#: A routed write's: the route table of each file too (null: the sink's own, unrouted records).
+_ROUTED_RESULT_SCHEMA = _RESULT_SCHEMA.append(pa.field("table", pa.string()))
+
+
+@dataclass(frozen=True)
+class RoutedWrite:
+    """A write whose records go to many tables (``config.routes``): pickled into each task.
+
+    ``locate`` gives a route table's location from its name (the sink's ``route_table``);
+    ``schemas`` the schemas of the tables that exist (a new one starts from the format's
+    first schema, as a new typed table does)."""
+
+    routes: Router
+    locate: Callable[[str], TableLocation]
+    schemas: dict[str, pa.Schema] = field(default_factory=dict)
+
+
+class _RoutedFiles:
+    """A task's files of a routed write: the raw block is split by table first
+    (``formats.route_split``), then each table's rows are decoded against that table's
+    schema into files of its own (``_TaskFiles`` per table, under the table's location).
+    Unrouted records are dead letters of the sink's own location (``blocks.location``), or
+    - ``unrouted: stop`` - fail the write like a bad record."""
+
+    def __init__(
+        self,
+        blocks: _Blocks,
+        routing: RoutedWrite,
+        record_format: RecordFormat | None,
+        share_of: list[str | None] | None,
+        key_of: Sequence[str | None] | None,
+    ) -> None:
+        self.blocks = blocks
+        self.routing = routing
+        self.format = typed_format(record_format)
+        self.record_format = record_format
+        self.share_of, self.key_of = share_of, key_of
+        self.tables: dict[str | None, _TaskFiles] = {}
+
+    def _files(self, name: str | None) -> _TaskFiles:
+        files = self.tables.get(name)
+        if files is None:
+            where = self.blocks.location if name is None else self.routing.locate(name)
+            files = self.tables[name] = _TaskFiles(
+                where,
+                self.blocks.staging_rel,
+                self.blocks.schema,
+                self.record_format,
+                self.share_of,
+                self.key_of,
+                len(self.blocks.group_of),
+            )
+        return files
+
+    def add(self, group: int, raw: pa.Table) -> None:
+        block = split_block(raw, self.routing.routes)
+        unrouted = block.unrouted
+        if unrouted is not None:
+            if self.routing.routes.unrouted == "stop":
+                first = unrouted.slice(0, 1).to_pylist()[0]
+                key = f"{first['_kafka_cluster']}/{first['_kafka_topic']}/"
+                raise BadRecordError(
+                    key + str(first["_kafka_partition"]), first["_kafka_offset"], first["reason"]
+                )
+            self._files(None).add(group, raw.slice(0, 0), unrouted)
+        for name, rows in block.tables.items():
+            if self.format is None:
+                self._files(name).add(group, rows)
+                continue
+            schema = self.routing.schemas.get(name)
+            decoded = decode_block(rows, self.format, schema)
+            self._files(name).add(group, decoded.rows, decoded.dead_letters)
+
+    def finish(self) -> list[tuple[int, str, str | None]]:
+        return [
+            (group, rel, name)
+            for name, files in self.tables.items()
+            for group, rel in files.finish()
+        ]
+
+    def abort(self) -> None:
+        for files in self.tables.values():
+            files.abort()
 
 
 def _parquet_options(schema: pa.Schema) -> dict[str, object]:
@@ -294,14 +378,16 @@ class _TaskFiles:
         self._close_all()  # idempotent
 
 
-def _result_batch(written: list[tuple[int, str]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([g for g, _ in written], pa.int32()),
-            pa.array([r for _, r in written], pa.string()),
-        ],
-        schema=_RESULT_SCHEMA,
-    )
+def _result_batch(written: Sequence[tuple[Any, ...]], routed: bool = False) -> pa.RecordBatch:
+    """(group, path) rows; a routed write's (group, path, table) rows."""
+    columns = [
+        pa.array([w[0] for w in written], pa.int32()),
+        pa.array([w[1] for w in written], pa.string()),
+    ]
+    if not routed:
+        return pa.RecordBatch.from_arrays(columns, schema=_RESULT_SCHEMA)
+    tables = pa.array([w[2] for w in written], pa.string())
+    return pa.RecordBatch.from_arrays([*columns, tables], schema=_ROUTED_RESULT_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -382,6 +468,7 @@ def _block_writer(
     table_schema: pa.Schema | None = None,
     share_of: list[str | None] | None = None,
     key_of: Sequence[str | None] | None = None,
+    routing: RoutedWrite | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: block indexes in, (group, file path) rows out.
 
@@ -399,20 +486,29 @@ def _block_writer(
 
     def write_blocks(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         files = blocks.files(record_format, share_of, key_of)
+        routed = None
+        if routing is not None:  # each table's rows into files of its own
+            routed = _RoutedFiles(blocks, routing, record_format, share_of, key_of)
         try:
             for index, table in blocks.each(batches):
-                if typed:
+                if routed is not None:
+                    routed.add(blocks.group_of[index], table)
+                elif typed:
                     assert record_format is not None
                     decoded = decode_block(table, record_format, table_schema)
                     files.add(blocks.group_of[index], decoded.rows, decoded.dead_letters)
                 else:
                     files.add(blocks.group_of[index], table)
-            written = files.finish()
+            written: Sequence[tuple[Any, ...]] = (
+                routed.finish() if routed is not None else files.finish()
+            )
         except BadRecordError as e:
             raise ValueError(f"{_BAD_RECORD_MARK} {e}") from None
         finally:
             files.abort()
-        yield _result_batch(written)
+            if routed is not None:
+                routed.abort()
+        yield _result_batch(written, routed is not None)
 
     return write_blocks
 
@@ -503,6 +599,7 @@ def _frame(
     table_schema: pa.Schema | None,
     share_of: list[str | None] | None,
     key_of: Sequence[str | None] | None,
+    routing: RoutedWrite | None = None,
 ) -> DataFrame:
     """The write of all blocks of all groups as ONE lazy DataFrame of (group, path) rows.
 
@@ -517,8 +614,9 @@ def _frame(
         or record_format.transform_schema is None
         or record_format.transform is None  # never without transform_schema
     ):
-        writer = _block_writer(blocks, record_format, table_schema, share_of, key_of)
-        return blocks.mapped(spark, writer, _RESULT_SCHEMA)
+        writer = _block_writer(blocks, record_format, table_schema, share_of, key_of, routing)
+        out = _RESULT_SCHEMA if routing is None else _ROUTED_RESULT_SCHEMA
+        return blocks.mapped(spark, writer, out)
     if key_of is None:
         raise InputSchemaError("a transform write needs the groups' partition keys")
     decoded = blocks.mapped(
@@ -542,12 +640,34 @@ def _executor_cores(spark: SparkSession) -> int:
         return spark.sparkContext.defaultParallelism
 
 
+def _describe_routed(
+    location: TableLocation,
+    routing: RoutedWrite,
+    staging_rel: str,
+    written: list[tuple[int, str, str | None]],
+    n_groups: int,
+    keys: Sequence[str | None] | None,
+) -> list[list[DataFile]]:
+    """``_describe_files`` of a routed write, table by table: each file names its table
+    and always the partitions whose rows it holds (``shared_by``): the committer moves a
+    table's offsets for exactly those (``tables.table_set``)."""
+    files: list[list[DataFile]] = [[] for _ in range(n_groups)]
+    for name in sorted({t for _, _, t in written}, key=lambda t: t or ""):
+        where = location if name is None else routing.locate(name)
+        ours = [(g, rel) for g, rel, t in written if t == name]
+        described = _describe_files(where, staging_rel, ours, n_groups, keys, always_keys=True)
+        for group, group_files in enumerate(described):
+            files[group] += [msgspec.structs.replace(f, table=name) for f in group_files]
+    return files
+
+
 def _describe_files(
     location: TableLocation,
     staging_rel: str,
     written: list[tuple[int, str]],
     n_groups: int,
     keys: Sequence[str | None] | None = None,
+    always_keys: bool = False,
 ) -> list[list[DataFile]]:
     """Each group's files, from the job's result (never a listing: see the module doc).
     A file several groups share is described once and names their ``keys`` (``shared_by``)."""
@@ -561,7 +681,7 @@ def _describe_files(
         dead = rel.startswith(DEAD_LETTER_DIR + "/")
         full = rel if dead else f"{staging_rel}/{rel}"
         data_file, _ = describe_file(location, full, filesystem, dead_letters=dead)
-        if len(groups) > 1:
+        if len(groups) > 1 or always_keys:
             if keys is None or any(keys[g] is None for g in groups):
                 raise AssertionError(f"{rel} holds groups {groups} without partition keys")
             shared_by = tuple(sorted({k for g in groups if (k := keys[g]) is not None}))
@@ -612,9 +732,14 @@ def write_groups(
     table_schema: pa.Schema | None = None,
     keys: Sequence[str | None] | None = None,
     shares: Sequence[str | None] | None = None,
+    routing: RoutedWrite | None = None,
 ) -> WriteResult:
     """Write all groups as Parquet files under the table (a path or a ``TableLocation``) in
     ONE Spark job.
+
+    ``routing``: the records go to many tables (``RoutedWrite``; needs ``keys``): each
+    file is under its route table's location and names it (``DataFile.table``); unrouted
+    records' dead letters stay under ``table``.
 
     Groups with the same ``shares[i]`` token (not None) may share files: a task writes them
     into one file per table partition instead of one each, and the file names the groups'
@@ -680,10 +805,12 @@ def write_groups(
             table_schema,
             share_of,
             list(keys) if keys is not None else None,
+            routing,
         )
         prepared = time.perf_counter()
         sc.setJobGroup(job_group, f"rayconnect: {len(non_empty)} groups -> {location.uri}")
-        job_files = [(row[0], row[1]) for row in df.collect()]
+        rows = df.collect()
+        job_files = [(row[0], row[1]) for row in rows]
     except Exception as exc:
         text = str(exc)
         if _INPUT_SCHEMA_MARK in text:
@@ -703,7 +830,11 @@ def write_groups(
     job_ids = list(sc.statusTracker().getJobIdsForGroup(job_group))
     if transform:
         job_files += job_files_dead
-    files = _describe_files(location, staging_rel, job_files, len(groups), keys)
+    if routing is not None:
+        routed = [(row[0], row[1], row[2]) for row in rows]
+        files = _describe_routed(location, routing, staging_rel, routed, len(groups), keys)
+    else:
+        files = _describe_files(location, staging_rel, job_files, len(groups), keys)
     return WriteResult(
         files=files,
         job_ids=sorted(job_ids),

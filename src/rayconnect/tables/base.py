@@ -314,6 +314,20 @@ class TableCommitter(abc.ABC):
         self._write(read, VersionWrite(RoundChanges(), {}, metadata, new_epoch))
         return new_epoch
 
+    def adopt_epoch(self, epoch: int, offsets: Mapping[str, int]) -> int:
+        """Carry ``epoch``, claimed in another table (``tables.table_set``: many tables, one
+        claim), and for partitions the table never had, their ``offsets``, in one version of
+        their own (no files). Raises ``StaleEpochError`` if the table has a newer epoch,
+        ``OffsetMismatchError`` if one of the partitions has an offset here already (someone
+        else committed it since we read). Returns the new version."""
+        read = self._snapshot()
+        table_epoch, current = self._fence_state(read, list(offsets))
+        if table_epoch > epoch:
+            raise StaleEpochError({COORDINATOR_KEY: (epoch, table_epoch)})
+        check_offsets(offsets, dict.fromkeys(offsets), current)
+        metadata = {"rayconnect.epoch": str(epoch), "rayconnect.adopted": "true"}
+        return self._write(read, VersionWrite(RoundChanges(), dict(offsets), metadata, epoch))
+
     def add_dead_letters(
         self,
         files: Sequence[DataFile],

@@ -3,7 +3,7 @@ upkeep schedule: actors never look at the sink's type."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rayconnect.config.sink import DeltaSink, IcebergSink, TableSink
 from rayconnect.formats.settings import RecordFormat
@@ -48,6 +48,72 @@ def iceberg_committer(
     )
 
 
+def open_own_table(sink: TableSink, pipeline: str) -> TableCommitter:
+    """A routed sink's own table (``tables.table_set``): a dead-letter table for the records
+    no route takes, and where the epoch is claimed. Delta: ``<path>/_dead_letters``;
+    Iceberg: ``table`` itself, its files in ``<location>/_dead_letters``. Its files are
+    staged under ``sink.location()``, as a typed table's dead letters are."""
+    from rayconnect.formats.rows import DEAD_LETTER_SCHEMA
+    from rayconnect.formats.settings import DEAD_LETTER_DIR
+    from rayconnect.storage.location import TableLocation
+
+    location = sink.location()
+    dead = TableLocation(location.join(DEAD_LETTER_DIR), location.options)
+    if isinstance(sink, IcebergSink):
+        from rayconnect.tables.iceberg import IcebergCommitter
+
+        return IcebergCommitter(
+            sink.catalog_properties(),
+            sink.table,
+            dead,
+            pipeline,
+            DEAD_LETTER_SCHEMA,
+            sink.catalog_name,
+            sink.keep_snapshots,
+        )
+    from rayconnect.tables.delta import DeltaCommitter
+
+    return DeltaCommitter(dead, pipeline, DEAD_LETTER_SCHEMA, dead_letters=True)
+
+
+def route_tables(sink: TableSink, pipeline: str, catalog: Any = None) -> list[str]:
+    """The route tables of ``sink`` that exist now (by name): Delta tables in folders of
+    ``sink.path``, Iceberg tables of the sink table's namespace (not its own, nor the
+    dead-letter tables of others; ``catalog``: an open one to ask)."""
+    from rayconnect.config.routes import bad_table_name
+
+    if isinstance(sink, IcebergSink):
+        namespace, own = sink.table.rsplit(".", 1)
+        if catalog is None:
+            catalog = iceberg_committer(sink, pipeline, None).catalog()
+        if not catalog.namespace_exists(namespace):
+            return []
+        listed = {ident[-1] for ident in catalog.list_tables(namespace)}
+        return sorted(
+            n
+            for n in listed
+            if n != own
+            and bad_table_name(n) is None
+            and not (n.endswith("_dead_letters") and n.removesuffix("_dead_letters") in listed)
+        )
+    import pyarrow.fs as pafs
+
+    location = sink.location()
+    filesystem = location.filesystem()
+    try:
+        found = filesystem.get_file_info(pafs.FileSelector(location.path(), allow_not_found=True))
+    except FileNotFoundError:
+        return []
+    names = []
+    for info in found:
+        if info.type != pafs.FileType.Directory or bad_table_name(info.base_name) is not None:
+            continue
+        log_dir = filesystem.get_file_info(location.path(f"{info.base_name}/_delta_log"))
+        if log_dir.type == pafs.FileType.Directory:
+            names.append(info.base_name)
+    return sorted(names)
+
+
 def write_mode(record_format: RecordFormat | None) -> RoundApply:
     """How a round's files change the table: upserted by key if the format has keys."""
     if record_format is not None and record_format.upsert_keys:
@@ -63,7 +129,10 @@ def open_upkeep(
     """Upkeep for ``sink``'s table (no IO yet), with table objects of its own: it runs in a
     thread beside the rounds' committer. A Delta table's: compaction, checkpoints, log
     cleanup, vacuum; an Iceberg table's: vacuum (its committer expires snapshots and merges
-    manifests as it commits)."""
+    manifests as it commits). A sink with routes: none yet (its tables are made on the
+    fly; their upkeep is issue 27's point 4)."""
+    if sink.routes is not None:
+        return NoUpkeep()
     if isinstance(sink, IcebergSink):
         from rayconnect.tables.iceberg_upkeep import IcebergUpkeep
 
@@ -81,6 +150,19 @@ def open_upkeep(
             record_format,
         )
     raise TypeError(f"no upkeep for a sink of type {type(sink).__name__}")
+
+
+class NoUpkeep:
+    """The upkeep of a sink whose tables are not known in advance (routes): nothing yet."""
+
+    def configure_table(self) -> dict[str, str]:
+        return {}
+
+    def compact(self) -> dict[str, Any]:
+        return {}
+
+    def tidy(self) -> dict[str, Any]:
+        return {}
 
 
 #: how often an Iceberg sink's table is vacuumed (a Delta sink's: ``sink.log.tidy_every_s``)
