@@ -9,6 +9,10 @@ inferred from the data: the new columns of schema evolution).
 Only when the block does not parse - garbage bytes, a value of another type than its column,
 a value that is not an object - are the values parsed one by one, to name the bad records;
 the good ones are then parsed in bulk again. A null value (a tombstone) is a row of nulls.
+
+An inferred column's strings become timestamps by ``formats.iso_time``'s rule (ISO-8601 with
+fractional seconds and offsets too, not only what Arrow infers), decided when the column is
+new; afterwards the table's type steers the parser.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from rayconnect.formats.base import Decoded
+from rayconnect.formats.iso_time import infer_timestamps, timestamps_as_strings
 from rayconnect.formats.types import EPOCH_MILLIS, TIMESTAMP
 
 _BLOCK_SIZE = 1 << 24  # Arrow parses the whole block as one chunk below 16 MiB
@@ -50,15 +55,19 @@ class JsonDecoder:
         )
 
     def _finish(self, table: pa.Table, explicit: pa.Schema) -> pa.Table:
-        """Epoch millis -> timestamps; columns the block knows nothing about (all null,
-        type null) dropped: they carry no type to add to the table."""
+        """Epoch millis -> timestamps; new inferred columns' ISO-8601 strings -> timestamps
+        (``formats.iso_time``); columns the block knows nothing about (all null, type null)
+        dropped: they carry no type to add to the table."""
         target = self.declared
         columns, fields = [], []
         for f, column in zip(table.schema, table.columns, strict=True):
             if pa.types.is_null(f.type):
                 continue
             declared = target.field(f.name) if target is not None else None
-            if declared is not None and declared.metadata and _is_millis(declared):
+            if target is None and f.name not in explicit.names:
+                column = _inferred_timestamps(column)
+                f = f.with_type(column.type)
+            elif declared is not None and declared.metadata and _is_millis(declared):
                 column = column.cast(pa.timestamp("ms", tz="UTC")).cast(TIMESTAMP)
                 f = declared
             elif pa.types.is_timestamp(f.type) and f.type != TIMESTAMP:
@@ -123,6 +132,22 @@ class JsonDecoder:
         return Decoded(self._finish(table, explicit), bad)
 
 
+def _inferred_timestamps(column: pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A new column with its timestamps decided by the rule, not by Arrow's inference."""
+    as_strings = timestamps_as_strings(column.type)
+    if as_strings == column.type and not _has_strings(column.type):
+        return column
+    return infer_timestamps(column.combine_chunks().cast(as_strings))
+
+
+def _has_strings(t: pa.DataType) -> bool:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_strings(t.field(i).type) for i in range(t.num_fields))
+    return pa.types.is_list(t) and _has_strings(t.value_type)
+
+
 def _is_millis(f: pa.Field) -> bool:
     return bool(f.metadata) and all(f.metadata.get(k) == v for k, v in EPOCH_MILLIS.items())
 
@@ -135,7 +160,15 @@ def _parse_field(f: pa.Field) -> pa.Field:
 
 
 def _without_null_columns(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([f for f in schema if not pa.types.is_null(f.type)])
+    """The columns with a type; inferred timestamps as strings (``formats.iso_time``
+    decides them for the whole block: two pieces must not disagree on them)."""
+    return pa.schema(
+        [
+            f.with_type(timestamps_as_strings(f.type))
+            for f in schema
+            if not pa.types.is_null(f.type)
+        ]
+    )
 
 
 def _ndjson(values: pa.Array) -> pa.Buffer:

@@ -109,12 +109,20 @@ def with_derived(rows: pa.Table, specs: list[PartitionSpec]) -> pa.Table:
 
 
 def split(
-    rows: pa.Table, specs: list[PartitionSpec], values_in_files: bool = False
+    rows: pa.Table, specs: list[PartitionSpec], values_in_files: bool = False, whole: bool = False
 ) -> list[tuple[str, pa.Table]]:
     """``rows`` per table partition: (Hive folder path ``a=1/b=x``, rows without the
     partition columns - or, ``values_in_files`` (Iceberg), without the derived ones only:
     the table derives every partition value from the file's own columns). One pass over
-    the unique values, not one per row."""
+    the unique values, not one per row.
+
+    ``whole``: one piece, unsplit, with every column the table has (derived ones too,
+    unless ``values_in_files``) - an upsert round's change files, which the table never
+    references: the committer reads them back and its MERGE (or DELETE + APPEND) writes the
+    table's partitions, and a key that moved partition must carry its new values."""
+    if whole:
+        derived = [s.name for s in specs if s.transform != "identity"]
+        return [("", rows.drop_columns(derived) if values_in_files else rows)]
     if not specs:
         return [("", rows)]
     texts = [_as_text(rows.column(s.name)) for s in specs]

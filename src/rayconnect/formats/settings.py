@@ -136,7 +136,6 @@ class RecordFormat(msgspec.Struct, frozen=True):
             return
         require(self.typed, "sink.write_mode upsert needs a typed source.value_format")
         require(self.transform is None, "sink.write_mode upsert cannot take a transform yet")
-        require(not self.partition_by, "sink.write_mode upsert cannot take partition_by yet")
         reserved = [k for k in self.upsert_keys if k.startswith(KAFKA_PREFIX)]
         require(not reserved, f"sink.key_columns: {reserved} are rayconnect's columns, not keys")
         declared = self.declared_schema()
