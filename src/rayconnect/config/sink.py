@@ -86,6 +86,9 @@ class KafkaSource(msgspec.Struct, frozen=True):
     #: json only: column -> type (``long``, ``string``, ``timestamp``, ``array<T>``, a mapping = a
     #: struct...); declared: other fields are ignored; None: inferred, and the table grows
     value_schema: dict[str, Any] | None = None
+    #: json with ``value_schema``: other fields are inferred too and the table grows with
+    #: them (the declared columns keep their types; declare what ``partition_by`` names)
+    infer_other_fields: bool = False
     #: avro only: path to the writer schema (an ``.avsc`` record), read and checked at start; needs
     #: ``rayconnect[avro]``
     value_avro_schema: str | None = None
@@ -142,6 +145,7 @@ class KafkaSource(msgspec.Struct, frozen=True):
             value_format=self.value_format,
             key_format=self.key_format,
             value_schema=self.value_schema,
+            infer_other_fields=self.infer_other_fields,
             avro_schema=_read_avsc(self.value_avro_schema),
             key_schema=self.key_schema,
             include_key=self.include_key,

@@ -64,7 +64,9 @@ def parse(entries: tuple[str, ...], columns: pa.Schema) -> list[PartitionSpec]:
         if spec.source not in columns.names:
             raise ConfigError(
                 f"sink.partition_by: {entry!r}: no column {spec.source!r} known before the "
-                f"data arrives (known: {columns.names}); declare it in source.value_schema"
+                f"data arrives (known: {columns.names}); declare its type in "
+                "source.value_schema - with source.infer_other_fields: true the fields you do "
+                "not declare are still inferred, and the table still grows with them"
             )
         t = columns.field(spec.source).type
         if spec.transform != "identity" and not pa.types.is_timestamp(t):
