@@ -605,7 +605,7 @@ def markdown(res: dict[str, Any]) -> str:
             f"deletes) into a {ice['keys']:,}-key Iceberg table, {ice['partitions']} partitions",
             "",
             "| contender | events/s (ready -> last commit) | events/s from start() | "
-            "x baseline | snapshots | table = final state |",
+            "x baseline | commits | table = final state |",
             "|---|---|---|---|---|---|",
             f"| baseline (one process, DELETE + APPEND per 50k) | {b['events_per_s']:,.0f} | "
             f"| 1.00 | {b['merges']} | {b['check']['equals_final_state']} |",
