@@ -90,7 +90,7 @@ def _produce(bootstrap: str, topic: str, events: list) -> dict[str, int]:
     return {f"{CLUSTER}/{topic}/{p}": n for p, n in enumerate(counts)}
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", ["delta", "iceberg"])
 def test_updates_move_keys_between_partitions_and_bad_changes_are_dead_letters(
     ray_session, kafka_broker, tmp_path: Path, kind: str
