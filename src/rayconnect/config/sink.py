@@ -190,7 +190,9 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     #: delta-rs storage options of a table on object storage (``AWS_ENDPOINT_URL``,
     #: ``AWS_ACCESS_KEY_ID``...); left out: the environment of each actor
     storage_options: dict[str, str] = {}
-    #: table partition columns of a typed table: ``col`` or ``name=day(col)``/``hour(col)``
+    #: table partition columns of a typed table: ``col`` or ``name=day(col)``/``hour(col)``;
+    #: ``col`` declared (``source.value_schema``, also with ``infer_other_fields``) or a
+    #: ``_kafka_*`` column. Upsert tables too: an update may move its key between partitions
     partition_by: tuple[str, ...] = ()
     #: compaction of the table's small files
     compact: CompactSettings = CompactSettings()
@@ -258,7 +260,8 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     keep_snapshots: int = 10
     #: for a table location on S3: as ``DeltaSink``'s; pyiceberg's FileIO gets them as ``s3.*``
     storage_options: dict[str, str] = {}
-    #: partition spec of a typed table: ``col`` (identity) or ``name=day(col)``/``hour(col)``
+    #: partition spec of a typed table: ``col`` (identity) or ``name=day(col)``/``hour(col)``;
+    #: as ``DeltaSink.partition_by`` (upsert tables too)
     partition_by: tuple[str, ...] = ()
     #: ``append``: every record is a row; ``upsert``: the table holds one row per key, the
     #: last change of each (a tombstone or a Debezium delete removes it) - ``write_modes``
