@@ -3,6 +3,7 @@ one-process baseline, and the cost of one round by table size and files touched.
 
     .venv/bin/python bench/upsert_throughput.py [--keys 1000000] [--events 2000000]
                                                 [--round-rows 1000000,10000000] [--only stream,round]
+    .venv/bin/python bench/upsert_throughput.py --only iceberg [--iceberg-events 100000]
 
 **stream**: a table of ``--keys`` keys (loaded by a rayconnect upsert pipeline from a topic of
 inserts, not measured), then ``--events`` change events - 70% updates of a live key, 20%
@@ -25,6 +26,13 @@ row count equal the stream's final state.
 what the committer runs) into tables of ``--round-rows`` rows written in files of
 ``--file-rows`` rows sorted by key, with the round's keys clustered (one contiguous key
 range: few files) or random (every file): seconds and delta-rs's files/rows rewritten.
+
+**iceberg**: the same stream (``--iceberg-events`` changes, default 100k) into a ``--keys``-key
+Iceberg table (embedded SQL catalog, local warehouse), the table loaded by a rayconnect upsert
+pipeline (not measured) and copied for the baseline. Contenders, back to back: the baseline
+(``baseline-iceberg`` sub-command: aiokafka -> fold -> one pyiceberg transaction per 50k events
+or 5 s: ``write_modes.iceberg_upsert.upsert_round`` - the key's DELETE + APPEND - plus the
+batch's offsets as a table property) and rayconnect with its defaults.
 
 Prints a markdown table and writes it to ``bench/results/upsert/`` (``.md`` and ``.json``).
 """
@@ -175,24 +183,23 @@ def _check(table: str, want: dict[int, int]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
-async def baseline(a: argparse.Namespace) -> dict:
-    from baseline import resume_consumer
-    from deltalake import CommitProperties, DeltaTable, Transaction
-
-    from rayconnect.write_modes.delta_merge import merge_round
+async def _fold_and_commit(
+    a: argparse.Namespace,
+    consumer: Any,
+    committed: dict[int, int],
+    schema: pa.Schema,
+    commit: Any,
+) -> dict:
+    """The baselines' loop: records -> rows (value, or the key for a tombstone) -> every
+    ``--flush-records`` events or ``--flush-age`` s, ``commit(folded, moved offsets)``."""
     from rayconnect.write_modes.fold import DELETE_COLUMN, fold
 
-    dt = DeltaTable(a.table)
-    schema = pa.schema(dt.schema().to_arrow()).append(pa.field(DELETE_COLUMN, pa.bool_()))
-    consumer, committed = await resume_consumer(a.bootstrap, a.topic, dt)
     print("READY", flush=True)
     rows: list[dict] = []
     next_offsets = dict(committed)
     last_flush = time.monotonic()
     t0 = t0_wall = None
-    merges = 0
-    merge_s = 0.0
-    total = 0
+    commits, commit_s, total = 0, 0.0, 0
     try:
         while sum(committed.values()) < a.expected:
             fetched = await consumer.getmany(timeout_ms=200, max_records=20_000)
@@ -219,20 +226,9 @@ async def baseline(a: argparse.Namespace) -> dict:
             if rows and (len(rows) >= a.flush_records or now - last_flush >= a.flush_age):
                 w0 = time.perf_counter()
                 moved = {p: o for p, o in next_offsets.items() if o != committed[p]}
-                folded = fold(pa.Table.from_pylist(rows, schema), ["id"])
-                merge_round(
-                    dt,
-                    folded,
-                    ["id"],
-                    CommitProperties(
-                        app_transactions=[
-                            Transaction(f"{a.topic}/{p}", o) for p, o in moved.items()
-                        ]
-                    ),
-                )
-                dt.update_incremental()
-                merge_s += time.perf_counter() - w0
-                merges += 1
+                commit(fold(pa.Table.from_pylist(rows, schema), ["id"]), moved)
+                commit_s += time.perf_counter() - w0
+                commits += 1
                 total += len(rows)
                 committed.update(moved)
                 rows, last_flush = [], now
@@ -243,10 +239,167 @@ async def baseline(a: argparse.Namespace) -> dict:
         "events": total,
         "seconds": elapsed,
         "events_per_s": total / elapsed if elapsed else None,
-        "merges": merges,
-        "merge_s": merge_s,
+        "merges": commits,
+        "merge_s": commit_s,
         "t0_wall": t0_wall,
     }
+
+
+async def baseline(a: argparse.Namespace) -> dict:
+    """One process on a Delta table: each batch one MERGE with its txn ids."""
+    from baseline import resume_consumer
+    from deltalake import CommitProperties, DeltaTable, Transaction
+
+    from rayconnect.write_modes.delta_merge import merge_round
+    from rayconnect.write_modes.fold import DELETE_COLUMN
+
+    dt = DeltaTable(a.table)
+    schema = pa.schema(dt.schema().to_arrow()).append(pa.field(DELETE_COLUMN, pa.bool_()))
+    consumer, committed = await resume_consumer(a.bootstrap, a.topic, dt)
+
+    def commit(folded: Any, moved: dict[int, int]) -> None:
+        txns = [Transaction(f"{a.topic}/{p}", o) for p, o in moved.items()]
+        merge_round(dt, folded, ["id"], CommitProperties(app_transactions=txns))
+        dt.update_incremental()
+
+    return await _fold_and_commit(a, consumer, committed, schema, commit)
+
+
+#: the Iceberg baseline's offsets: a table property, JSON partition -> next offset
+_BASE_OFFSETS = "bench.offsets"
+
+
+def _iceberg_sink(warehouse: str, name: str) -> Any:
+    import rayconnect as rc
+
+    return rc.IcebergSink(f"bench.{name}", warehouse=warehouse, write_mode="upsert")
+
+
+async def baseline_iceberg(a: argparse.Namespace) -> dict:
+    """The one-process baseline on an Iceberg table: ``baseline``'s loop, each batch one
+    pyiceberg transaction (the round's DELETE + APPEND and its offsets)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from rayconnect.tables.factory import open_committer
+    from rayconnect.write_modes.fold import DELETE_COLUMN
+    from rayconnect.write_modes.iceberg_upsert import upsert_round
+
+    sink = _iceberg_sink(a.warehouse, a.table)
+    catalog = open_committer(sink, "bench").catalog()
+    schema = catalog.load_table(sink.table).schema().as_arrow()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=a.bootstrap,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_bytes=32 * 1024 * 1024,
+    )
+    await consumer.start()
+    tps = [TopicPartition(a.topic, p) for p in sorted(consumer.partitions_for_topic(a.topic))]
+    consumer.assign(tps)
+    stored = json.loads(catalog.load_table(sink.table).properties.get(_BASE_OFFSETS, "{}"))
+    committed = {tp.partition: int(stored.get(str(tp.partition), 0)) for tp in tps}
+    for tp in tps:
+        consumer.seek(tp, committed[tp.partition])
+    done = dict(committed)
+
+    def commit(folded: Any, moved: dict[int, int]) -> None:
+        done.update(moved)
+        with catalog.load_table(sink.table).transaction() as tx:
+            upsert_round(tx, folded, ["id"], {})
+            tx.set_properties({_BASE_OFFSETS: json.dumps(done)})
+
+    schema = schema.append(pa.field(DELETE_COLUMN, pa.bool_()))
+    return await _fold_and_commit(a, consumer, committed, schema, commit)
+
+
+def _check_iceberg(sink: Any, want: dict[int, int]) -> dict[str, Any]:
+    from rayconnect.tables.factory import open_committer
+
+    table = open_committer(sink, "bench").catalog().load_table(sink.table)
+    got = table.scan(selected_fields=("id", "version")).to_arrow()
+    ids = got.column("id").to_numpy()
+    ok = len(ids) == len(want) and len(np.unique(ids)) == len(ids)
+    if ok:
+        ok = dict(zip(ids.tolist(), got.column("version").to_pylist(), strict=True)) == want
+    files = len(table.inspect.files())
+    return {"rows": got.num_rows, "expected_rows": len(want), "equals_final_state": ok,
+            "data_files": files}  # fmt: skip
+
+
+def _stream(a: argparse.Namespace, events: int) -> tuple[list, list, dict[int, int], dict]:
+    """The initial table's records, ``events`` changes, the final state, and their figures."""
+    log = ChangeLog(a.keys)
+    initial = [(k, _value(k, 0)) for k in range(a.keys)]
+    t = time.monotonic()
+    changes = log.changes(events)
+    want = dict(log.version)
+    out: dict[str, Any] = {
+        "keys": a.keys,
+        "events": events,
+        "partitions": a.partitions,
+        "deletes": sum(v is None for _, v in changes),
+        "value_bytes_mean": float(np.mean([len(v) for _, v in changes if v is not None])),
+        "final_keys": len(want),
+        "generate_s": time.monotonic() - t,
+    }
+    return initial, changes, want, out
+
+
+def run_iceberg(a: argparse.Namespace, work: str) -> dict[str, Any]:
+    """The stream into Iceberg tables: baseline and rayconnect's defaults, same run."""
+    from common import RaySession, run_helper
+    from rc_runner import run_backlog
+
+    from rayconnect.kafka.embedded import EmbeddedBroker
+    from rayconnect.tables.factory import open_committer
+
+    initial, changes, want, out = _stream(a, a.iceberg_events)
+    warehouse = f"{work}/wh"
+    ours, theirs = _iceberg_sink(warehouse, "rc"), _iceberg_sink(warehouse, "base")
+    broker = EmbeddedBroker("bench").start()
+    try:
+        bs = broker.bootstrap_servers
+        load_counts = asyncio.run(_produce(bs, "load", a.partitions, initial))
+        del initial
+        counts = asyncio.run(_produce(bs, "changes", a.partitions, changes))
+        del changes
+        with RaySession():
+            t = time.monotonic()
+            run_backlog(
+                "upsert-ice-load", bs, "load", ours, load_counts,
+                dict(RC_LOAD, source=SOURCE), exclude_pids=(broker.pid,),
+            )  # fmt: skip
+            out["load_s"] = time.monotonic() - t
+            print(f"loaded {a.keys:,} keys in {out['load_s']:.0f} s", file=sys.stderr)
+            catalog = open_committer(ours, "bench").catalog()
+            loaded = catalog.load_table(ours.table).scan().to_arrow()
+            copy = catalog.create_table(theirs.table, loaded.schema, location=theirs.location().uri)
+            copy.append(loaded)
+            out["table_files_before"] = len(catalog.load_table(ours.table).inspect.files())
+            del loaded
+            r = run_helper(
+                "upsert_throughput.py", "baseline-iceberg", bs, "changes", "base",
+                a.iceberg_events, "--warehouse", warehouse,
+            )  # fmt: skip
+            r["check"] = _check_iceberg(theirs, want)
+            out["baseline"] = r
+            print(f"iceberg baseline: {r['events_per_s']:,.0f} events/s {r['check']}",
+                  file=sys.stderr)  # fmt: skip
+            r = run_backlog(
+                "upsert-ice-defaults", bs, "changes", ours, counts,
+                dict(source=SOURCE), exclude_pids=(broker.pid,),
+            )  # fmt: skip
+            r.pop("memory", None)
+            r["events_per_s"] = r.pop("records_per_s")
+            r["events_per_s_from_start"] = a.iceberg_events / (r["seconds"] + r["startup_s"])
+            r["check"] = _check_iceberg(ours, want)
+            out["rayconnect_defaults"] = r
+            print(f"iceberg rayconnect defaults: {r['events_per_s']:,.0f} events/s {r['check']}",
+                  file=sys.stderr)  # fmt: skip
+    finally:
+        broker.stop()
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -260,20 +413,7 @@ def run_stream(a: argparse.Namespace, work: str) -> dict[str, Any]:
 
     from rayconnect.kafka.embedded import EmbeddedBroker
 
-    log = ChangeLog(a.keys)
-    initial = [(k, _value(k, 0)) for k in range(a.keys)]
-    t = time.monotonic()
-    changes = log.changes(a.events)
-    want = dict(log.version)
-    out: dict[str, Any] = {
-        "keys": a.keys,
-        "events": a.events,
-        "partitions": a.partitions,
-        "deletes": sum(v is None for _, v in changes),
-        "value_bytes_mean": float(np.mean([len(v) for _, v in changes if v is not None])),
-        "final_keys": len(want),
-        "generate_s": time.monotonic() - t,
-    }
+    initial, changes, want, out = _stream(a, a.events)
     broker = EmbeddedBroker("bench").start()
     try:
         bs = broker.bootstrap_servers
@@ -457,6 +597,24 @@ def markdown(res: dict[str, Any]) -> str:
                 f"{r['check']['equals_final_state']} |"
             )
         lines.append("")
+    ice = res.get("iceberg")
+    if ice:
+        b, r = ice["baseline"], ice["rayconnect_defaults"]
+        lines += [
+            f"### Iceberg: {ice['events']:,} change events (70% updates, 20% inserts, 10% "
+            f"deletes) into a {ice['keys']:,}-key Iceberg table, {ice['partitions']} partitions",
+            "",
+            "| contender | events/s (ready -> last commit) | events/s from start() | "
+            "x baseline | commits | table = final state |",
+            "|---|---|---|---|---|---|",
+            f"| baseline (one process, DELETE + APPEND per 50k) | {b['events_per_s']:,.0f} | "
+            f"| 1.00 | {b['merges']} | {b['check']['equals_final_state']} |",
+            f"| rayconnect defaults | {r['events_per_s']:,.0f} | "
+            f"{r['events_per_s_from_start']:,.0f} | "
+            f"{r['events_per_s'] / b['events_per_s']:.2f} | {r['rounds_committed']} | "
+            f"{r['check']['equals_final_state']} |",
+            "",
+        ]
     rounds = res.get("round")
     if rounds:
         lines += [
@@ -485,7 +643,8 @@ def main() -> None:
     ap.add_argument("--round-changes", type=int, default=100_000)
     ap.add_argument("--file-rows", type=int, default=250_000)
     ap.add_argument("--repeats", type=int, default=2, help="round: runs of each, the fastest")
-    ap.add_argument("--only", default="stream,round")
+    ap.add_argument("--iceberg-events", type=int, default=100_000)
+    ap.add_argument("--only", default="stream,round", help="stream,round,iceberg")
     ap.add_argument("--markdown", help="only print the table of a results .json")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args()
@@ -508,6 +667,8 @@ def main() -> None:
                 )
         if "round" in only:
             res["round"] = run_round(a, work)
+        if "iceberg" in only:
+            res["iceberg"] = run_iceberg(a, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     res["load_after"] = os.getloadavg()
@@ -524,7 +685,17 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "baseline":
+    if len(sys.argv) > 1 and sys.argv[1] == "baseline-iceberg":
+        bp = argparse.ArgumentParser()
+        bp.add_argument("bootstrap")
+        bp.add_argument("topic")
+        bp.add_argument("table", help="the table's name in the namespace bench")
+        bp.add_argument("expected", type=int)
+        bp.add_argument("--warehouse", required=True)
+        bp.add_argument("--flush-records", type=int, default=50_000)
+        bp.add_argument("--flush-age", type=float, default=5.0)
+        print(json.dumps(asyncio.run(baseline_iceberg(bp.parse_args(sys.argv[2:])))), flush=True)
+    elif len(sys.argv) > 1 and sys.argv[1] == "baseline":
         bp = argparse.ArgumentParser()
         bp.add_argument("bootstrap")
         bp.add_argument("topic")

@@ -87,6 +87,9 @@ class KafkaSource(msgspec.Struct, frozen=True):
     #: json only: column -> type (``long``, ``string``, ``timestamp``, ``array<T>``, a mapping = a
     #: struct...); declared: other fields are ignored; None: inferred, and the table grows
     value_schema: dict[str, Any] | None = None
+    #: json with ``value_schema``: other fields are inferred too and the table grows with
+    #: them (the declared columns keep their types; declare what ``partition_by`` names)
+    infer_other_fields: bool = False
     #: avro only: path to the writer schema (an ``.avsc`` record), read and checked at start; needs
     #: ``rayconnect[avro]``
     value_avro_schema: str | None = None
@@ -143,6 +146,7 @@ class KafkaSource(msgspec.Struct, frozen=True):
             value_format=self.value_format,
             key_format=self.key_format,
             value_schema=self.value_schema,
+            infer_other_fields=self.infer_other_fields,
             avro_schema=_read_avsc(self.value_avro_schema),
             key_schema=self.key_schema,
             include_key=self.include_key,
@@ -187,7 +191,9 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     #: delta-rs storage options of a table on object storage (``AWS_ENDPOINT_URL``,
     #: ``AWS_ACCESS_KEY_ID``...); left out: the environment of each actor
     storage_options: dict[str, str] = {}
-    #: table partition columns of a typed table: ``col`` or ``name=day(col)``/``hour(col)``
+    #: table partition columns of a typed table: ``col`` or ``name=day(col)``/``hour(col)``;
+    #: ``col`` declared (``source.value_schema``, also with ``infer_other_fields``) or a
+    #: ``_kafka_*`` column. Upsert tables too: an update may move its key between partitions
     partition_by: tuple[str, ...] = ()
     #: compaction of the table's small files
     compact: CompactSettings = CompactSettings()
@@ -267,7 +273,8 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     keep_snapshots: int = 10
     #: for a table location on S3: as ``DeltaSink``'s; pyiceberg's FileIO gets them as ``s3.*``
     storage_options: dict[str, str] = {}
-    #: partition spec of a typed table: ``col`` (identity) or ``name=day(col)``/``hour(col)``
+    #: partition spec of a typed table: ``col`` (identity) or ``name=day(col)``/``hour(col)``;
+    #: as ``DeltaSink.partition_by`` (upsert tables too)
     partition_by: tuple[str, ...] = ()
     #: ``append``: every record is a row; ``upsert``: the table holds one row per key, the
     #: last change of each (a tombstone or a Debezium delete removes it) - ``write_modes``

@@ -4,11 +4,16 @@ The block's values are joined into one newline-delimited buffer (newline bytes i
 value are JSON whitespace and become spaces first) and parsed in one ``pyarrow.json`` call:
 nested objects become structs, arrays lists. The explicit schema is the declared one (other
 fields are ignored) or, when inferred, the table's current decoded columns (other fields are
-inferred from the data: the new columns of schema evolution).
+inferred from the data: the new columns of schema evolution); with ``infer_others``, the
+declared columns plus the table's others, and other fields inferred.
 
 Only when the block does not parse - garbage bytes, a value of another type than its column,
 a value that is not an object - are the values parsed one by one, to name the bad records;
 the good ones are then parsed in bulk again. A null value (a tombstone) is a row of nulls.
+
+An inferred column's strings become timestamps by ``formats.iso_time``'s rule (ISO-8601 with
+fractional seconds and offsets too, not only what Arrow infers), decided when the column is
+new; afterwards the table's type steers the parser.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from rayconnect.formats.base import Decoded
+from rayconnect.formats.iso_time import infer_timestamps, timestamps_as_strings
 from rayconnect.formats.types import EPOCH_MILLIS, TIMESTAMP
 
 _BLOCK_SIZE = 1 << 24  # Arrow parses the whole block as one chunk below 16 MiB
@@ -27,13 +33,15 @@ _BLOCK_SIZE = 1 << 24  # Arrow parses the whole block as one chunk below 16 MiB
 class JsonDecoder:
     """JSON objects -> columns, against a declared schema or an inferred one."""
 
-    def __init__(self, declared: pa.Schema | None = None) -> None:
+    def __init__(self, declared: pa.Schema | None = None, infer_others: bool = False) -> None:
         self.declared = declared
+        #: fields that are not declared become columns (else they are ignored)
+        self.infers = declared is None or infer_others
 
     def decode(self, values: pa.Array, table_schema: pa.Schema | None) -> Decoded:
         explicit = self._explicit(table_schema)
         values = pc.fill_null(values.cast(pa.binary()), b"{}")
-        table = _parse(_ndjson(values), explicit, self.declared is None)
+        table = _parse(_ndjson(values), explicit, self.infers)
         if table is not None and table.num_rows == len(values):
             return Decoded(self._finish(table, explicit))
         return self._decode_one_by_one(values, explicit)
@@ -41,7 +49,10 @@ class JsonDecoder:
     def _explicit(self, table_schema: pa.Schema | None) -> pa.Schema:
         """What the parser is told: declared columns, or the table's (epoch-millis columns
         are read as integers and converted after)."""
-        schema = self.declared if self.declared is not None else table_schema or pa.schema([])
+        schema = table_schema or pa.schema([])
+        if self.declared is not None:  # the declared types win; other columns: the table's
+            others = [f for f in schema if f.name not in self.declared.names]
+            schema = pa.schema(list(self.declared) + (others if self.infers else []))
         return pa.schema(
             [
                 f.with_type(pa.int64()) if f.metadata and _is_millis(f) else _parse_field(f)
@@ -50,15 +61,20 @@ class JsonDecoder:
         )
 
     def _finish(self, table: pa.Table, explicit: pa.Schema) -> pa.Table:
-        """Epoch millis -> timestamps; columns the block knows nothing about (all null,
-        type null) dropped: they carry no type to add to the table."""
+        """Epoch millis -> timestamps; new inferred columns' ISO-8601 strings -> timestamps
+        (``formats.iso_time``); columns the block knows nothing about (all null, type null)
+        dropped: they carry no type to add to the table."""
         target = self.declared
         columns, fields = [], []
         for f, column in zip(table.schema, table.columns, strict=True):
             if pa.types.is_null(f.type):
                 continue
-            declared = target.field(f.name) if target is not None else None
-            if declared is not None and declared.metadata and _is_millis(declared):
+            at = target.get_field_index(f.name) if target is not None else -1
+            declared = target.field(at) if target is not None and at >= 0 else None
+            if self.infers and f.name not in explicit.names:
+                column = _inferred_timestamps(column)
+                f = f.with_type(column.type)
+            elif declared is not None and declared.metadata and _is_millis(declared):
                 column = column.cast(pa.timestamp("ms", tz="UTC")).cast(TIMESTAMP)
                 f = declared
             elif pa.types.is_timestamp(f.type) and f.type != TIMESTAMP:
@@ -72,7 +88,7 @@ class JsonDecoder:
         """The error path: find the bad values by bisection (a parse of each half, down to
         single values: ~2 log2(n) parses per bad record, not one per record), then decode
         the others together."""
-        infer = self.declared is None
+        infer = self.infers
         bad: dict[int, str] = {}
         pieces: list[tuple[int, int, pa.Table]] = []
         stack = [(0, len(values))]
@@ -123,6 +139,22 @@ class JsonDecoder:
         return Decoded(self._finish(table, explicit), bad)
 
 
+def _inferred_timestamps(column: pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A new column with its timestamps decided by the rule, not by Arrow's inference."""
+    as_strings = timestamps_as_strings(column.type)
+    if as_strings == column.type and not _has_strings(column.type):
+        return column
+    return infer_timestamps(column.combine_chunks().cast(as_strings))
+
+
+def _has_strings(t: pa.DataType) -> bool:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_strings(t.field(i).type) for i in range(t.num_fields))
+    return pa.types.is_list(t) and _has_strings(t.value_type)
+
+
 def _is_millis(f: pa.Field) -> bool:
     return bool(f.metadata) and all(f.metadata.get(k) == v for k, v in EPOCH_MILLIS.items())
 
@@ -135,7 +167,15 @@ def _parse_field(f: pa.Field) -> pa.Field:
 
 
 def _without_null_columns(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([f for f in schema if not pa.types.is_null(f.type)])
+    """The columns with a type; inferred timestamps as strings (``formats.iso_time``
+    decides them for the whole block: two pieces must not disagree on them)."""
+    return pa.schema(
+        [
+            f.with_type(timestamps_as_strings(f.type))
+            for f in schema
+            if not pa.types.is_null(f.type)
+        ]
+    )
 
 
 def _ndjson(values: pa.Array) -> pa.Buffer:

@@ -64,7 +64,9 @@ def parse(entries: tuple[str, ...], columns: pa.Schema) -> list[PartitionSpec]:
         if spec.source not in columns.names:
             raise ConfigError(
                 f"sink.partition_by: {entry!r}: no column {spec.source!r} known before the "
-                f"data arrives (known: {columns.names}); declare it in source.value_schema"
+                f"data arrives (known: {columns.names}); declare its type in "
+                "source.value_schema - with source.infer_other_fields: true the fields you do "
+                "not declare are still inferred, and the table still grows with them"
             )
         t = columns.field(spec.source).type
         if spec.transform != "identity" and not pa.types.is_timestamp(t):
@@ -109,12 +111,20 @@ def with_derived(rows: pa.Table, specs: list[PartitionSpec]) -> pa.Table:
 
 
 def split(
-    rows: pa.Table, specs: list[PartitionSpec], values_in_files: bool = False
+    rows: pa.Table, specs: list[PartitionSpec], values_in_files: bool = False, whole: bool = False
 ) -> list[tuple[str, pa.Table]]:
     """``rows`` per table partition: (Hive folder path ``a=1/b=x``, rows without the
     partition columns - or, ``values_in_files`` (Iceberg), without the derived ones only:
     the table derives every partition value from the file's own columns). One pass over
-    the unique values, not one per row."""
+    the unique values, not one per row.
+
+    ``whole``: one piece, unsplit, with every column the table has (derived ones too,
+    unless ``values_in_files``) - an upsert round's change files, which the table never
+    references: the committer reads them back and its MERGE (or DELETE + APPEND) writes the
+    table's partitions, and a key that moved partition must carry its new values."""
+    if whole:
+        derived = [s.name for s in specs if s.transform != "identity"]
+        return [("", rows.drop_columns(derived) if values_in_files else rows)]
     if not specs:
         return [("", rows)]
     texts = [_as_text(rows.column(s.name)) for s in specs]

@@ -117,7 +117,7 @@ def decoder(fmt: RecordFormat) -> ValueDecoder:
     if fmt.value_format == "json":
         from rayconnect.formats.json import JsonDecoder
 
-        return JsonDecoder(fmt.declared_schema())
+        return JsonDecoder(fmt.declared_schema(), fmt.infer_other_fields)
     if fmt.value_format == "avro":
         from rayconnect.formats.avro import AvroDecoder
 

@@ -39,6 +39,10 @@ class RecordFormat(msgspec.Struct, frozen=True):
     key_format: KeyFormat = "raw"
     #: json: column -> type name (``formats.types``); None = inferred from the data
     value_schema: dict[str, Any] | None = None
+    #: json with ``value_schema``: the fields it does not name are inferred and become
+    #: columns as they appear (schema evolution), the declared ones keep their types - so a
+    #: partition column can be declared without freezing the rest. False: ignored
+    infer_other_fields: bool = False
     #: key_format json: the key's fields (column -> type name, as ``value_schema``); the
     #: key becomes ``_kafka_key``, a struct of them
     key_schema: dict[str, Any] | None = None
@@ -88,10 +92,20 @@ class RecordFormat(msgspec.Struct, frozen=True):
                 raise ConfigError(str(e)) from None
             reserved = [f.name for f in fields if f.name.startswith(KAFKA_PREFIX)]
             require(
+                not (self.infer_other_fields and self.transform is not None),
+                "source.infer_other_fields cannot take a transform (its statement is analysed "
+                "against the columns known before start)",
+            )
+            require(
                 not reserved,
                 f"source.value_schema: column names starting with {KAFKA_PREFIX!r} are "
                 f"rayconnect's ({reserved})",
             )
+        require(
+            not self.infer_other_fields or self.value_schema is not None,
+            "source.infer_other_fields needs a value_schema (without one every field is "
+            "inferred already)",
+        )
         require(
             (self.key_format == "json") == (self.key_schema is not None),
             "source.key_format json needs source.key_schema (the key's fields), and "
@@ -136,11 +150,10 @@ class RecordFormat(msgspec.Struct, frozen=True):
             return
         require(self.typed, "sink.write_mode upsert needs a typed source.value_format")
         require(self.transform is None, "sink.write_mode upsert cannot take a transform yet")
-        require(not self.partition_by, "sink.write_mode upsert cannot take partition_by yet")
         reserved = [k for k in self.upsert_keys if k.startswith(KAFKA_PREFIX)]
         require(not reserved, f"sink.key_columns: {reserved} are rayconnect's columns, not keys")
         declared = self.declared_schema()
-        if declared is not None:
+        if declared is not None and not self.infer_other_fields:
             keys = self.key_struct()
             known = set(declared.names) | ({f.name for f in keys} if keys else set())
             unknown = [k for k in self.upsert_keys if k not in known]

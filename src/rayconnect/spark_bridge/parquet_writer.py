@@ -287,6 +287,8 @@ class _TaskFiles:
         self.options = _parquet_options(schema)
         self.specs = partition_specs(typed) if typed is not None else []
         self.in_files = typed is not None and typed.partition_values_in_files
+        #: an upsert table's change files: unsplit (``partitioning.split``'s ``whole``)
+        self.whole = typed is not None and bool(typed.upsert_keys)
         self.attempt = uuid.uuid4().hex  # each task attempt writes files of its own
         self.shares = share_of or [None] * n_groups
         self.key_of = key_of
@@ -355,7 +357,7 @@ class _TaskFiles:
             self.dead.append(dead)
         if rows.num_rows == 0:
             return
-        for folder, part in split_partitions(rows, self.specs, self.in_files):
+        for folder, part in split_partitions(rows, self.specs, self.in_files, self.whole):
             opened = self.current.get(folder)
             if opened is not None and opened[0].schema != part.schema:
                 opened[0].close()  # new columns: a file of their own

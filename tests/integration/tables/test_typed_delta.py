@@ -187,3 +187,68 @@ def test_the_dead_letter_table_gets_the_same_upkeep(tmp_path: Path) -> None:
     assert pl.read_delta(str(dead_dir))["_kafka_offset"].sort().to_list() == list(range(1, 16, 2))
     assert dead.transaction_version(f"p/{KEY}") == 16  # offsets untouched by upkeep
     assert c.dead_letter_counts() == {KEY: 8}
+
+
+def _evolving_rounds() -> list[list[bytes]]:
+    """Two rounds of a partitioned table whose schema evolves: ``region`` declared (the
+    partition), everything else inferred - ``seen`` ISO times with fractions and offsets,
+    ``note`` only from the second round on."""
+    first = [
+        json.dumps(
+            {
+                "id": i,
+                "region": ("north", "south")[i % 2],
+                "seen": f"2026-11-20T10:00:0{i}.25+01:00",
+            }
+        ).encode()
+        for i in range(4)
+    ]
+    second = [
+        json.dumps(
+            {"id": 4, "region": "east", "seen": "2026-11-21T00:00:00Z", "note": "new"}
+        ).encode(),
+        json.dumps({"id": 5, "seen": "2026-11-21 01:02:03.5"}).encode(),  # no region: null
+    ]
+    return [first, second]
+
+
+#: the rows ``_evolving_rounds`` leave: id -> (region, seen, note)
+EVOLVED = {
+    **{
+        i: ("north" if i % 2 == 0 else "south", f"2026-11-20 09:00:0{i}.250000+00:00", None)
+        for i in range(4)
+    },
+    4: ("east", "2026-11-21 00:00:00+00:00", "new"),
+    5: (None, "2026-11-21 01:02:03.500000+00:00", None),
+}
+
+EVOLVING = RecordFormat(
+    value_format="json",
+    value_schema={"id": "long", "region": "string"},
+    infer_other_fields=True,
+    partition_by=("region",),
+)
+
+
+def _evolved(rows: list[dict]) -> dict[int, tuple]:
+    return {r["id"]: (r["region"], str(r["seen"]), r.get("note")) for r in rows}
+
+
+def test_partitioned_table_evolves_with_inferred_columns_and_iso_timestamps(tmp_path: Path) -> None:
+    table = tmp_path / "evolving"
+    c = DeltaCommitter(str(table), "p", record_format=EVOLVING)
+    c.ensure_table()
+    offset, before = 0, None
+    for values in _evolving_rounds():
+        files = stage_round(table, values, offset, EVOLVING)
+        offset += len(values)
+        c.commit(files, {KEY: offset}, {KEY: before})
+        before = offset
+    dt = DeltaTable(str(table))
+    assert list(dt.metadata().partition_columns) == ["region"]
+    schema = pa.schema(dt.schema().to_arrow())
+    assert schema.field("seen").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("note").type == pa.string()
+    assert _evolved(dt.to_pyarrow_table().to_pylist()) == EVOLVED
+    adds = pa.table(dt.get_add_actions(flatten=True)).column("partition.region").to_pylist()
+    assert sorted(adds, key=str) == sorted(["north", "south", "east", None], key=str)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from iceberg_reads import duckdb_query, load_table
@@ -210,3 +212,24 @@ def test_partition_spec_from_partition_by_and_pruned_reads(tmp_path: Path) -> No
     other_fmt = rc.SinkPipeline("p", source, other).config.record_format()
     with pytest.raises(SchemaMismatchError, match="partitioned by"):
         committer(other, other_fmt)
+
+
+def test_partitioned_table_evolves_with_inferred_columns_and_iso_timestamps(tmp_path: Path) -> None:
+    from test_typed_delta import EVOLVED, EVOLVING, _evolved, _evolving_rounds
+
+    sink = rc.IcebergSink("db.evolving", warehouse=str(tmp_path / "wh"), partition_by=("region",))
+    fmt = msgspec.structs.replace(EVOLVING, partition_values_in_files=True)
+    c = committer(sink, fmt)
+    offset, before = 0, None
+    for values in _evolving_rounds():
+        files = stage_round(c, values, offset, fmt)
+        offset += len(values)
+        c.commit(files, {KEY: offset}, {KEY: before})
+        before = offset
+    table = load_table(sink)
+    assert [f.name for f in table.spec().fields] == ["region"]
+    arrow = table.scan().to_arrow()
+    assert arrow.schema.field("seen").type == pa.timestamp("us", tz="UTC")
+    assert _evolved(arrow.to_pylist()) == EVOLVED
+    regions = {p["region"] for p in table.inspect.files()["partition"].to_pylist()}
+    assert regions == {"north", "south", "east", None}

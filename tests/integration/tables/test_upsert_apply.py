@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
+import pyarrow.parquet  # noqa: F401 - pa.parquet
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
@@ -126,3 +128,132 @@ def test_iceberg_rounds_upsert_to_the_streams_final_state_in_one_commit_each(tmp
         current = catalog.load_table("db.t").current_snapshot()
         assert current.summary.additional_properties["rayconnect.round"] == str(n)
     assert _as_dict(catalog.load_table("db.t").scan().to_arrow()) == _expected(rounds)
+
+
+# -- partitioned tables: keys that move partition, and rounds pruned by partition --------
+
+REGIONS = ("north", "south", "east")
+
+
+def _with_region(table: pa.Table, seed: int) -> pa.Table:
+    """``table`` with a ``region`` column drawn at random per row: an update may move its
+    key to another partition."""
+    rng = np.random.default_rng(seed)
+    region = np.array(REGIONS)[rng.integers(0, len(REGIONS), table.num_rows)]
+    return table.append_column("region", pa.array(region))
+
+
+def _regional_rounds(seed: int) -> list[pa.Table]:
+    return [_with_region(r, seed + n) for n, r in enumerate(_rounds(seed))]
+
+
+def _expected_regions(rounds: list[pa.Table]) -> dict[int, tuple[str, str]]:
+    state = {r["id"]: (r["region"], r["v"]) for r in _with_region(_initial(), 0).to_pylist()}
+    for changes in rounds:
+        for row in changes.to_pylist():
+            if row[DELETE_COLUMN]:
+                state.pop(row["id"], None)
+            else:
+                state[row["id"]] = (row["region"], row["v"])
+    return state
+
+
+def _as_regions(table: pa.Table) -> dict[int, tuple[str, str]]:
+    ids = table.column("id").to_pylist()
+    assert len(ids) == len(set(ids)), "a key is in the table twice"
+    rows = zip(table.column("region").to_pylist(), table.column("v").to_pylist(), strict=True)
+    return dict(zip(ids, rows, strict=True))
+
+
+def test_delta_partitioned_upserts_move_keys_between_partitions(tmp_path: Path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, _with_region(_initial(), 0), partition_by=["region"])
+    rounds = _regional_rounds(seed=4)
+    moved = 0
+    for n, changes in enumerate(rounds, start=1):
+        before = _as_regions(DeltaTable(path).to_pyarrow_table())
+        folded = fold(changes, ["id"])
+        moved += sum(
+            r["id"] in before and before[r["id"]][0] != r["region"] for r in folded.rows.to_pylist()
+        )
+        merge_round(
+            DeltaTable(path),
+            folded,
+            ["id"],
+            CommitProperties(app_transactions=[Transaction("p/0", n)]),
+        )
+    assert moved > 500  # the rounds did move keys
+    # a row's region is read from its file's partition values: every row is in its own
+    # region's files (an updated row left its old partition), each key once
+    assert _as_regions(DeltaTable(path).to_pyarrow_table()) == _expected_regions(rounds)
+
+
+def _northern_round(seed: int) -> pa.Table:
+    """A round of changes to keys of the region north only (keyed by region and id: the
+    initial table's northern keys and new ones)."""
+    initial = _with_region(_initial(), 0).to_pylist()
+    elsewhere = pa.array([r["id"] for r in initial if r["region"] != "north"])
+    changes = _rounds(seed, rounds=1)[0].append_column("region", pa.array(["north"] * 1_500))
+    return changes.filter(pa.compute.invert(pa.compute.is_in(changes.column("id"), elsewhere)))
+
+
+def test_delta_merge_reads_only_the_partitions_of_a_rounds_keys(tmp_path: Path):
+    """With the partition column in the key, a round reads and rewrites only its keys'
+    partitions: delta-rs's MERGE turns ``t.region = s.region`` into a partition filter."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, _with_region(_initial(), 0), partition_by=["region"])
+    files = {r: len(DeltaTable(path).file_uris([("region", "=", r)])) for r in REGIONS}
+    north = _northern_round(seed=5)
+    metrics = merge_round(
+        DeltaTable(path),
+        fold(north, ["region", "id"]),
+        ["region", "id"],
+        CommitProperties(app_transactions=[Transaction("p/0", 1)]),
+    )
+    assert metrics["num_target_files_scanned"] == files["north"]
+    assert metrics["num_target_files_skipped_during_scan"] == files["south"] + files["east"]
+    after = DeltaTable(path)
+    for region in ("south", "east"):  # untouched: the very same files
+        assert len(after.file_uris([("region", "=", region)])) == files[region]
+    assert _as_regions(after.to_pyarrow_table()) == _expected_regions([north])
+
+
+def _iceberg_regional(tmp_path: Path, key_partitioned: bool):  # noqa: ANN202 - pyiceberg
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.transforms import IdentityTransform
+
+    catalog = SqlCatalog("c", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("db")
+    initial = _with_region(_initial(), 0)
+    table = catalog.create_table("db.t", initial.schema, properties={"format-version": "2"})
+    with table.update_spec() as spec:
+        spec.add_field("region", IdentityTransform(), "region")
+    catalog.load_table("db.t").append(initial)
+    return catalog
+
+
+def test_iceberg_partitioned_upserts_move_keys_between_partitions(tmp_path: Path):
+    catalog = _iceberg_regional(tmp_path, key_partitioned=False)
+    rounds = _regional_rounds(seed=6)
+    for n, changes in enumerate(rounds, start=1):
+        table = catalog.load_table("db.t")
+        with table.transaction() as tx:
+            upsert_round(tx, fold(changes, ["id"]), ["id"], {"rayconnect.round": str(n)})
+    table = catalog.load_table("db.t")
+    assert _as_regions(table.scan().to_arrow()) == _expected_regions(rounds)
+    for task in table.scan().plan_files():  # each file holds its own partition's rows only
+        region = task.file.partition[0]
+        rows = pa.parquet.read_table(task.file.file_path.removeprefix("file://"))
+        assert set(rows.column("region").to_pylist()) == {region}
+
+
+def test_iceberg_upsert_rewrites_only_the_partitions_of_a_rounds_keys(tmp_path: Path):
+    catalog = _iceberg_regional(tmp_path, key_partitioned=True)
+    north = _northern_round(seed=7)
+    table = catalog.load_table("db.t")
+    with table.transaction() as tx:
+        upsert_round(tx, fold(north, ["region", "id"]), ["region", "id"], {})
+    table = catalog.load_table("db.t")
+    summaries = [s.summary for s in table.snapshots()[-2:]]  # the round: DELETE, then APPEND
+    assert [s.additional_properties.get("changed-partition-count") for s in summaries] == ["1", "1"]
+    assert _as_regions(table.scan().to_arrow()) == _expected_regions([north])

@@ -335,3 +335,53 @@ def test_json_keys_become_a_struct_and_a_bad_key_makes_its_record_bad() -> None:
 def test_json_key_settings_are_checked(settings: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         RecordFormat(value_format="string", **settings)
+
+
+def test_declared_columns_keep_their_types_and_other_fields_are_inferred() -> None:
+    """``infer_other_fields``: a declared partition column, the rest of the schema evolving."""
+    from rayconnect.formats.rows import partition_specs
+
+    fmt = RecordFormat(
+        value_format="json",
+        value_schema={"id": "long", "region": "string"},
+        infer_other_fields=True,
+        partition_by=("region",),
+        errors="dead_letter",
+    )
+    assert [s.name for s in partition_specs(fmt)] == ["region"]
+    first = decode_block(raw([b'{"id": 1, "region": "n", "x": 2.5}']), fmt, None)
+    table = first.rows.schema
+    assert [(f.name, f.type) for f in table if not f.name.startswith("_kafka_")] == [
+        ("id", pa.int64()),
+        ("region", pa.string()),
+        ("x", pa.float64()),
+    ]
+    later = decode_block(
+        raw([b'{"id": "2"}', b'{"id": 3, "x": "s"}', b'{"id": 4, "y": true, "x": 1}'], start=1),
+        fmt,
+        table,
+    )
+    assert later.rows.select(["id", "x", "y"]).to_pylist() == [{"id": 4, "x": 1.0, "y": True}]
+    assert later.dead_letters.column("_kafka_offset").to_pylist() == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (dict(infer_other_fields=True), "needs a value_schema"),
+        (
+            dict(value_schema={"id": "long"}, infer_other_fields=True, transform="SELECT 1"),
+            "cannot take a transform",
+        ),
+    ],
+)
+def test_infer_other_fields_settings_are_checked(settings: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        RecordFormat(value_format="json", **settings)
+
+
+def test_a_partition_column_of_an_inferred_schema_asks_for_its_type() -> None:
+    from rayconnect.formats.rows import partition_specs
+
+    with pytest.raises(ConfigError, match="declare its type.*infer_other_fields"):
+        partition_specs(RecordFormat(value_format="json", partition_by=("region",)))

@@ -12,7 +12,8 @@ import pytest
 from test_json_decoding import raw
 
 from rayconnect.errors import ConfigError
-from rayconnect.formats.rows import BadRecordError, decode_block
+from rayconnect.formats.partitioning import split
+from rayconnect.formats.rows import BadRecordError, decode_block, partition_specs
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.write_modes.fold import DELETE_COLUMN
 
@@ -112,9 +113,40 @@ def test_append_tables_are_unchanged_by_the_upsert_path():
         (dict(value_format="raw", upsert_keys=("id",)), "typed"),
         (dict(value_format="json", upsert_keys=("_kafka_offset",)), "rayconnect's columns"),
         (dict(value_format="json", value_schema={"v": "string"}, upsert_keys=("id",)), "neither"),
-        (dict(value_format="json", partition_by=("v",), upsert_keys=("id",)), "partition_by"),
     ],
 )
 def test_settings_an_upsert_table_cannot_take_are_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
         RecordFormat(**settings)
+
+
+@pytest.mark.parametrize("values_in_files", [False, True])
+def test_a_partitioned_upsert_tables_change_files_are_unsplit_with_their_partition_values(
+    values_in_files: bool,
+):
+    """The committer reads a round's change files back and its MERGE writes the partitions:
+    a file holds every partition value (a key that moved must carry its new one); the
+    derived ``day`` column too where the table has it (Delta), not where the table derives
+    it from ``ts`` (Iceberg)."""
+    fmt = RecordFormat(
+        **dict(KEYED, value_schema={"id": "long", "region": "string", "ts": "timestamp"}),
+        partition_by=("region", "day=day(ts)"),
+        partition_values_in_files=values_in_files,
+    )
+    values = [
+        b'{"id":1,"region":"north","ts":"2024-05-01T23:00:00Z"}',
+        b'{"id":2,"region":"south","ts":"2024-05-02T01:00:00Z"}',
+        None,
+    ]
+    rows = decode_block(raw(values, key=b'{"id":1}'), fmt, None).rows
+    pieces = split(rows, partition_specs(fmt), values_in_files, whole=True)
+    assert [folder for folder, _ in pieces] == [""]
+    staged = pieces[0][1]
+    assert staged.column("region").to_pylist() == ["north", "south", None]
+    assert staged.column(DELETE_COLUMN).to_pylist() == [False, False, True]
+    assert ("day" in staged.column_names) is not values_in_files
+    if not values_in_files:
+        assert [str(d) for d in staged.column("day").to_pylist()[:2]] == [
+            "2024-05-01",
+            "2024-05-02",
+        ]

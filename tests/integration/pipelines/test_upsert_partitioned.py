@@ -1,0 +1,160 @@
+"""A partitioned upsert table on real parts (issue 26's leftovers): Debezium change events
+whose updates move keys between partitions, through a pipeline into Delta and Iceberg
+tables partitioned by ``region`` - the table ends equal to the events' final state, each
+key once and in its region's partition; changes that cannot apply (no key anywhere, an
+unknown ``op``) are dead letters with their reason, on both table kinds. Only the key and
+the partition column are declared (``infer_other_fields``): ``v`` and ``at`` are inferred,
+``at`` from ISO-8601 strings with fractional seconds and offsets - a timestamp column."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet  # noqa: F401 - pa.parquet
+import pytest
+import sink_checks
+from aiokafka import AIOKafkaProducer
+from deltalake import DeltaTable
+from iceberg_reads import load_table
+
+import rayconnect as rc
+from rayconnect.formats.settings import DEAD_LETTER_DIR
+from rayconnect.kafka.admin import create_topic
+
+CLUSTER = sink_checks.CLUSTER
+REGIONS = ("north", "south", "east")
+UTC = dt.UTC
+
+
+def _events() -> tuple[list[tuple[int, bytes, bytes | None]], dict[int, dict], dict]:
+    """(partition, key, value) of the stream, the rows it leaves, the (partition, offset) ->
+    reason of the changes that cannot apply. Keys 0..59 over 2 partitions; each key is
+    created, updated twice (the second update moves it to the next region), every third
+    one deleted; ``at`` an ISO time with fractional seconds and an offset."""
+    out: list[tuple[int, bytes, bytes | None]] = []
+    state: dict[int, dict] = {}
+    bad: dict[tuple[int, int], str] = {}
+    sent = [0, 0]
+
+    def send(p: int, key: dict, value: dict | None, reason: str | None = None) -> None:
+        if reason:
+            bad[(p, sent[p])] = reason
+        out.append(
+            (p, json.dumps(key).encode(), None if value is None else json.dumps(value).encode())
+        )
+        sent[p] += 1
+
+    for rnd in range(3):
+        for k in range(60):
+            p = k % 2
+            region = REGIONS[(k + (rnd == 2)) % 3]
+            row = {
+                "id": k,
+                "region": region,
+                "v": f"r{rnd}-{k}",
+                "at": f"2024-05-01T1{rnd}:00:00.{k:03d}+02:00",
+            }
+            before = state.get(k)
+            state[k] = {**row, "at": dt.datetime(2024, 5, 1, 8 + rnd, 0, 0, k * 1000, UTC)}
+            send(
+                p,
+                {"id": k},
+                {"op": "u" if before else "c", "before": before and {"id": k}, "after": row},
+            )
+    for k in range(0, 60, 3):
+        del state[k]
+        send(k % 2, {"id": k}, {"op": "d", "before": {"id": k}, "after": None})
+        send(k % 2, {"id": k}, None)  # Debezium's tombstone after a delete: nothing
+    send(0, {"id": 7}, {"op": "x", "after": {"id": 7}}, "debezium envelope")
+    send(1, {}, {"op": "c", "after": {"region": "north", "v": "no key"}}, "key column")
+    return out, state, bad
+
+
+def _produce(bootstrap: str, topic: str, events: list) -> dict[str, int]:
+    async def go() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            for p, key, value in events:
+                await producer.send_and_wait(topic, value, key=key, partition=p)
+        finally:
+            await producer.stop()
+
+    asyncio.run(create_topic(bootstrap, topic, 2))
+    asyncio.run(go())
+    counts = [sum(1 for p, _, _ in events if p == q) for q in (0, 1)]
+    return {f"{CLUSTER}/{topic}/{p}": n for p, n in enumerate(counts)}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_updates_move_keys_between_partitions_and_bad_changes_are_dead_letters(
+    ray_session, kafka_broker, tmp_path: Path, kind: str
+) -> None:
+    name = f"upsert-parts-{kind}"
+    events, state, bad = _events()
+    want = _produce(kafka_broker.bootstrap_servers, name, events)
+    if kind == "delta":
+        sink: rc.DeltaSink | rc.IcebergSink = rc.DeltaSink(
+            str(tmp_path / "t"), write_mode="upsert", partition_by=("region",)
+        )
+    else:
+        sink = rc.IcebergSink(
+            "db.regions",
+            warehouse=str(tmp_path / "wh"),
+            write_mode="upsert",
+            partition_by=("region",),
+        )
+    meta = rc.StaticMetadataService(
+        (
+            rc.KafkaStream(
+                "s", {CLUSTER: rc.ClusterMetadata(kafka_broker.bootstrap_servers, (name,))}
+            ),
+        )
+    )
+    source = rc.KafkaSource(
+        meta,
+        value_format="json",
+        value_schema={"id": "long", "region": "string"},  # the partition (and key) declared,
+        infer_other_fields=True,  # the rest inferred: `at`'s ISO times become timestamps
+        key_format="json",
+        key_schema={"id": "long"},
+        include_key=True,
+        errors="dead_letter",
+        envelope="debezium",
+    )
+    handle = rc.SinkPipeline(name, source, sink, commit_interval_s=1).start()
+    try:
+        handle.wait_for(lambda s: s["offsets"] == want, timeout_s=180)
+    finally:
+        handle.stop(commit=False)
+
+    if kind == "delta":
+        dt_ = DeltaTable(str(tmp_path / "t"))
+        assert dt_.metadata().partition_columns == ["region"]
+        table = dt_.to_pyarrow_table()
+        dead = DeltaTable(str(tmp_path / "t" / DEAD_LETTER_DIR)).to_pyarrow_table()
+        # a row's region comes from its files' partition values: it is where it belongs
+        by_file = pa.table(dt_.get_add_actions(flatten=True))
+        regions = {r["region"] for r in state.values()}  # (the updates left none in south)
+        assert set(by_file.column("partition.region").to_pylist()) == regions
+    else:
+        iceberg = load_table(sink)
+        assert [f.name for f in iceberg.spec().fields] == ["region"]
+        table = iceberg.scan().to_arrow()
+        for task in iceberg.scan().plan_files():  # each file holds its partition's rows only
+            rows = pa.parquet.read_table(task.file.file_path.removeprefix("file://"))
+            assert set(rows.column("region").to_pylist()) == {task.file.partition[0]}
+        dead = load_table(sink, sink.table + "_dead_letters").scan().to_arrow()
+    ids = table.column("id").to_pylist()
+    assert sorted(ids) == sorted(state)  # each key once
+    got = {r["id"]: {c: r[c] for c in ("id", "region", "v", "at")} for r in table.to_pylist()}
+    assert got == state
+    assert table.schema.field("at").type == pa.timestamp("us", tz="UTC")
+    reasons = {(r["_kafka_partition"], r["_kafka_offset"]): r["reason"] for r in dead.to_pylist()}
+    assert reasons.keys() == bad.keys() and len(dead) == len(bad)
+    assert all(bad[c] in reasons[c] for c in bad), reasons
