@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -45,7 +46,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=40)
     ap.add_argument("--interval", type=float, default=2.0)
     ap.add_argument("--caught-up", action="store_true", help="commit_when_caught_up=True")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other CommitSettings field (a JSON value), e.g. --set flush_max_age_s=0.5",
+    )
     a = ap.parse_args()
+    settings = {"commit_interval_s": a.interval, "commit_when_caught_up": a.caught_up}
+    settings.update((k, json.loads(v)) for k, v in (kv.split("=", 1) for kv in a.set))
     with EmbeddedBroker("probe") as broker, RaySession(), tempfile.TemporaryDirectory() as tmp:
         bs = broker.bootstrap_servers
         asyncio.run(create_topic(bs, "probe", 8))
@@ -54,7 +64,7 @@ def main() -> None:
             bs,
             "probe",
             f"{tmp}/t",
-            {"commit_interval_s": a.interval, "commit_when_caught_up": a.caught_up},
+            settings,
         )
         writer = ray.get_actor(names.writer("probe"), namespace=names.NAMESPACE)
         coord = ray.get_actor(names.coordinator("probe"), namespace=names.NAMESPACE)
