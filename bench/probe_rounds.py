@@ -74,7 +74,7 @@ def main() -> None:
         def sample() -> None:
             while not done.is_set():
                 s = ray.get(writer.stats.remote())
-                writes[s["spark_writes"]] = (
+                writes[s["spark_writes"] + s.get("writes_here", 0)] = (
                     s.get("last_write_s") or 0,
                     s.get("last_prepare_s") or 0,
                     s.get("last_spark_s") or 0,
@@ -94,8 +94,9 @@ def main() -> None:
         finally:
             stop("probe", handle)
         lat = percentiles(produce_to_visible_ms(f"{tmp}/t"))
-        print("version  records  visible-after (s): oldest / newest record")
-        for version, committed, adds in delta_visibility(f"{tmp}/t")[:25]:
+        print("version  records  visible-after (s): oldest / newest record (the first 25)")
+        rows = []
+        for version, committed, adds in delta_visibility(f"{tmp}/t"):
             ts = [
                 pq.read_table(os.path.join(tmp, "t", unquote(rel)), columns=["timestamp"])[
                     "timestamp"
@@ -109,7 +110,13 @@ def main() -> None:
                 lo = min(t.min() for t in ts)
                 hi = max(t.max() for t in ts)
                 n = sum(len(t) for t in ts)
-                print(f"{version:>7}  {n:>7}  {committed - lo:6.2f} / {committed - hi:6.2f}")
+                rows.append((version, n, committed - lo, committed - hi))
+        line = "{:>7}  {:>7}  {:6.2f} / {:6.2f}"
+        for row in rows[:25]:
+            print(line.format(*row))
+        print("the 8 versions whose oldest record waited longest:")
+        for row in sorted(rows, key=lambda r: -r[2])[:8]:
+            print(line.format(*row))
         w = [v for k, v in sorted(writes.items()) if k > 1]  # the warm-up write is #1
         med = lambda i: statistics.median(x[i] for x in w) if w else float("nan")  # noqa: E731
         print(f"rounds committed {status.rounds_since_start.committed}, writes {len(w)}")
