@@ -320,9 +320,15 @@ class WriterActor:
                         log.exception("writer %s: unexpected error", self._app_name)
                     self._fail(requests, exc)
 
-    def _spark_started(self, task: asyncio.Task[None]) -> None:
-        """Spark is up: watch it from now on (a start that failed fails the writes)."""
-        if not task.cancelled() and task.exception() is None and not self._stopped:
+    def _spark_started(self, task: asyncio.Future[None]) -> None:
+        """Spark is up: watch it from now on. A start that failed fails the writes from
+        now on, and ``problem`` says why (status shows it)."""
+        if task.cancelled() or self._stopped:
+            return
+        if (failure := task.exception()) is not None:
+            self._set_problem(f"Spark did not start: {type(failure).__name__}: {failure}")
+            log.error("writer %s: %s", self._app_name, self._problem)
+        else:
             self._watch_task = asyncio.ensure_future(self._watch_spark())
 
     def _start_failure(self) -> BaseException | None:

@@ -178,7 +178,8 @@ def run_demo(
         try:
             t = time.monotonic()
             view.event("pipeline starting: Spark writer, participants, coordinator, readers...")
-            handle = _pipeline(bootstrap, table_path, interval_s).start()
+            # records flow while Spark starts (the writer writes without it meanwhile)
+            handle = _pipeline(bootstrap, table_path, interval_s).start(wait_for_spark=False)
             step("start", t)
             view.event(f"pipeline {PIPELINE!r} running ({stage.timings['start_s']:.1f} s to start)")
 
