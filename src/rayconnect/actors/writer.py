@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import shutil
@@ -72,6 +73,9 @@ log = logging.getLogger(__name__)
 WARM_UP_WRITES = 4
 WARM_UP_ROWS = 2_500  # a block; 8 groups of it: about one second of a 10k records/s stream
 SPARK_CHECK_S = 2.0
+#: how long ``close`` waits for a Spark that is still starting (``PipelineHandle.stop``
+#: gives ``close`` 30 s)
+CLOSE_WAITS_FOR_START_S = 25.0
 
 
 @dataclass
@@ -462,6 +466,12 @@ class WriterActor:
             self._drain_task.cancel()
         self._fail(self._pending, RuntimeError(f"writer {self._app_name} was stopped"))
         self._pending = []
+        start = self._start_task
+        if start is not None and not start.done():
+            # stopped while Spark starts (writes were made here meanwhile): let it come up,
+            # briefly, so that its JVMs are stopped rather than left behind
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(start), CLOSE_WAITS_FOR_START_S)
         if self._spark is not None:
             await self._run_in_spark_thread(stop_spark)
             self._spark = None
