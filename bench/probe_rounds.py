@@ -74,8 +74,9 @@ def main() -> None:
         def sample() -> None:
             while not done.is_set():
                 s = ray.get(writer.stats.remote())
+                here = not s["spark_writes"]  # every write made without Spark (latency profile)
                 writes[s["spark_writes"] + s.get("writes_here", 0)] = (
-                    s.get("last_write_s") or 0,
+                    s.get("last_write_here_s" if here else "last_write_s") or 0,
                     s.get("last_prepare_s") or 0,
                     s.get("last_spark_s") or 0,
                 )

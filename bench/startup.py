@@ -21,7 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RaySession, delta_visibility, produce_backlog  # noqa: E402
+from common import (  # noqa: E402
+    RaySession,
+    cleanup_private_tmp,
+    delta_visibility,
+    produce_backlog,
+)
 from rc_runner import pipeline, stop, wait_committed  # noqa: E402
 
 from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
@@ -68,4 +73,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        cleanup_private_tmp()
