@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -45,7 +46,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=40)
     ap.add_argument("--interval", type=float, default=2.0)
     ap.add_argument("--caught-up", action="store_true", help="commit_when_caught_up=True")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other CommitSettings field (a JSON value), e.g. --set flush_max_age_s=0.5",
+    )
     a = ap.parse_args()
+    settings = {"commit_interval_s": a.interval, "commit_when_caught_up": a.caught_up}
+    settings.update((k, json.loads(v)) for k, v in (kv.split("=", 1) for kv in a.set))
     with EmbeddedBroker("probe") as broker, RaySession(), tempfile.TemporaryDirectory() as tmp:
         bs = broker.bootstrap_servers
         asyncio.run(create_topic(bs, "probe", 8))
@@ -54,7 +64,7 @@ def main() -> None:
             bs,
             "probe",
             f"{tmp}/t",
-            {"commit_interval_s": a.interval, "commit_when_caught_up": a.caught_up},
+            settings,
         )
         writer = ray.get_actor(names.writer("probe"), namespace=names.NAMESPACE)
         coord = ray.get_actor(names.coordinator("probe"), namespace=names.NAMESPACE)
@@ -64,8 +74,9 @@ def main() -> None:
         def sample() -> None:
             while not done.is_set():
                 s = ray.get(writer.stats.remote())
-                writes[s["spark_writes"]] = (
-                    s.get("last_write_s") or 0,
+                here = not s["spark_writes"]  # every write made without Spark (latency profile)
+                writes[s["spark_writes"] + s.get("writes_here", 0)] = (
+                    s.get("last_write_here_s" if here else "last_write_s") or 0,
                     s.get("last_prepare_s") or 0,
                     s.get("last_spark_s") or 0,
                 )
@@ -84,8 +95,9 @@ def main() -> None:
         finally:
             stop("probe", handle)
         lat = percentiles(produce_to_visible_ms(f"{tmp}/t"))
-        print("version  records  visible-after (s): oldest / newest record")
-        for version, committed, adds in delta_visibility(f"{tmp}/t")[:25]:
+        print("version  records  visible-after (s): oldest / newest record (the first 25)")
+        rows = []
+        for version, committed, adds in delta_visibility(f"{tmp}/t"):
             ts = [
                 pq.read_table(os.path.join(tmp, "t", unquote(rel)), columns=["timestamp"])[
                     "timestamp"
@@ -99,7 +111,13 @@ def main() -> None:
                 lo = min(t.min() for t in ts)
                 hi = max(t.max() for t in ts)
                 n = sum(len(t) for t in ts)
-                print(f"{version:>7}  {n:>7}  {committed - lo:6.2f} / {committed - hi:6.2f}")
+                rows.append((version, n, committed - lo, committed - hi))
+        line = "{:>7}  {:>7}  {:6.2f} / {:6.2f}"
+        for row in rows[:25]:
+            print(line.format(*row))
+        print("the 8 versions whose oldest record waited longest:")
+        for row in sorted(rows, key=lambda r: -r[2])[:8]:
+            print(line.format(*row))
         w = [v for k, v in sorted(writes.items()) if k > 1]  # the warm-up write is #1
         med = lambda i: statistics.median(x[i] for x in w) if w else float("nan")  # noqa: E731
         print(f"rounds committed {status.rounds_since_start.committed}, writes {len(w)}")

@@ -33,6 +33,8 @@ def pipeline(
     source_opts = settings.pop("source", {})
     storage_options = settings.pop("storage_options", {})
     sink_opts = settings.pop("sink", {})  # e.g. write_mode="upsert"
+    if isinstance(settings.get("spark"), dict):  # e.g. {"write_here_max_rows": 100000}
+        settings["spark"] = rc.SparkSettings(**settings["spark"])
     ensure_session_latest(ray_internals.session_dir())
     meta = rc.StaticMetadataService(
         (rc.KafkaStream(topic, {"local": rc.ClusterMetadata(bootstrap, (topic,))}),)

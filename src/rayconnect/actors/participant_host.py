@@ -440,7 +440,7 @@ class ParticipantHostActor:
             # Partitions of this host may share files: one file per host per round, not
             # one per partition (a host's partitions live and die together).
             files = await self.writer.write.remote(
-                self.table, list(flush.batches), machine.key, self.name
+                self.table, list(flush.batches), machine.key, self.name, flush.records
             )
         except Exception as e:
             reason = f"{type(e).__name__}: {e}"

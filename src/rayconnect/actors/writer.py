@@ -8,6 +8,12 @@ A thin shell around ``spark_bridge.parquet_writer.write_groups``. What it adds:
   therefore do not grow with the number of partitions.
 - **Warm start.** Starting RayDP takes ~15 s and the first write ~11 s more (JIT, class
   loading). Both happen at start-up, before ``ready()`` returns, not inside the first round.
+- **Writes before Spark is up, and small writes, without Spark.** Until Spark has started
+  (20-30 s), every write is made in this process with Arrow's Parquet writer
+  (``parquet_writer.write_groups_here``: the files a Spark task would write), so the
+  pipeline reads and commits while Spark starts; a transform's writes wait for Spark. Once
+  Spark is up, a write of at most ``SparkSettings.write_here_max_rows`` rows is made so too:
+  milliseconds instead of a 0.3-0.7 s Spark job (the ``latency`` profile).
 - All Spark calls run on ONE dedicated thread: the event loop stays free to accept (and
   gather) new requests during a job, and PySpark's pinned-thread mode keeps per-thread
   properties (the job group used to count jobs) on the same JVM thread.
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import os
@@ -54,7 +61,12 @@ from rayconnect.spark_bridge.executor_group import (
     reserve_executors,
 )
 from rayconnect.spark_bridge.executor_watch import ExecutorWatch
-from rayconnect.spark_bridge.parquet_writer import RoutedWrite, WriteResult, write_groups
+from rayconnect.spark_bridge.parquet_writer import (
+    RoutedWrite,
+    WriteResult,
+    write_groups,
+    write_groups_here,
+)
 from rayconnect.spark_bridge.session import registered_executors, start_spark, stop_spark
 from rayconnect.storage.location import TableLocation, as_location
 
@@ -63,6 +75,9 @@ log = logging.getLogger(__name__)
 WARM_UP_WRITES = 4
 WARM_UP_ROWS = 2_500  # a block; 8 groups of it: about one second of a 10k records/s stream
 SPARK_CHECK_S = 2.0
+#: how long ``close`` waits for a Spark that is still starting (``PipelineHandle.stop``
+#: gives ``close`` 30 s)
+CLOSE_WAITS_FOR_START_S = 25.0
 
 
 @dataclass
@@ -72,6 +87,7 @@ class _Request:
     future: asyncio.Future[list[DataFile]]
     key: str | None = None  # the partition whose rows these are
     share: str | None = None  # requests with the same token may share files
+    rows: int | None = None  # how many rows the refs hold, if the caller knows
 
 
 def _warm_up_record() -> pa.Table:
@@ -128,6 +144,9 @@ class WriterActor:
         self._group_strategy = placement_group_strategy
         self._executor_wait_s = spark.executor_wait_s
         self._executor_lost_s = spark.executor_lost_s
+        self._here_max_rows = spark.write_here_max_rows
+        # writes made here run beside the Spark thread (which may still be starting Spark)
+        self._here_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="write")
         self._reservation: Reservation | None = None
         self._watch: ExecutorWatch | None = None
         self._problem: str | None = None  # why Spark is degraded or not there; for status()
@@ -154,6 +173,7 @@ class WriterActor:
             "calls": 0,
             "spark_writes": 0,
             "spark_jobs": 0,
+            "writes_here": 0,  # writes made without Spark (before it was up, or small ones)
             "last_job_ids": [],
             "last_groups": 0,
             "last_write_s": None,
@@ -258,6 +278,7 @@ class WriterActor:
         refs: Sequence[ray.ObjectRef],
         key: str | None = None,
         share: str | None = None,
+        rows: int | None = None,
     ) -> list[DataFile]:
         """Write ``refs`` (Arrow tables in the raw schema) as Parquet files under the table
         (a local path, or a ``TableLocation`` on an object store).
@@ -266,7 +287,8 @@ class WriterActor:
         uncommitted. Calls that arrive together share one Spark job. Pass the refs inside a
         list so Ray hands the refs, not the data, to this actor. Calls of partitions
         (``key``) with the same ``share`` token may also share files (``DataFile.shared_by``
-        names who is in one); without both, the files hold exactly these rows.
+        names who is in one); without both, the files hold exactly these rows. ``rows``:
+        how many rows the refs hold (a write of unknown size goes to Spark once it is up).
         """
         if self._stopped:
             raise RuntimeError(f"writer {self._app_name} was stopped")
@@ -275,7 +297,7 @@ class WriterActor:
         self._stats["calls"] += 1
         self._ensure_started()
         future: asyncio.Future[list[DataFile]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(as_location(table), list(refs), future, key, share))
+        self._pending.append(_Request(as_location(table), list(refs), future, key, share, rows))
         assert self._wakeup is not None
         self._wakeup.set()
         return await future
@@ -288,15 +310,7 @@ class WriterActor:
 
     async def _drain_loop(self) -> None:
         assert self._wakeup is not None and self._start_task is not None
-        try:
-            await self._start_task
-        except BaseException as exc:  # start failed: fail every caller, now and later
-            while True:
-                self._fail(self._pending, exc)
-                self._pending = []
-                await self._wakeup.wait()
-                self._wakeup.clear()
-        self._watch_task = asyncio.ensure_future(self._watch_spark())
+        self._start_task.add_done_callback(self._spark_started)
         while True:
             await self._wakeup.wait()
             # Let the other flushes of the same END-COMMIT arrive: ms here vs ~0.5 s a job.
@@ -308,10 +322,47 @@ class WriterActor:
                 by_table.setdefault(request.table, []).append(request)
             for table, requests in by_table.items():
                 try:
-                    await self._write_requests(table, requests)
+                    here = self._writes_here(requests)
+                    if not here:
+                        await self._start_task  # raises if Spark did not start
+                    await self._write_requests(table, requests, here)
                 except Exception as exc:  # never let the loop die: callers would hang
-                    log.exception("writer %s: unexpected error", self._app_name)
+                    if exc is not self._start_failure():  # that one was logged
+                        log.exception("writer %s: unexpected error", self._app_name)
                     self._fail(requests, exc)
+
+    def _spark_started(self, task: asyncio.Future[None]) -> None:
+        """Spark is up: watch it from now on. A start that failed fails the writes from
+        now on, and ``problem`` says why (status shows it)."""
+        if task.cancelled() or self._stopped:
+            return
+        if (failure := task.exception()) is not None:
+            self._set_problem(f"Spark did not start: {type(failure).__name__}: {failure}")
+            log.error("writer %s: %s", self._app_name, self._problem)
+        else:
+            self._watch_task = asyncio.ensure_future(self._watch_spark())
+
+    def _start_failure(self) -> BaseException | None:
+        task = self._start_task
+        if task is None or not task.done() or task.cancelled():
+            return None
+        return task.exception()
+
+    def _writes_here(self, requests: list[_Request]) -> bool:
+        """Whether these requests are written in this process: not a transform's nor a
+        routed one's (``write_groups_here`` writes one table); every write until Spark is
+        up, after that one of at most ``write_here_max_rows`` rows."""
+        if self._format is not None and self._format.transform_schema is not None:
+            return False
+        if self._routing is not None:
+            return False
+        assert self._start_task is not None
+        if not self._start_task.done():
+            return True
+        if self._start_failure() is not None:
+            return False  # as before: a writer whose Spark failed refuses writes
+        rows = [r.rows for r in requests]
+        return all(n is not None for n in rows) and sum(n or 0 for n in rows) <= self._here_max_rows
 
     async def _watch_spark(self) -> None:
         """Exit the process (Ray restarts the actor with a new Spark) once Spark cannot run a
@@ -346,13 +397,16 @@ class WriterActor:
             seen = len(self._pending)
             await asyncio.sleep(self._gather_window_s)
 
-    async def _write_requests(self, table: TableLocation, requests: list[_Request]) -> None:
+    async def _write_requests(
+        self, table: TableLocation, requests: list[_Request], here: bool = False
+    ) -> None:
         try:
             result = await self._spark_write(
                 table,
                 [r.refs for r in requests],
                 [r.key for r in requests],
                 [r.share for r in requests],
+                here,
             )
         except Exception as exc:
             if len(requests) == 1:
@@ -363,7 +417,7 @@ class WriterActor:
                 "gathered write of %d requests failed (%s); retrying singly", len(requests), exc
             )
             for request in requests:
-                await self._write_requests(table, [request])
+                await self._write_requests(table, [request], here)
             return
         for request, files in zip(requests, result.files, strict=True):
             if not request.future.done():
@@ -375,16 +429,22 @@ class WriterActor:
         groups: list[list[ray.ObjectRef]],
         keys: list[str | None] | None = None,
         shares: list[str | None] | None = None,
+        here: bool = False,
     ) -> WriteResult:
+        loop = asyncio.get_running_loop()
         table_schema = None
         if self._table_schema is not None:
-            table_schema = await asyncio.get_running_loop().run_in_executor(
-                None, self._table_schema
-            )
+            table_schema = await loop.run_in_executor(None, self._table_schema)
         routing = self._routing
         if routing is not None and self._route_schemas is not None:
-            schemas = await asyncio.get_running_loop().run_in_executor(None, self._route_schemas)
+            schemas = await loop.run_in_executor(None, self._route_schemas)
             routing = dataclasses.replace(routing, schemas=schemas)
+        if here:
+            args = (table, groups, RAW_RECORD_SCHEMA, self._format, table_schema, keys, shares)
+            done = await loop.run_in_executor(self._here_thread, write_groups_here, *args)
+            self._stats["writes_here"] += 1
+            self._stats["last_write_here_s"] = round(done.seconds, 3)
+            return done
         result: WriteResult = await self._run_in_spark_thread(
             write_groups,
             self._spark,
@@ -421,6 +481,12 @@ class WriterActor:
             self._drain_task.cancel()
         self._fail(self._pending, RuntimeError(f"writer {self._app_name} was stopped"))
         self._pending = []
+        start = self._start_task
+        if start is not None and not start.done():
+            # stopped while Spark starts (writes were made here meanwhile): let it come up,
+            # briefly, so that its JVMs are stopped rather than left behind
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(start), CLOSE_WAITS_FOR_START_S)
         if self._spark is not None:
             await self._run_in_spark_thread(stop_spark)
             self._spark = None
@@ -456,23 +522,27 @@ def start_writer(
     (``RoutedWrite``), whose tables' schemas ``route_schemas`` reads instead.
     """
     placement = placement or Placement()
-    handle = ray_internals.actor_class(WriterActor).options(
-        name=name,
-        namespace=namespace,
-        lifetime="detached",
-        max_restarts=-1,
-        get_if_exists=True,
-        **placement.actor_options("writer"),
-    ).remote(
-        name,
-        spark,
-        warm_up,
-        placement_group_strategy=placement.spark_group_strategy,
-        warm_up_table=warm_up_table,
-        record_format=record_format,
-        table_schema=table_schema,
-        routing=routing,
-        route_schemas=route_schemas,
+    handle = (
+        ray_internals.actor_class(WriterActor)
+        .options(
+            name=name,
+            namespace=namespace,
+            lifetime="detached",
+            max_restarts=-1,
+            get_if_exists=True,
+            **placement.actor_options("writer"),
+        )
+        .remote(
+            name,
+            spark,
+            warm_up,
+            placement_group_strategy=placement.spark_group_strategy,
+            warm_up_table=warm_up_table,
+            record_format=record_format,
+            table_schema=table_schema,
+            routing=routing,
+            route_schemas=route_schemas,
+        )
     )
     if wait:
         ray.get(handle.ready.remote(), timeout=timeout_s)

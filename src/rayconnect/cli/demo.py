@@ -178,6 +178,9 @@ def run_demo(
         try:
             t = time.monotonic()
             view.event("pipeline starting: Spark writer, participants, coordinator, readers...")
+            # waits for Spark (records flow meanwhile): the kills below should not land in
+            # Spark's start, which on 2 cores slows a restarting actor (start(wait_for_spark=
+            # False) returns ~10-20 s sooner; bench/README.md, "Start-up")
             handle = _pipeline(bootstrap, table_path, interval_s).start()
             step("start", t)
             view.event(f"pipeline {PIPELINE!r} running ({stage.timings['start_s']:.1f} s to start)")

@@ -25,9 +25,15 @@ class SparkSettings(msgspec.Struct, frozen=True):
     #: how long Spark may stay an executor short after a node loss (RayDP replaces a lost executor
     #: itself, ~25 s) before the writer restarts Spark to get them all back
     executor_lost_s: float = 60.0
+    #: a write of at most this many rows is made by the writer process itself with Arrow's Parquet
+    #: writer (the same files a Spark task writes), not as a Spark job, which costs 0.3-0.7 s however
+    #: small: the ``latency`` profile's lever (docs/guides/sink.md). 0: every write is a Spark job once
+    #: Spark is up. While Spark starts, every write is made so (a transform's waits for Spark)
+    write_here_max_rows: int = 0
 
     def __post_init__(self) -> None:
         require(self.executors >= 1, "spark.executors must be >= 1")
         require(self.executor_cores >= 1, "spark.executor_cores must be >= 1")
         require(self.executor_wait_s > 0, "spark.executor_wait_s must be > 0")
         require(self.executor_lost_s > 0, "spark.executor_lost_s must be > 0")
+        require(self.write_here_max_rows >= 0, "spark.write_here_max_rows must be >= 0")

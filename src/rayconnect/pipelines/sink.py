@@ -125,9 +125,15 @@ class SinkPipeline:
 
         return run_sync(all_clusters())
 
-    def start(self, *, address: str | None = None, timeout_s: float = 300.0) -> PipelineHandle:
+    def start(
+        self, *, address: str | None = None, timeout_s: float = 300.0, wait_for_spark: bool = True
+    ) -> PipelineHandle:
         """Validate, then start the writer, participants, coordinator and enumerator (which
-        starts the readers); returns once every reader reads."""
+        starts the readers); returns once every reader reads and (``wait_for_spark``) Spark
+        is up. Records are read, written and committed while Spark starts (the writer
+        writes without it meanwhile): without ``wait_for_spark`` start() returns 10-20 s
+        sooner, and a Spark that cannot start shows in ``status().writer.problem`` instead
+        of raising here."""
         from rayconnect.actors.coordinator import CoordinatorActor
         from rayconnect.actors.enumerator import EnumeratorActor
         from rayconnect.actors.participant_host import start_participants
@@ -150,8 +156,10 @@ class SinkPipeline:
                 f"pipeline {cfg.name!r} is already running: use rayconnect.attach({cfg.name!r})"
             )
         detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
-        # Spark's start-up (~20-30 s) and the participants' start overlap: both must be up
-        # before the coordinator's first START.
+        # Spark's start-up (~20-30 s) overlaps everything else: the writer writes without
+        # Spark until Spark is up (actors/writer.py), so the first rounds read, write and
+        # commit meanwhile; start() still waits for Spark last, to report a Spark that
+        # cannot start.
         record_format = cfg.record_format()
         routing, route_schemas = _routing(cfg)
         writer = start_writer(
@@ -172,10 +180,9 @@ class SinkPipeline:
         # The partitions known now get their participants before the first START; the
         # enumerator adds and retires partitions from then on.
         hosts_ready = start_participants(cfg, keys, cfg.source.clusters())
+        spark_ready: Any = writer.ready.remote()  # an ObjectRef
         ray.get(hosts_ready, timeout=timeout_s)
         phases.done(f"participants of {len(keys)} partitions in {len(hosts_ready)} hosts")
-        ray.get(writer.ready.remote(), timeout=timeout_s)
-        phases.done("writer (Spark)")
         coordinator = CoordinatorActor.options(
             name=names.coordinator(cfg.name),
             **detached,
@@ -189,6 +196,13 @@ class SinkPipeline:
         handle = PipelineHandle(cfg.name)
         handle.wait_for(lambda s: s["readers_ready"], timeout_s=timeout_s, poll_s=0.2)
         phases.done("enumerator and readers")
+        if wait_for_spark:
+            try:
+                ray.get(spark_ready, timeout=timeout_s)
+            except Exception:
+                handle.stop(commit=False)  # a pipeline that cannot start Spark does not stay
+                raise
+            phases.done("writer (Spark), after the others")
         handle.startup = phases.seconds
         log.info("pipeline %s started in %.1f s: %s", cfg.name, phases.total, phases)
         return handle

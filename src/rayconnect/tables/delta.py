@@ -58,6 +58,7 @@ from rayconnect.tables.base import (
     VersionWrite,
 )
 from rayconnect.tables.delta_log import NO_LOG_CLEANUP, DeltaLog, LogState
+from rayconnect.tables.delta_metrics import OPERATION_METRICS, operation_metrics
 from rayconnect.tables.delta_txns import TxnVersions
 from rayconnect.tables.files import STAGING_DIR, delta_stats_json
 from rayconnect.tables.upsert import UpsertRound
@@ -322,7 +323,9 @@ class DeltaCommitter(TableCommitter):
             txns.append(Transaction(self.app_id(COORDINATOR_KEY), write.epoch))
         read_version = read.version()
         commit_id = uuid.uuid4().hex
-        metadata = {**write.metadata, _COMMIT_ID: commit_id}
+        metadata: dict[str, Any] = {**write.metadata, _COMMIT_ID: commit_id}
+        if write.changes.adds and write.changes.upsert is None:  # a MERGE writes its own
+            metadata[OPERATION_METRICS] = operation_metrics(write.changes.adds)
         commit = CommitProperties(app_transactions=txns, custom_metadata=metadata)
         try:
             if write.changes.upsert is not None:

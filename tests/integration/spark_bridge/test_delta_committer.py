@@ -70,6 +70,21 @@ def test_commit_files_and_offsets_in_one_version(table: Path, committer: DeltaCo
     assert kinds == ["add", "add", "commitInfo", "txn", "txn"]
     commit_info = next(a["commitInfo"] for a in log if "commitInfo" in a)
     assert commit_info["rayconnect.txn"] == "1"
+    # the standard metrics, as Spark (strings) and delta-rs (integers) write them
+    size = f0.size + f1.size
+    assert commit_info["operationMetrics"] == {
+        "numFiles": "2",
+        "numAddedFiles": "2",
+        "numRemovedFiles": "0",
+        "numOutputRows": "17",
+        "numOutputBytes": str(size),
+        "num_added_files": 2,
+        "num_removed_files": 0,
+        "num_added_rows": 17,
+        "num_partitions": 0,
+    }
+    history = DeltaTable(str(table)).history(1)[0]
+    assert (history["operation"], history["operationMetrics"]["numOutputRows"]) == ("WRITE", "17")
     print(f"commit latency (2 files): {elapsed * 1000:.1f} ms")
 
     # second round continues from the committed offsets

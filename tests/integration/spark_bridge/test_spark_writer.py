@@ -25,7 +25,7 @@ from rayconnect.formats.evolution import schema_differences
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.executor_group import no_room, release, reserve_executors
-from rayconnect.spark_bridge.parquet_writer import InputSchemaError
+from rayconnect.spark_bridge.parquet_writer import InputSchemaError, write_groups_here
 from rayconnect.spark_bridge.session import require_java, spark_configs
 from rayconnect.tables.delta import DeltaCommitter
 from rayconnect.tables.files import STAGING_DIR
@@ -204,6 +204,47 @@ def test_a_hosts_partitions_share_files_and_each_file_names_them(
     assert not first0 & second0, "two flushes of one partition never share a file"
     assert all(not f.shared_by for f in files[4] + files[5])
     assert not {f.path for f in files[4]} & host0
+
+
+def test_a_write_made_here_has_the_files_of_a_spark_job(
+    writer: ray.actor.ActorHandle, tmp_path: Path
+) -> None:
+    """``write_groups_here`` (the writer's path before Spark is up, and for small writes)
+    writes what a Spark job writes: each group's rows exactly, a host's partitions sharing
+    files that name them, never two flushes of one partition in one file; bad input is an
+    InputSchemaError. No Spark job runs."""
+    keys = ["c1/orders/0", "c1/orders/1", "c1/orders/0", None]
+    shares = ["host-0", "host-0", "host-0", None]
+    blocks = [records(0, 0, 100), records(1, 0, 60), records(0, 100, 50), records(5, 0, 10)]
+    groups = [[ray.put(b.slice(0, 40)), ray.put(b.slice(40))] for b in blocks]
+    before = ray.get(writer.stats.remote())
+    here = write_groups_here(str(tmp_path / "here"), groups, keys=keys, shares=shares)
+    spark = ray.get(
+        [
+            writer.write.remote(str(tmp_path / "spark"), g, k, s)
+            for g, k, s in zip(groups, keys, shares, strict=True)
+        ]
+    )
+    assert here.job_ids == [] and jobs_delta(writer, before) == (1, 1)
+    for group_here, group_spark, block in zip(here.files, spark, blocks, strict=True):
+        rows = read_files(tmp_path / "here", group_here)
+        assert key_set(rows) >= key_set(block)
+        assert sorted(len(f.shared_by) for f in group_here) == sorted(
+            len(f.shared_by) for f in group_spark
+        )
+        for f in group_here:
+            in_file = key_set(read_files(tmp_path / "here", [f]))
+            named = {int(k.rsplit("/", 1)[1]) for k in f.shared_by} or {
+                block["partition"][0].as_py()
+            }
+            assert {part for _, part, _ in in_file} == named
+            assert f.records == len(in_file) and f.path.startswith(f"{STAGING_DIR}/")
+            assert pq.read_schema(tmp_path / "here" / f.path).equals(RAW_RECORD_SCHEMA)
+    assert not {f.path for f in here.files[0]} & {f.path for f in here.files[2]}
+    assert {len(f.shared_by) for f in here.files[1]} == {2}  # partitions 0 and 1 of host-0
+    bad = records(0, 0, 10).set_column(2, "partition", pa.array([0] * 10, pa.int64()))
+    with pytest.raises(InputSchemaError, match="partition"):
+        write_groups_here(str(tmp_path / "bad"), [[ray.put(bad)]])
 
 
 def test_empty_groups_and_record_batches(writer: ray.actor.ActorHandle, tmp_path: Path) -> None:
