@@ -251,3 +251,91 @@ def test_sigterm_to_the_process_group_commits_the_sink_s_last_round(
         assert rows.num_rows == len(keys) == total >= 2000
     finally:
         run.close()
+
+
+# -- ray job stop ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # a Ray head of its own to start: longer than the others
+@pytest.mark.timeout(420)
+def test_ray_job_stop_commits_the_last_transaction(kafka_broker) -> None:
+    """``ray job stop`` sends SIGTERM to the job's command (and its children), waits
+    ``RAY_JOB_STOP_WAIT_TIME_S`` (default 3 s), then SIGKILLs it. With the wait set longer
+    than a last round in the job's env_vars (the documented way), the tasks commit their
+    open transactions: the topic holds exactly what the job's log reports, and no task is
+    left in the cluster."""
+    from fixtures.processes import free_port
+
+    bootstrap = kafka_broker.bootstrap_servers
+    for topic in ("numbers", "numbers-dlq"):
+        asyncio.run(create_topic(bootstrap, topic, 4, exist_ok=True))
+    temp_dir = Path(tempfile.mkdtemp(prefix="rc-jstop-", dir="/tmp"))
+    gcs, dash = free_port(), free_port()
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",  # `rayconnect` in the job
+    }
+    env.pop("RAY_ADDRESS", None)
+    job = f"rayconnect-stop-{os.getpid()}"
+
+    def ray(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(bin_dir / "ray"), *args],
+            env=env,
+            cwd=EXAMPLES.parent,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def job_cmd(command: str) -> str:
+        return ray("job", command, f"--address=http://127.0.0.1:{dash}", job).stdout
+
+    try:
+        started = ray(
+            "start", "--head", f"--temp-dir={temp_dir}", "--num-cpus=2", f"--port={gcs}",
+            f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}", "--include-dashboard=true",
+            "--disable-usage-stats",
+        )  # fmt: skip
+        assert started.returncode == 0, started.stderr[-3000:]
+        runtime_env = {
+            "env_vars": {"KAFKA_BOOTSTRAP": bootstrap, "RAY_JOB_STOP_WAIT_TIME_S": "60"},
+            "excludes": [".venv", ".git", "bench", "tests", "**/__pycache__", "*.egg-info"],
+        }
+        submitted = ray(
+            "job", "submit", f"--address=http://127.0.0.1:{dash}", f"--submission-id={job}",
+            "--no-wait", "--working-dir=.", f"--runtime-env-json={json.dumps(runtime_env)}",
+            "--", "rayconnect", "run", "examples/numbers-source.yaml", "--interval=1",
+        )  # fmt: skip
+        assert submitted.returncode == 0, submitted.stderr[-3000:]
+        deadline = time.monotonic() + STARTED_S
+        while not re.search(r"transactions [1-9][\d,]* committed", job_cmd("logs")):
+            failed = re.search(r"failed|stopped", job_cmd("status"), re.I)
+            assert time.monotonic() < deadline and not failed, job_cmd("logs")[-3000:]
+            time.sleep(1)
+        ray("job", "stop", f"--address=http://127.0.0.1:{dash}", job, timeout=STOPPED_S)
+        deadline = time.monotonic() + STOPPED_S
+        while not re.search(r"stopped|succeeded|failed", job_cmd("status"), re.I):
+            assert time.monotonic() < deadline, job_cmd("logs")[-3000:]
+            time.sleep(1)
+        logs = job_cmd("logs")
+        found = re.search(r"stopped numbers: 2 task\(s\), ([\d,]+) records", logs)
+        assert found, logs[-3000:]
+        total, seqs = _committed_sequences(kafka_broker)
+        assert total == int(found[1].replace(",", "")) > 0
+        _assert_exactly_once_in_order(seqs)
+        left = subprocess.run(
+            [str(bin_dir / "rayconnect"), "status", "numbers", f"--address=127.0.0.1:{gcs}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert left.returncode == 4, left.stdout + left.stderr  # no task of it is left
+    finally:
+        kill_pids(pids_of(str(temp_dir)))
+        shutil.rmtree(temp_dir, ignore_errors=True)
