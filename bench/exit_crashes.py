@@ -13,7 +13,7 @@ Variants (a local table and one on an embedded SeaweedFS S3, 5 versions of 1,000
 S3FileSystem alone (no deltalake); ``s3-both`` both; ``partial``/``partial-s3`` the first
 batch of ``to_pyarrow_dataset().to_batches()`` then exit; ``head``/``head-s3``
 ``to_pyarrow_dataset().head(10)``. A ``-native`` suffix reads through pyarrow's native
-filesystem (``rayconnect.tables.arrow_reads``) instead of deltalake's default Python one.
+filesystem (``rayconnect.storage.delta_reads``) instead of deltalake's default Python one.
 Results and the cause: bench/results/exit_crashes.md.
 """
 
@@ -44,8 +44,8 @@ def reader(variant: str, cfg: dict) -> None:
     from deltalake import DeltaTable
     from pyarrow import fs
 
+    from rayconnect.storage.delta_reads import table_filesystem
     from rayconnect.storage.location import TableLocation
-    from rayconnect.tables.arrow_reads import table_filesystem
 
     native = variant.endswith("-native")
     variant = variant.removesuffix("-native")

@@ -36,7 +36,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     deltalake's default Python filesystem, whose files arrow's IO threads read and free with
     the GIL; one doing so during finalization is ended by pthread_exit, and the unwind kills
     the process (139, 134) or hangs it. rayconnect itself reads through pyarrow's native
-    filesystems (``rayconnect.tables.arrow_reads``); until every test does too, the test
+    filesystems (``rayconnect.storage.delta_reads``); until every test does too, the test
     process skips the teardown. Every fixture has already cleaned up (Ray shut down, brokers
     and S3 stopped) when this runs."""
     status = config.stash.get(_EXIT_STATUS, None)

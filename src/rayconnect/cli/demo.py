@@ -244,8 +244,8 @@ def _verify(
     exactly the offsets 0..high watermark-1, and its Delta txn version (committed offset)."""
     from deltalake import DeltaTable
 
+    from rayconnect.storage.delta_reads import delta_dataset
     from rayconnect.storage.location import TableLocation
-    from rayconnect.tables.arrow_reads import delta_dataset
 
     dt = DeltaTable(table_path)
     data = delta_dataset(dt, TableLocation.parse(table_path)).to_table(

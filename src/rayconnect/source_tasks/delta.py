@@ -114,8 +114,8 @@ class DeltaTableSource(ConfiguredTask[DeltaTableSettings]):
         import pyarrow.dataset as pds
         from deltalake import DeltaTable
 
+        from rayconnect.storage.delta_reads import delta_dataset
         from rayconnect.storage.location import TableLocation
-        from rayconnect.tables.arrow_reads import delta_dataset
 
         location = TableLocation.parse(self.settings.path, self.settings.storage_options)
 

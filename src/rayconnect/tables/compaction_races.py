@@ -30,8 +30,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
+from rayconnect.storage.delta_reads import delta_dataset
 from rayconnect.storage.location import TableLocation
-from rayconnect.tables.arrow_reads import delta_dataset
 from rayconnect.tables.delta_log import NO_LOG_CLEANUP
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """A process that reads Delta tables exits 0 (issue 30, point 3).
 
 Each run is a fresh interpreter that reads a local table and one on the embedded S3 the way
-rayconnect does (``rayconnect.tables.arrow_reads``: pyarrow's native filesystems), the worst
+rayconnect does (``rayconnect.storage.delta_reads``: pyarrow's native filesystems), the worst
 case included: ``head()`` leaves reads in flight when it returns. Then it exits. Through
 deltalake's default Python filesystem the same reads crashed at exit in about half the runs
 (SIGSEGV 139, SIGABRT 134, or a hang; see bench/results/exit_crashes.md); this test fails on
@@ -29,7 +29,7 @@ READER = """
 import json, sys
 from deltalake import DeltaTable
 from rayconnect.storage.location import TableLocation
-from rayconnect.tables.arrow_reads import delta_dataset, read_delta
+from rayconnect.storage.delta_reads import delta_dataset, read_delta
 
 tables = json.loads(sys.argv[1])
 out = []
