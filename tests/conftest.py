@@ -31,10 +31,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Leave with pytest's exit status once everything is reported, without the
-    interpreter's teardown. Seen once in CI: 676 passed, then a segfault at exit (139) -
-    most likely the known crash of pyarrow's S3 filesystems while native libraries are torn
-    down (apache/arrow#38352; the S3 tests' tables hold them), not confirmed (no core). Every
-    fixture has already cleaned up (Ray shut down, brokers and S3 stopped) when this runs."""
+    interpreter's teardown. Seen once in CI: 676 passed, then a segfault at exit (139). The
+    cause, reproduced since (bench/results/exit_crashes.md): tests read tables with
+    deltalake's default Python filesystem, whose files arrow's IO threads read and free with
+    the GIL; one doing so during finalization is ended by pthread_exit, and the unwind kills
+    the process (139, 134) or hangs it. rayconnect itself reads through pyarrow's native
+    filesystems (``rayconnect.storage.delta_reads``); until every test does too, the test
+    process skips the teardown. Every fixture has already cleaned up (Ray shut down, brokers
+    and S3 stopped) when this runs."""
     status = config.stash.get(_EXIT_STATUS, None)
     if status is None:
         return

@@ -13,7 +13,10 @@ that happened to call it. Everything else in rayconnect uses Ray's public API on
 - this process's node (``ray._private.worker._global_node``): where Ray writes its logs (the
   Spark JVMs log beside them) and its session directory (the benchmarks read it);
 - ``ray._private.label_utils.validate_label_selector``: Ray's own check of a node label
-  selector, so a bad selector is a ConfigError at start, worded as Ray words it.
+  selector, so a bad selector is a ConfigError at start, worded as Ray words it;
+- ``ray._private.services.ConsolePopen``: how a local ``ray.init`` starts Ray's own processes
+  (GCS, raylet, dashboard); :func:`ray_processes_apart` starts them in a session of their own,
+  so a signal to the caller's process group (``timeout``, a supervisor) does not end them.
 
 And one gap in Ray's typing, bridged here too: mypy does not apply class decorators, so to
 it a ``@ray.remote`` class is still the plain class (no ``.options``), and Ray's own
@@ -23,6 +26,8 @@ it a ``@ray.remote`` class is still the plain class (no ``.options``), and Ray's
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from rayconnect.errors import RayUnavailableError
@@ -85,3 +90,26 @@ def label_selector_problem(selector: dict[str, str]) -> str | None:
 def actor_class(cls: type) -> Any:
     """A ``@ray.remote`` class as the ``ActorClass`` it is at run time (``.options``)."""
     return cls
+
+
+@contextlib.contextmanager
+def ray_processes_apart() -> Iterator[None]:
+    """While inside, a local ``ray.init`` starts Ray's processes in a session (and process
+    group) of their own. Why: a supervisor stops a command by signalling its whole process
+    group (``timeout``, many process managers); Ray's processes in that group would die with
+    the command, before it could commit its last round. Ray still ties each of them to this
+    process (PDEATHSIG), and ``ray.shutdown`` at exit still ends them."""
+    from ray._private import services
+
+    started_by_ray = services.ConsolePopen
+
+    class _Apart(started_by_ray):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["start_new_session"] = True
+            super().__init__(*args, **kwargs)
+
+    setattr(services, "ConsolePopen", _Apart)  # noqa: B010 - mypy: a class cannot be assigned
+    try:
+        yield
+    finally:
+        setattr(services, "ConsolePopen", started_by_ray)  # noqa: B010

@@ -7,6 +7,7 @@ same way: by listing the named actors whose names start with ``<pipeline>/``.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import Callable
@@ -22,11 +23,18 @@ from rayconnect.protocol.status import ActorStatus
 _ROLE_ORDER = {"enumerator": 0, "coordinator": 1, "reader": 2, "participants": 3, "writer": 4}
 
 
-def ensure_ray(address: str | None = None) -> None:
-    """Use the Ray this process is connected to, or connect/start one (namespace rayconnect)."""
+def ensure_ray(address: str | None = None, *, own_session: bool = False) -> None:
+    """Use the Ray this process is connected to, or connect/start one (namespace rayconnect).
+
+    ``own_session``: a Ray started here runs its processes in a session of their own, out of
+    this process's group (for the CLI: a supervisor's signal to the group reaches the CLI,
+    which commits a last round, but not Ray, which that round needs)."""
     if ray.is_initialized():
         return
-    ray.init(address=address, namespace=names.NAMESPACE, log_to_driver=False)
+    from rayconnect.ray_internals import ray_processes_apart
+
+    with ray_processes_apart() if own_session else contextlib.nullcontext():
+        ray.init(address=address, namespace=names.NAMESPACE, log_to_driver=False)
 
 
 def check_reachable(address: str | None, timeout_s: float = 3.0) -> None:

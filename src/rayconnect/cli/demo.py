@@ -247,8 +247,13 @@ def _verify(
     exactly the offsets 0..high watermark-1, and its Delta txn version (committed offset)."""
     from deltalake import DeltaTable
 
+    from rayconnect.storage.delta_reads import delta_dataset
+    from rayconnect.storage.location import TableLocation
+
     dt = DeltaTable(table_path)
-    data = dt.to_pyarrow_table(columns=["topic", "partition", "offset"])
+    data = delta_dataset(dt, TableLocation.parse(table_path)).to_table(
+        columns=["topic", "partition", "offset"]
+    )
     distinct = data.group_by(["topic", "partition", "offset"]).aggregate([]).num_rows
     exact = True
     for p, key in keys.items():

@@ -47,7 +47,7 @@ from rayconnect.errors import (
     RayUnavailableError,
 )
 from rayconnect.protocol.status import PipelineStatus
-from rayconnect.runtime import check_ray, check_reachable
+from rayconnect.runtime import check_ray, check_reachable, ensure_ray
 
 
 def _with_brokers(config, bootstraps: dict[str, str]):
@@ -185,7 +185,7 @@ def run_command(args) -> int:
             clusters = config.source.clusters()
             bootstraps = {}
             for cid in clusters:
-                broker = stack.enter_context(EmbeddedBroker(cid))
+                broker = stack.enter_context(EmbeddedBroker(cid, own_session=True))
                 bootstraps[cid] = broker.bootstrap_servers
                 print(f"embedded broker {cid!r} at {broker.bootstrap_servers}", flush=True)
             config = _with_brokers(config, bootstraps)
@@ -211,6 +211,7 @@ def run_command(args) -> int:
         started = time.monotonic()
         try:
             check_ray(args.address)
+            ensure_ray(args.address, own_session=True)
             handle = SinkPipeline.from_config(config).start(address=args.address)
         except RayconnectError as e:
             return _failed(e, args.file)
@@ -234,16 +235,28 @@ def _detached(name: str) -> int:
     return EXIT_OK
 
 
+#: A second stop signal this soon after the first is the same stop, not a second Ctrl-C:
+#: ``timeout(1)`` sends its one SIGTERM to the command and then to its process group, so the
+#: command gets it twice within milliseconds; a person pressing Ctrl-C again takes longer.
+SAME_STOP_WITHIN_S = 1.0
+
+
 @contextlib.contextmanager
 def _stop_signals():
     """While inside: the first Ctrl-C/SIGTERM is recorded in the yielded list (the loop then
-    stops cleanly); a second one raises KeyboardInterrupt (stop at once)."""
+    stops cleanly); a second one, ``SAME_STOP_WITHIN_S`` or more later, raises
+    KeyboardInterrupt (stop at once)."""
     stop_requested: list[str] = []
+    first_at: list[float] = []
 
     def on_signal(signum, _frame) -> None:
-        if stop_requested:  # a second signal: stop without the last round
-            raise KeyboardInterrupt
+        now = time.monotonic()
+        if stop_requested:
+            if now - first_at[0] < SAME_STOP_WITHIN_S:
+                return  # the same stop delivered twice
+            raise KeyboardInterrupt  # a second signal: stop without the last round
         stop_requested.append(signal.Signals(signum).name)
+        first_at.append(now)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -360,12 +373,12 @@ def start_source(config, address: str | None = None):
     runs already (PipelineAlreadyRunningError), then ``rc.SourcePipeline.start``."""
     from rayconnect.actors import names
     from rayconnect.pipelines.source import SourcePipeline
-    from rayconnect.runtime import ensure_ray, get_actor, task_actor_names
+    from rayconnect.runtime import get_actor, task_actor_names
 
     pipeline = SourcePipeline.from_config(config)  # imports and builds the task: before Ray
     pipeline.task.check()  # the source reachable and usable (ConfigError naming the setting)
     check_ray(address)
-    ensure_ray(address)
+    ensure_ray(address, own_session=True)
     if get_actor(names.coordinator(config.name)) is not None or task_actor_names(config.name):
         raise PipelineAlreadyRunningError(
             f"pipeline {config.name!r} is already running: see `rayconnect status {config.name}`"
@@ -380,7 +393,7 @@ def run_source(config, args) -> int:
             from rayconnect.kafka.admin import create_topic
             from rayconnect.kafka.embedded import EmbeddedBroker
 
-            broker = stack.enter_context(EmbeddedBroker("target"))
+            broker = stack.enter_context(EmbeddedBroker("target", own_session=True))
             config = _with_target(config, broker.bootstrap_servers)
             print(f"embedded broker 'target' at {broker.bootstrap_servers}", flush=True)
             for topic in config.task.topics():

@@ -105,6 +105,9 @@ class EmbeddedBroker(ChildProcess):
     process was killed - brings the same cluster back where clients knew it.
     ``advertised_port``: the port clients are told to connect to (metadata), when they reach
     the broker through something else, such as a TCP proxy in an outage test.
+    ``own_session``: the broker runs out of our process group, so a signal to the group (a
+    terminal's Ctrl-C, ``timeout``, a supervisor) reaches only us and we stop it after the
+    last round that still needs it.
     """
 
     _start_error = BrokerStartError
@@ -115,9 +118,11 @@ class EmbeddedBroker(ChildProcess):
         log_dir: Path | None = None,
         storage: BrokerStorage = MEMORY,
         advertised_port: int | None = None,
+        own_session: bool = False,
     ) -> None:
         super().__init__()
         self.cluster_id = cluster_id
+        self.own_session = own_session
         self.storage = storage
         self.advertised_port = advertised_port
         self._what = f"tansu ({cluster_id})"
@@ -173,7 +178,9 @@ class EmbeddedBroker(ChildProcess):
             env = dict(os.environ)
             env.update(self.storage.env)
             env.setdefault("RUST_LOG", "warn")
-            self._launch(args, log_dir / f"tansu-{self.cluster_id}-{port}.log", env)
+            self._launch(
+                args, log_dir / f"tansu-{self.cluster_id}-{port}.log", env, new_session=self.own_session
+            )
             self._wait_ready(
                 lambda: None if _api_versions_ok("127.0.0.1", port) else "no ApiVersions answer",
                 timeout,

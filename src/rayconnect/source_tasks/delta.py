@@ -114,9 +114,14 @@ class DeltaTableSource(ConfiguredTask[DeltaTableSettings]):
         import pyarrow.dataset as pds
         from deltalake import DeltaTable
 
+        from rayconnect.storage.delta_reads import delta_dataset
+        from rayconnect.storage.location import TableLocation
+
+        location = TableLocation.parse(self.settings.path, self.settings.storage_options)
+
         def fragments(v: int) -> tuple[dict[str, Any], Any]:
             ds = DeltaTable(self.settings.path, version=v, storage_options=self.settings.storage_options)
-            dataset = ds.to_pyarrow_dataset()
+            dataset = delta_dataset(ds, location)
             return {f.path: f for f in dataset.get_fragments()}, dataset
 
         now, dataset = fragments(version)

@@ -30,6 +30,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
+from rayconnect.storage.delta_reads import delta_dataset
+from rayconnect.storage.location import TableLocation
 from rayconnect.tables.delta_log import NO_LOG_CLEANUP
 
 log = logging.getLogger(__name__)
@@ -116,7 +118,8 @@ class CompactionRaces:
         names = dt.schema().to_arrow().names
         coords = TYPED_COORDINATES if TYPED_COORDINATES[3] in names else RAW_COORDINATES
         ranges = _offset_ranges(keys.select(list(coords)))
-        current = dt.to_pyarrow_dataset().to_table(filter=_expression(coords, ranges))
+        location = TableLocation.parse(self.uri, self.options)
+        current = delta_dataset(dt, location).to_table(filter=_expression(coords, ranges))
         once = _first_of_each(current, coords)
         write_deltalake(
             self.uri,

@@ -196,6 +196,28 @@ def test_source_foreground_stops_cleanly_on_sigint(capsys):
     assert "stopped numbers: 1 task(s), 400 records in 4 transactions committed" in out
 
 
+def test_one_signal_delivered_twice_is_one_stop_a_later_second_stops_at_once():
+    """``timeout`` delivers its SIGTERM to the command and to its group: two within
+    milliseconds are one stop; a second signal after SAME_STOP_WITHIN_S is a second Ctrl-C."""
+    import os
+    import signal
+    import time
+
+    import pytest
+
+    from rayconnect.cli.run import SAME_STOP_WITHIN_S, _stop_signals
+
+    with _stop_signals() as stop_requested:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handlers run
+        assert stop_requested == ["SIGTERM"]
+        time.sleep(SAME_STOP_WITHIN_S)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+
+
 def test_source_foreground_notices_a_stop_from_elsewhere(capsys):
     from rayconnect.cli.run import source_loop
 
