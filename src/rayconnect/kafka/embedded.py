@@ -105,6 +105,8 @@ class EmbeddedBroker(ChildProcess):
     process was killed - brings the same cluster back where clients knew it.
     ``advertised_port``: the port clients are told to connect to (metadata), when they reach
     the broker through something else, such as a TCP proxy in an outage test.
+    ``host`` and ``launch_prefix``: where it listens, and a command it is started under (a
+    test host: ``host="10.231.1.2", launch_prefix=("ip", "netns", "exec", NS)``).
     """
 
     _start_error = BrokerStartError
@@ -115,8 +117,10 @@ class EmbeddedBroker(ChildProcess):
         log_dir: Path | None = None,
         storage: BrokerStorage = MEMORY,
         advertised_port: int | None = None,
+        host: str = "127.0.0.1",
+        launch_prefix: Sequence[str] = (),
     ) -> None:
-        super().__init__()
+        super().__init__(host, launch_prefix)
         self.cluster_id = cluster_id
         self.storage = storage
         self.advertised_port = advertised_port
@@ -135,8 +139,8 @@ class EmbeddedBroker(ChildProcess):
 
     @property
     def bootstrap_servers(self) -> str:
-        """``"127.0.0.1:PORT"``, for aiokafka's ``bootstrap_servers``."""
-        return f"127.0.0.1:{self.port}"
+        """``"127.0.0.1:PORT"`` (its ``host``), for aiokafka's ``bootstrap_servers``."""
+        return f"{self.host}:{self.port}"
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -164,9 +168,9 @@ class EmbeddedBroker(ChildProcess):
                 "--cluster-id",
                 self.cluster_id,
                 "--listener-url",
-                f"tcp://127.0.0.1:{port}",
+                f"tcp://{self.host}:{port}",
                 "--advertised-listener-url",
-                f"tcp://127.0.0.1:{advertised}",
+                f"tcp://{self.host}:{advertised}",
                 "--storage-engine",
                 self.storage.url,
             ]
@@ -175,7 +179,7 @@ class EmbeddedBroker(ChildProcess):
             env.setdefault("RUST_LOG", "warn")
             self._launch(args, log_dir / f"tansu-{self.cluster_id}-{port}.log", env)
             self._wait_ready(
-                lambda: None if _api_versions_ok("127.0.0.1", port) else "no ApiVersions answer",
+                lambda: None if _api_versions_ok(self.host, port) else "no ApiVersions answer",
                 timeout,
             )
 
