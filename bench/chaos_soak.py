@@ -13,7 +13,7 @@ declared fields) fed at a steady rate into a Delta table on the store; the sourc
 (a generator, 4 source partitions) writes exactly-once into a topic of the source broker.
 
 Faults, one kind at random, each followed by a wait until the sink has committed every
-record acknowledged before the fault ended (its recovery time): ``kill`` (ray.kill or
+record acknowledged before the fault ended and the source writes again (its recovery time): ``kill`` (ray.kill or
 SIGKILL of a random actor of either pipeline), ``node`` (a Ray node's processes all
 SIGKILLed, the node started again 10 s later), ``broker`` (the sink's broker SIGKILLed,
 started again 2-10 s later), ``network`` (a partition between the Ray nodes, a one-way cut
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import random
 import signal
@@ -54,7 +55,7 @@ from rayconnect.cli import chaos  # noqa: E402
 from rayconnect.kafka.admin import create_topic, demo_value, high_watermarks  # noqa: E402
 from rayconnect.kafka.broker_storage import on_s3  # noqa: E402
 from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
-from rayconnect.kafka.read_back import read_topic  # noqa: E402
+from rayconnect.kafka.read_back import read_to_high_watermarks, read_topic  # noqa: E402
 from rayconnect.runtime import pipeline_actor_names  # noqa: E402
 from rayconnect.source_tasks.generator import sequences  # noqa: E402
 from rayconnect.storage.embedded_s3 import EmbeddedS3  # noqa: E402
@@ -68,6 +69,14 @@ SCHEMA = {"id": "long", "key": "string", "ts": "timestamp_millis", "amount": "lo
 KINDS = ("kill", "node", "broker", "network", "store", "upkeep")
 NETWORK_FAULTS = ("partition", "one-way", "cut-from-head", "slow", "link-down")
 RECOVERY_LIMIT_S = 240.0
+
+
+async def topic_offsets(bootstrap: str, topic: str) -> dict[int, set[int]]:
+    """Partition -> the offsets the topic holds now (up to its high watermarks)."""
+    held: dict[int, set[int]] = {}
+    async for r in read_to_high_watermarks(bootstrap, topic, "read_uncommitted", timeout_s=180):
+        held.setdefault(r.partition, set()).add(r.offset)
+    return held
 
 
 class Producer(threading.Thread):
@@ -87,6 +96,9 @@ class Producer(threading.Thread):
 
     async def _run(self) -> None:
         from aiokafka import AIOKafkaProducer
+
+        # a broker down is a fault injected here: its retries are not news
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
         producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap, acks="all", linger_ms=5, request_timeout_ms=10_000
@@ -230,14 +242,26 @@ class Soak:
         offsets = self.sink_handle.status(timeout_s=timeout_s)["offsets"]
         return {int(k.rsplit("/", 1)[1]): v for k, v in offsets.items()}
 
+    def source_written(self) -> int:
+        marks = asyncio.run(high_watermarks(self.source_bs, SOURCE_TOPIC))
+        return sum(marks.values())
+
     def wait_recovered(self, what: str, healed_at: float) -> float | None:
         """Seconds from ``healed_at`` until the sink committed every record acknowledged by
-        then; None (a violation) if not within RECOVERY_LIMIT_S."""
+        then and the source wrote again; None (a violation) if not within
+        RECOVERY_LIMIT_S."""
         target = dict(self.producer.acked)
+        sink_done = False
+        try:
+            source_before: int | None = self.source_written()
+        except Exception:
+            source_before = None  # the source's broker is not faulted: a slow answer
         while time.monotonic() - healed_at < RECOVERY_LIMIT_S:
             try:
-                done = self.committed()
-                if all(done.get(p, 0) >= n for p, n in target.items()):
+                if not sink_done:
+                    done = self.committed()
+                    sink_done = all(done.get(p, 0) >= n for p, n in target.items())
+                if sink_done and (source_before is None or self.source_written() > source_before):
                     return time.monotonic() - healed_at
             except Exception:
                 pass  # a coordinator restarting
@@ -347,7 +371,14 @@ class Soak:
         have: dict[int, set[int]] = {}
         for p, o in pairs:
             have.setdefault(p, set()).add(o)
-        gaps = sum(n - len({o for o in have.get(p, set()) if o < n}) for p, n in committed.items())
+        missing = {p: set(range(n)) - have.get(p, set()) for p, n in committed.items() if n}
+        lost = 0
+        if any(missing.values()):  # is it the table's gap, or one in the topic itself?
+            held = asyncio.run(topic_offsets(self.sink_broker.bootstrap_servers, TOPIC))
+            for p, gone in missing.items():
+                lost += len(gone - held.get(p, set()))
+                missing[p] = gone & held.get(p, set())
+        gaps = sum(len(gone) for gone in missing.values())
         values = [json.loads(v) for _, v in asyncio.run(read_topic(self.source_bs, SOURCE_TOPIC))]
         seqs = sequences(values)
         broken = [p for p, got in seqs.items() if got != list(range(len(got)))]
@@ -357,6 +388,8 @@ class Soak:
             "committed": sum(committed.values()),
             "duplicates": dupes,
             "gaps_below_committed": gaps,
+            # offsets the broker itself no longer holds (lost by a SIGKILLed tansu)
+            "broker_lost_offsets": lost,
             "source_records": len(values),
             "source_partitions_broken": broken,
         }
@@ -380,7 +413,7 @@ class Soak:
     # -- the run --------------------------------------------------------------------------
 
     def run(self) -> None:
-        end = self.t0 + self.args.minutes * 60
+        end = time.monotonic() + self.args.minutes * 60  # from the pipelines' start
         next_check = time.monotonic() + 60
         while time.monotonic() < end:
             pause = self.rng.uniform(10, 30)
@@ -434,9 +467,11 @@ class Soak:
             self.violations.append(f"final: committed {committed} != high watermarks {marks}")
         self.checked()
         last = self.checks[-1] if self.checks else {}
-        if last.get("table_rows") != sum(marks.values()):
+        held = last.get("table_rows", 0) + last.get("broker_lost_offsets", 0)
+        if held != sum(marks.values()):
             self.violations.append(
-                f"final: {last.get('table_rows')} rows, {sum(marks.values())} produced"
+                f"final: {last.get('table_rows')} rows + {last.get('broker_lost_offsets')} "
+                f"offsets the broker lost != {sum(marks.values())} offsets"
             )
         self.final = {"high_watermarks": sum(marks.values()), **last}
 
@@ -496,7 +531,8 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"records produced (acknowledged): {r['records_produced']}, failed sends "
         f"{r['produce_failures']}; table rows at the end {final.get('table_rows')}, "
-        f"high watermarks {final.get('high_watermarks')}; source records "
+        f"high watermarks {final.get('high_watermarks')}, offsets the broker lost "
+        f"{final.get('broker_lost_offsets')}; source records "
         f"{final.get('source_records')}",
         f"checks: {len(r['checks'])}; violations: {len(r['violations'])}",
         *[f"- {v}" for v in r["violations"]],
