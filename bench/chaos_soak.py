@@ -204,7 +204,8 @@ class Soak:
         self.broker_s3 = EmbeddedS3(**on_store).start()
         self.sink_broker = EmbeddedBroker("sink", storage=on_s3(self.broker_s3), **on_store).start()
         self.source_broker = EmbeddedBroker("source", **on_store).start()
-        self.cluster = NetnsRayCluster(self.net, self.ray_root, WORKERS).start()
+        self.cluster = NetnsRayCluster(self.net, self.ray_root, WORKERS)
+        self.cluster.start()
         bucket = self.table_s3.new_bucket("soak")
         self.sink = rc.DeltaSink(
             f"s3://{bucket}/orders", storage_options=self.table_s3.storage_options
