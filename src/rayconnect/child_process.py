@@ -243,9 +243,13 @@ class ChildProcess(StartStop):
     _what = "child process"
     _start_error: type[Exception] = RuntimeError
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", launch_prefix: Sequence[str] = ()) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
+        #: the address it listens on and clients reach it at: loopback, or a test host's
+        #: address when ``launch_prefix`` (``ip netns exec NS``) runs it on that host
+        self.host = host
+        self.launch_prefix = tuple(launch_prefix)
 
     @property
     def log_path(self) -> Path:
@@ -271,7 +275,7 @@ class ChildProcess(StartStop):
         new_session: bool = False,
     ) -> None:
         self._log_path = log_path
-        self._proc = spawn(args, log_path, env, cwd, new_session)
+        self._proc = spawn([*self.launch_prefix, *args], log_path, env, cwd, new_session)
         register(self)
 
     def _wait_ready(self, probe: Callable[[], str | None], timeout: float) -> None:

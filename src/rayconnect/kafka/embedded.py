@@ -108,6 +108,8 @@ class EmbeddedBroker(ChildProcess):
     ``own_session``: the broker runs out of our process group, so a signal to the group (a
     terminal's Ctrl-C, ``timeout``, a supervisor) reaches only us and we stop it after the
     last round that still needs it.
+    ``host`` and ``launch_prefix``: where it listens, and a command it is started under (a
+    test host: ``host="10.231.1.2", launch_prefix=("ip", "netns", "exec", NS)``).
     """
 
     _start_error = BrokerStartError
@@ -119,8 +121,10 @@ class EmbeddedBroker(ChildProcess):
         storage: BrokerStorage = MEMORY,
         advertised_port: int | None = None,
         own_session: bool = False,
+        host: str = "127.0.0.1",
+        launch_prefix: Sequence[str] = (),
     ) -> None:
-        super().__init__()
+        super().__init__(host, launch_prefix)
         self.cluster_id = cluster_id
         self.own_session = own_session
         self.storage = storage
@@ -140,8 +144,8 @@ class EmbeddedBroker(ChildProcess):
 
     @property
     def bootstrap_servers(self) -> str:
-        """``"127.0.0.1:PORT"``, for aiokafka's ``bootstrap_servers``."""
-        return f"127.0.0.1:{self.port}"
+        """``"127.0.0.1:PORT"`` (its ``host``), for aiokafka's ``bootstrap_servers``."""
+        return f"{self.host}:{self.port}"
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -169,9 +173,9 @@ class EmbeddedBroker(ChildProcess):
                 "--cluster-id",
                 self.cluster_id,
                 "--listener-url",
-                f"tcp://127.0.0.1:{port}",
+                f"tcp://{self.host}:{port}",
                 "--advertised-listener-url",
-                f"tcp://127.0.0.1:{advertised}",
+                f"tcp://{self.host}:{advertised}",
                 "--storage-engine",
                 self.storage.url,
             ]
@@ -182,7 +186,7 @@ class EmbeddedBroker(ChildProcess):
                 args, log_dir / f"tansu-{self.cluster_id}-{port}.log", env, new_session=self.own_session
             )
             self._wait_ready(
-                lambda: None if _api_versions_ok("127.0.0.1", port) else "no ApiVersions answer",
+                lambda: None if _api_versions_ok(self.host, port) else "no ApiVersions answer",
                 timeout,
             )
 

@@ -90,7 +90,9 @@ def weed_binary() -> str:
 class EmbeddedS3(ChildProcess):
     """A SeaweedFS S3 endpoint on 127.0.0.1 that lives as long as this object (or process).
 
-    ``buckets`` are created at start and checked before ``start()`` returns.
+    ``buckets`` are created at start and checked before ``start()`` returns. ``host`` and
+    ``launch_prefix``: where it listens, and a command it is started under (a test host's
+    address and ``ip netns exec NS``).
     """
 
     _what = "weed mini (embedded S3)"
@@ -101,8 +103,10 @@ class EmbeddedS3(ChildProcess):
         buckets: Sequence[str] = (),
         access_key: str | None = None,
         secret_key: str | None = None,
+        host: str = "127.0.0.1",
+        launch_prefix: Sequence[str] = (),
     ) -> None:
-        super().__init__()
+        super().__init__(host, launch_prefix)
         self.buckets = tuple(buckets)
         self.access_key = access_key or f"rc{uuid.uuid4().hex[:16]}"
         self._secret_key = secret_key or uuid.uuid4().hex
@@ -121,7 +125,7 @@ class EmbeddedS3(ChildProcess):
     @property
     def endpoint_url(self) -> str:
         """``http://127.0.0.1:PORT``: the S3 endpoint."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def secret_key(self) -> str:
@@ -146,7 +150,7 @@ class EmbeddedS3(ChildProcess):
     @property
     def master_address(self) -> str:
         """``127.0.0.1:PORT`` of its master (for ``weed shell -master=...``)."""
-        return f"127.0.0.1:{self._ports['master.port']}"
+        return f"{self.host}:{self._ports['master.port']}"
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -191,8 +195,8 @@ class EmbeddedS3(ChildProcess):
             weed_binary(),
             "mini",
             f"-dir={data}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
+            f"-ip={self.host}",
+            f"-ip.bind={self.host}",
             *(f"-{flag}={port}" for flag, port in self._ports.items()),
             *_OFF_FLAGS,
             f"-filer.localSocket={self._root / 'filer.sock'}",
@@ -288,7 +292,7 @@ class EmbeddedS3(ChildProcess):
             access_key=self.access_key,
             secret_key=self._secret_key,
             region=REGION,
-            endpoint_override=f"127.0.0.1:{self.port}",
+            endpoint_override=f"{self.host}:{self.port}",
             scheme="http",
             allow_bucket_creation=True,
             allow_bucket_deletion=True,

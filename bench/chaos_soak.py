@@ -1,0 +1,632 @@
+"""Chaos soak: a sink and a source pipeline on a Ray cluster of test hosts, a random fault
+every 10-30 s, a checker every minute (issue 30). Run on purpose, as root (network
+namespaces); a 5-minute version is in the ``slow`` pytest group
+(tests/integration/netns/test_chaos_soak.py).
+
+    .venv/bin/python bench/chaos_soak.py --minutes 30          # writes bench/results/chaos/
+
+Hosts (tests/fixtures/netns.py): ``store`` (the sink's broker, durable on an object store of
+its own; the source's broker; the table's object store), Ray nodes ``control`` (coordinator,
+enumerator, writer) and ``ingest`` (readers, participant hosts), the Ray head and this
+process in the root namespace. The sink pipeline reads 16 partitions of typed JSON (5
+declared fields) fed at a steady rate into a Delta table on the store; the source pipeline
+(a generator, 4 source partitions) writes exactly-once into a topic of the source broker.
+
+Faults, one kind at random, each followed by a wait until the sink has committed every
+record acknowledged before the fault ended and the source writes again (its recovery time): ``kill`` (ray.kill or
+SIGKILL of a random actor of either pipeline), ``node`` (a Ray node's processes all
+SIGKILLed, the node started again 10 s later), ``broker`` (the sink's broker SIGKILLed,
+started again 2-10 s later), ``network`` (a partition between the Ray nodes, a one-way cut
+of a node from the store, a node cut from the head, a slow link or a link down, 5-30 s),
+``store`` (the table's object store down 5-60 s) and ``upkeep`` (a compaction and a VACUUM
+of the table by an outside writer). The checker reads the table and the source topic every
+minute: no duplicate, no gap below the committed offsets, the source's sequences whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path[:0] = [str(TESTS), str(TESTS / "integration")]  # the test hosts, ray_tmp
+
+from fixtures.netns import TestNetwork, why_no_namespaces  # noqa: E402
+from fixtures.netns_ray import ROLES_ON_HOSTS, NetnsRayCluster  # noqa: E402
+from fixtures.processes import pids_of  # noqa: E402
+from ray_tmp import cleaned_ray_tmp  # noqa: E402
+
+import rayconnect as rc  # noqa: E402
+from rayconnect.cli import chaos  # noqa: E402
+from rayconnect.kafka.admin import create_topic, demo_value, high_watermarks  # noqa: E402
+from rayconnect.kafka.broker_storage import on_s3  # noqa: E402
+from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
+from rayconnect.kafka.read_back import read_topic  # noqa: E402
+from rayconnect.runtime import pipeline_actor_names  # noqa: E402
+from rayconnect.source_tasks.generator import sequences  # noqa: E402
+from rayconnect.storage.embedded_s3 import EmbeddedS3  # noqa: E402
+
+OUT = Path(__file__).parent / "results" / "chaos"
+SINK, SOURCE = "soak", "soak-src"
+TOPIC, SOURCE_TOPIC, PARTITIONS = "orders", "generated", 16
+WORKERS = {"control": 1, "ingest": 1}
+#: demo_value's fields, declared: the table is typed, nothing inferred
+SCHEMA = {"id": "long", "key": "string", "ts": "timestamp_millis", "amount": "long"}
+KINDS = ("kill", "node", "broker", "network", "store", "upkeep")
+NETWORK_FAULTS = ("partition", "one-way", "cut-from-head", "slow", "link-down")
+RECOVERY_LIMIT_S = 240.0
+
+
+async def topic_offsets(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, set[int]]:
+    """Partition -> the offsets the topic holds below ``ends``, read from the start. Not
+    through ``read_to_high_watermarks``: after a SIGKILL the broker's log may have a hole at
+    its end, and the high watermark probe that seeks just below the end then never gets an
+    answer (seen in the 30-minute soak)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    held: dict[int, set[int]] = {p: set() for p in ends}
+    try:
+        tps = [TopicPartition(topic, p) for p, end in ends.items() if end]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+                held[tp.partition].update(r.offset for r in records)
+            if all(await consumer.position(tp) >= ends[tp.partition] for tp in tps):
+                break
+    finally:
+        await consumer.stop()
+    return held
+
+
+class Producer(threading.Thread):
+    """Demo records at ``rate``/s round-robin over the partitions; keeps, per partition,
+    the offset after the last acknowledged record. A failed send (broker down) is counted
+    and the schedule goes on: what matters downstream is offsets, not ids."""
+
+    def __init__(self, bootstrap: str, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.rate = bootstrap, rate
+        self.acked: dict[int, int] = dict.fromkeys(range(PARTITIONS), 0)
+        self.sent = self.failed = 0
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        # a broker down is a fault injected here: its retries are not news
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, acks="all", linger_ms=5, request_timeout_ms=10_000
+        )
+        await producer.start()
+        t0, i = time.monotonic(), 0
+        try:
+            while not self.stop_event.is_set():
+                due = int((time.monotonic() - t0) * self.rate)
+                futures = []
+                for n in range(i, due):
+                    p = n % PARTITIONS
+                    try:
+                        sent = await producer.send(
+                            TOPIC, demo_value(n, f"key-{n}"), key=f"key-{n}".encode(), partition=p
+                        )
+                        futures.append(sent)
+                    except Exception:
+                        self.failed += 1
+                i = max(i, due)
+                for result in await asyncio.gather(*futures, return_exceptions=True):
+                    if isinstance(result, BaseException):
+                        self.failed += 1
+                    else:
+                        self.sent += 1
+                        self.acked[result.partition] = max(
+                            self.acked[result.partition], result.offset + 1
+                        )
+                await asyncio.sleep(0.05)
+        finally:
+            await producer.stop()
+
+
+class Memory(threading.Thread):
+    """Every ``period_s``: the RSS of every process of the soak (the hosts' namespaces, the
+    head's processes, this one) and the machine's used memory, in MB."""
+
+    def __init__(self, net: TestNetwork, ray_root: Path, period_s: float = 10.0) -> None:
+        super().__init__(daemon=True)
+        self.net, self.ray_root, self.period_s = net, ray_root, period_s
+        self.samples: list[tuple[float, int, int]] = []
+        self.stop_event = threading.Event()
+        self.t0 = time.monotonic()
+
+    def sample(self) -> None:
+        pids = {os.getpid()} | pids_of(str(self.ray_root))
+        for host in self.net.hosts.values():
+            pids |= host.pids()
+        rss = 0
+        for pid in pids:
+            try:
+                rss += psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                continue
+        used = psutil.virtual_memory().used
+        self.samples.append((round(time.monotonic() - self.t0), rss >> 20, used >> 20))
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.period_s):
+            self.sample()
+
+
+class Soak:
+    def __init__(self, args: argparse.Namespace, net: TestNetwork, ray_root: Path) -> None:
+        self.args, self.net, self.ray_root = args, net, ray_root
+        self.rng = random.Random(args.seed)
+        self.faults: list[dict[str, Any]] = []
+        self.checks: list[dict[str, Any]] = []
+        self.violations: list[str] = []
+        self.log: list[str] = []
+        self.t0 = time.monotonic()
+
+    def say(self, text: str) -> None:
+        line = f"[{time.monotonic() - self.t0:7.1f}s] {text}"
+        self.log.append(line)
+        print(line, flush=True)
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        store = self.net["store"]
+        on_store = {"host": store.ip, "launch_prefix": store.command()}
+        self.table_s3 = EmbeddedS3(**on_store).start()
+        self.broker_s3 = EmbeddedS3(**on_store).start()
+        self.sink_broker = EmbeddedBroker("sink", storage=on_s3(self.broker_s3), **on_store).start()
+        self.source_broker = EmbeddedBroker("source", **on_store).start()
+        self.cluster = NetnsRayCluster(self.net, self.ray_root, WORKERS)
+        self.cluster.start()
+        bucket = self.table_s3.new_bucket("soak")
+        self.sink = rc.DeltaSink(
+            f"s3://{bucket}/orders", storage_options=self.table_s3.storage_options
+        )
+        bs = self.sink_broker.bootstrap_servers
+        asyncio.run(create_topic(bs, TOPIC, PARTITIONS))
+        asyncio.run(create_topic(self.source_broker.bootstrap_servers, SOURCE_TOPIC, 4))
+        self.producer = Producer(bs, self.args.rate)
+        self.producer.start()
+        meta = rc.StaticMetadataService(
+            (rc.KafkaStream(TOPIC, {"sink": rc.ClusterMetadata(bs, (TOPIC,))}),)
+        )
+        source = rc.KafkaSource(meta, value_format="json", value_schema=SCHEMA)
+        self.sink_handle = rc.SinkPipeline(
+            SINK,
+            source,
+            self.sink,
+            commit_interval_s=2,
+            write_timeout_s=20,
+            spark=rc.SparkSettings(
+                executors=1, executor_memory="512MB", executor_wait_s=90, executor_lost_s=30
+            ),
+            placement=ROLES_ON_HOSTS,
+        ).start(timeout_s=300)
+        generator = rc.GeneratorSource(
+            SOURCE_TOPIC, partitions=4, batch_size=20, poll_delay_s=0.4, value_size=100
+        )
+        self.source_handle = rc.SourcePipeline(
+            SOURCE, task=generator, target=rc.KafkaTarget(self.source_broker.bootstrap_servers)
+        ).start()
+        self.memory = Memory(self.net, self.ray_root)
+        self.memory.start()
+        self.wait_recovered("start", time.monotonic())
+
+    def stop(self) -> None:
+        for handle in ("source_handle", "sink_handle"):
+            if hasattr(self, handle):
+                try:
+                    getattr(self, handle).stop(timeout_s=60)
+                except Exception as e:
+                    self.say(f"stopping {handle}: {type(e).__name__}: {e}")
+        for thread in ("producer", "memory"):
+            if hasattr(self, thread):
+                getattr(self, thread).stop_event.set()
+        if hasattr(self, "cluster"):
+            self.cluster.stop()
+        for child in ("source_broker", "sink_broker", "broker_s3", "table_s3"):
+            if hasattr(self, child):
+                getattr(self, child).stop()
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def committed(self, timeout_s: float = 10.0) -> dict[int, int]:
+        offsets = self.sink_handle.status(timeout_s=timeout_s)["offsets"]
+        return {int(k.rsplit("/", 1)[1]): v for k, v in offsets.items()}
+
+    def sink_high_watermarks(self) -> dict[int, int]:
+        """The sink topic's high watermarks as the pipeline's readers see them (the admin
+        probe can hang on a log the SIGKILLed broker left with a hole at its end)."""
+        deadline = time.monotonic() + RECOVERY_LIMIT_S
+        while True:
+            try:
+                found = self.sink_handle.status(timeout_s=10)["partition_status"]
+                marks = {int(k.rsplit("/", 1)[1]): s.high_watermark for k, s in found.items()}
+                if len(marks) == PARTITIONS and None not in marks.values():
+                    return marks
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(1)
+
+    def source_written(self) -> int:
+        marks = asyncio.run(high_watermarks(self.source_bs, SOURCE_TOPIC))
+        return sum(marks.values())
+
+    def wait_recovered(self, what: str, healed_at: float) -> float | None:
+        """Seconds from ``healed_at`` until the sink committed every record acknowledged by
+        then and the source wrote again; None (a violation) if not within
+        RECOVERY_LIMIT_S."""
+        target = dict(self.producer.acked)
+        sink_done = False
+        try:
+            source_before: int | None = self.source_written()
+        except Exception:
+            source_before = None  # the source's broker is not faulted: a slow answer
+        while time.monotonic() - healed_at < RECOVERY_LIMIT_S:
+            try:
+                if not sink_done:
+                    done = self.committed()
+                    sink_done = all(done.get(p, 0) >= n for p, n in target.items())
+                if sink_done and (source_before is None or self.source_written() > source_before):
+                    return time.monotonic() - healed_at
+            except Exception:
+                pass  # a coordinator restarting
+            time.sleep(1.0)
+        self.violations.append(f"{what}: lag did not recover in {RECOVERY_LIMIT_S:.0f} s")
+        return None
+
+    def ensure_nodes(self) -> None:
+        """A node Ray declared dead during a fault is started again (its raylet, told it
+        is dead once reachable, exits with its workers)."""
+        time.sleep(2)
+        for name in WORKERS:
+            if name not in self.cluster.alive_nodes():
+                host = self.net[name]
+                deadline = time.monotonic() + 30
+                while host.pids() and time.monotonic() < deadline:
+                    time.sleep(1)
+                host.kill_all()
+                self.cluster.add(name)
+                self.say(f"  node {name} started again")
+        self.cluster.wait_for_nodes(len(WORKERS) + 1)
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def inject(self, kind: str) -> tuple[str, float]:
+        """Inject one fault of ``kind`` and undo it; returns (what, when it ended)."""
+        rng = self.rng
+        if kind == "kill":
+            actors = pipeline_actor_names(SINK) + pipeline_actor_names(SOURCE)
+            name, how = rng.choice(actors), rng.choice(chaos.HOW)
+            chaos.kill_actor(name, how)
+            return f"{how} {name}", time.monotonic()
+        if kind == "node":
+            name = rng.choice(list(WORKERS))
+            self.cluster.remove(name)
+            time.sleep(10)
+            self.cluster.add(name)
+            self.cluster.wait_for_nodes(len(WORKERS) + 1)
+            return f"node {name} removed 10 s", time.monotonic()
+        if kind == "broker":
+            down = rng.uniform(2, 10)
+            os.kill(self.sink_broker.pid or 0, signal.SIGKILL)
+            time.sleep(down)
+            self.sink_broker.start()
+            return f"sink broker SIGKILL, {down:.0f} s down", time.monotonic()
+        if kind == "network":
+            return self.network_fault(rng.choice(NETWORK_FAULTS), rng.uniform(5, 30))
+        if kind == "store":
+            down = rng.uniform(5, 60)
+            self.table_s3.kill()
+            time.sleep(down)
+            self.table_s3.start()
+            return f"table store down {down:.0f} s", time.monotonic()
+        if kind == "upkeep":
+            from deltalake import DeltaTable
+
+            table = DeltaTable(self.sink.path, storage_options=self.sink.storage_options)
+            metrics = table.optimize.compact()
+            table = DeltaTable(self.sink.path, storage_options=self.sink.storage_options)
+            gone = table.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)
+            what = f"outside compaction ({metrics.get('numFilesRemoved')} files) + VACUUM"
+            return f"{what} ({len(gone)} deleted)", time.monotonic()
+        raise ValueError(kind)
+
+    def network_fault(self, fault: str, seconds: float) -> tuple[str, float]:
+        control, ingest, store = self.net["control"], self.net["ingest"], self.net["store"]
+        host = self.rng.choice([control, ingest])
+        if fault == "partition":
+            control.partition_from(ingest)
+            what = "control<->ingest"
+        elif fault == "one-way":
+            host.drop_to(store)
+            what = f"{host.name}->store one-way"
+        elif fault == "cut-from-head":
+            host.cut_from_root()
+            what = f"{host.name} cut from head"
+        elif fault == "slow":
+            host.slow("1mbit")
+            what = f"{host.name} slow 1 Mbit/s"
+        else:
+            host.link_down()
+            what = f"{host.name} link down"
+        try:
+            time.sleep(seconds)
+        finally:
+            self.net.heal()
+        ended = time.monotonic()
+        self.ensure_nodes()
+        return f"{what} {seconds:.0f} s", ended
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def check(self) -> dict[str, Any]:
+        """No duplicate and no gap below the committed offsets in the table; the source
+        topic's sequences whole (each source partition 0..n-1 once, in order)."""
+        from deltalake import DeltaTable
+
+        committed = self.committed(timeout_s=20)
+        table = DeltaTable(self.sink.path, storage_options=self.sink.storage_options)
+        rows = table.to_pyarrow_table(columns=["_kafka_partition", "_kafka_offset"])
+        pairs = list(
+            zip(
+                rows["_kafka_partition"].to_pylist(), rows["_kafka_offset"].to_pylist(), strict=True
+            )
+        )
+        dupes = sum(c - 1 for c in Counter(pairs).values() if c > 1)
+        have: dict[int, set[int]] = {}
+        for p, o in pairs:
+            have.setdefault(p, set()).add(o)
+        missing = {p: set(range(n)) - have.get(p, set()) for p, n in committed.items() if n}
+        lost = 0
+        if any(missing.values()):  # is it the table's gap, or one in the topic itself?
+            held = asyncio.run(topic_offsets(self.sink_broker.bootstrap_servers, TOPIC, committed))
+            for p, gone in missing.items():
+                lost += len(gone - held.get(p, set()))
+                missing[p] = gone & held.get(p, set())
+        gaps = sum(len(gone) for gone in missing.values())
+        values = [json.loads(v) for _, v in asyncio.run(read_topic(self.source_bs, SOURCE_TOPIC))]
+        seqs = sequences(values)
+        broken = [p for p, got in seqs.items() if got != list(range(len(got)))]
+        result = {
+            "at_s": round(time.monotonic() - self.t0),
+            "table_rows": len(pairs),
+            "committed": sum(committed.values()),
+            "duplicates": dupes,
+            "gaps_below_committed": gaps,
+            # offsets the broker itself no longer holds (lost by a SIGKILLed tansu)
+            "broker_lost_offsets": lost,
+            "source_records": len(values),
+            "source_partitions_broken": broken,
+        }
+        if dupes or gaps or broken:
+            self.violations.append(f"check at {result['at_s']} s: {result}")
+        return result
+
+    @property
+    def source_bs(self) -> str:
+        return self.source_broker.bootstrap_servers
+
+    def checked(self) -> None:
+        try:
+            result = self.check()
+        except Exception as e:  # the store or a coordinator away: the next check counts
+            self.say(f"check skipped: {type(e).__name__}: {str(e)[:200]}")
+            return
+        self.checks.append(result)
+        self.say(f"check: {result}")
+
+    # -- the run --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        end = time.monotonic() + self.args.minutes * 60  # from the pipelines' start
+        next_check = time.monotonic() + 60
+        while time.monotonic() < end:
+            pause = self.rng.uniform(10, 30)
+            while pause > 0 and time.monotonic() < end:
+                if time.monotonic() >= next_check:
+                    self.checked()
+                    next_check = time.monotonic() + 60
+                step = min(pause, 1.0)
+                time.sleep(step)
+                pause -= step
+            if time.monotonic() >= end:
+                break
+            kind = self.rng.choice(self.args.kinds)
+            started = time.monotonic()
+            self.say(f"fault: {kind} ...")
+            try:
+                what, ended = self.inject(kind)
+            except Exception as e:
+                what, ended = f"{kind} failed to inject: {type(e).__name__}: {e}", time.monotonic()
+                self.net.heal()
+                self.ensure_nodes()
+            recovered = self.wait_recovered(what, ended)
+            fault = {
+                "kind": kind,
+                "what": what,
+                "at_s": round(started - self.t0, 1),
+                "lasted_s": round(ended - started, 1),
+                "recovery_s": None if recovered is None else round(recovered, 1),
+            }
+            self.faults.append(fault)
+            self.say(f"  {what}: recovered in {fault['recovery_s']} s")
+        try:
+            self.final_check()
+        except Exception as e:
+            self.violations.append(f"final check failed: {type(e).__name__}: {e}")
+
+    def final_check(self) -> None:
+        """Producer stopped: the table must hold exactly every offset up to the high
+        watermarks, once, and the committed offsets equal them."""
+        self.producer.stop_event.set()
+        self.producer.join(30)
+        time.sleep(5)  # the readers see the last records' high watermarks
+        marks = self.sink_high_watermarks()
+        deadline = time.monotonic() + RECOVERY_LIMIT_S
+        committed: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            try:
+                committed = self.committed()
+                if all(committed.get(p, 0) >= n for p, n in marks.items()):
+                    break
+            except Exception:
+                pass
+            time.sleep(1)
+        if committed != {p: n for p, n in marks.items() if n}:
+            self.violations.append(f"final: committed {committed} != high watermarks {marks}")
+        last: dict[str, Any] = {}
+        for _ in range(3):  # the last check must be read, not skipped
+            try:
+                last = self.check()
+                self.checks.append(last)
+                break
+            except Exception as e:
+                self.say(f"final check: {type(e).__name__}: {str(e)[:200]}")
+                time.sleep(10)
+        held = last.get("table_rows", 0) + last.get("broker_lost_offsets", 0)
+        if held != sum(marks.values()):
+            self.violations.append(
+                f"final: {last.get('table_rows')} rows + {last.get('broker_lost_offsets')} "
+                f"offsets the broker lost != {sum(marks.values())} offsets"
+            )
+        self.final = {"high_watermarks": sum(marks.values()), **last}
+
+    # -- report ---------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        by_kind: dict[str, list[float | None]] = {}
+        for f in self.faults:
+            by_kind.setdefault(f["kind"], []).append(f["recovery_s"])
+        kinds = {}
+        for kind, times in sorted(by_kind.items()):
+            ok = sorted(t for t in times if t is not None)
+            kinds[kind] = {
+                "faults": len(times),
+                "recovered": len(ok),
+                "max_s": max(ok) if ok else None,
+                "p99_s": round(ok[min(len(ok) - 1, int(0.99 * len(ok)))], 1) if ok else None,
+                "median_s": round(statistics.median(ok), 1) if ok else None,
+            }
+        mem = self.memory.samples
+        return {
+            "minutes": self.args.minutes,
+            "seed": self.args.seed,
+            "rate_per_s": self.args.rate,
+            "records_produced": self.producer.sent,
+            "produce_failures": self.producer.failed,
+            "final": getattr(self, "final", {}),
+            "faults_by_kind": kinds,
+            "faults": self.faults,
+            "checks": self.checks,
+            "violations": self.violations,
+            "memory_mb": {
+                "first": mem[0] if mem else None,
+                "max_rss": max(m[1] for m in mem) if mem else None,
+                "last": mem[-1] if mem else None,
+                "samples": mem,
+            },
+            "log": self.log,
+        }
+
+
+def markdown(r: dict[str, Any]) -> str:
+    lines = [
+        f"# Chaos soak: {r['minutes']} min, seed {r['seed']}, {r['rate_per_s']} records/s",
+        "",
+        "| fault kind | injected | recovered | max recovery s | p99 s | median s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for kind, k in r["faults_by_kind"].items():
+        lines.append(
+            f"| {kind} | {k['faults']} | {k['recovered']} | {k['max_s']} | {k['p99_s']} | "
+            f"{k['median_s']} |"
+        )
+    final = r["final"]
+    mem = r["memory_mb"]
+    lines += [
+        "",
+        f"records produced (acknowledged): {r['records_produced']}, failed sends "
+        f"{r['produce_failures']}; table rows at the end {final.get('table_rows')}, "
+        f"high watermarks {final.get('high_watermarks')}, offsets the broker lost "
+        f"{final.get('broker_lost_offsets')}; source records "
+        f"{final.get('source_records')}",
+        f"checks: {len(r['checks'])}; violations: {len(r['violations'])}",
+        *[f"- {v}" for v in r["violations"]],
+        f"memory (s, RSS of the soak's processes MB, machine used MB): first {mem['first']}, "
+        f"last {mem['last']}, max RSS {mem['max_rss']}",
+        "",
+        "| at s | fault | lasted s | recovery s |",
+        "| ---: | --- | ---: | ---: |",
+        *[
+            f"| {f['at_s']} | {f['what']} | {f['lasted_s']} | {f['recovery_s']} |"
+            for f in r["faults"]
+        ],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def soak(args: argparse.Namespace) -> dict[str, Any]:
+    """Run it; returns the report (also written to ``args.out``)."""
+    with TestNetwork(["store", *WORKERS]) as net, cleaned_ray_tmp() as root:
+        run = Soak(args, net, root)
+        try:
+            run.start()
+            run.say("started: sink and source pipelines running")
+            run.run()
+        finally:
+            run.stop()
+        report = run.report()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(report, indent=1))
+    (out / "results.md").write_text(markdown(report))
+    print(markdown(report))
+    return report
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=30)
+    ap.add_argument("--rate", type=float, default=200, help="records/s into the sink topic")
+    ap.add_argument("--seed", type=int, default=30)
+    ap.add_argument("--kinds", type=lambda s: s.split(","), default=list(KINDS))
+    ap.add_argument("--out", default=str(OUT))
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":
+    reason = why_no_namespaces()
+    if reason:
+        sys.exit(f"chaos soak: {reason}")
+    result = soak(parse())
+    sys.exit(1 if result["violations"] else 0)
