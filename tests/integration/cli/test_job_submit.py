@@ -228,6 +228,14 @@ def test_ray_job_submit_status_dashboard_metrics_stop(tmp_path):
         }
         assert all(dict(k)["pipeline"] == "orders" for k in m["ray_rayconnect_bytes_read"])
 
+        # records are committed while Spark still starts, so the job's `run` may not have
+        # returned from start() yet: stop it once it watches (its first status line), which
+        # is the stop this test is about
+        deadline = time.monotonic() + 240
+        while not re.search(r"orders: committed [\d,]+ records", job_logs()):
+            assert time.monotonic() < deadline, job_logs()[-3000:]
+            time.sleep(2)
+
         # rayconnect stop: the job's foreground `run` notices and exits 0
         t1 = time.monotonic()
         stopped = run(
