@@ -29,6 +29,7 @@ def _polls(postgres: PostgresServer, **settings: Any) -> list[tuple[int, list[An
         for t in range(11):
             values = ", ".join(f"({t * 1000 + i}, {i})" for i in range(10 if t < 10 else 100))
             postgres.psql(f"INSERT INTO acct VALUES {values}")
+        _wait_all_sent(postgres)
         polls: list[tuple[int, list[Any]]] = []
         deadline = time.monotonic() + 30
         while sum(n for n, _ in polls) < 200 and time.monotonic() < deadline:
@@ -40,6 +41,16 @@ def _polls(postgres: PostgresServer, **settings: Any) -> list[tuple[int, list[An
         return polls
 
     return asyncio.run(run())
+
+
+def _wait_all_sent(postgres: PostgresServer, timeout_s: float = 10.0) -> None:
+    """A poll ends where the stream has nothing more: the backlog must be in the task's
+    socket, not still being decoded by the walsender (slow on a loaded machine), for the
+    polls to be the ones the bounds make."""
+    deadline = time.monotonic() + timeout_s
+    query = "SELECT coalesce(bool_and(sent_lsn >= pg_current_wal_flush_lsn()), false) FROM pg_stat_replication"
+    while postgres.psql(query) != "t" and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 @pytest.mark.timeout(60)
@@ -155,7 +166,8 @@ def test_toast_key_changes_keyless_tables_and_dropped_columns(postgres: Postgres
             r.topic.rsplit(".", 1)[1],
             r.key and json.loads(r.key),
             r.partition,
-            r.value and {k: v for k, v in json.loads(r.value).items() if k in ("op", "before", "after")},
+            r.value
+            and {k: v for k, v in json.loads(r.value).items() if k in ("op", "before", "after")},
         )
         for r in records
     ]
