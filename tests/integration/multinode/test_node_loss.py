@@ -116,7 +116,19 @@ def _lose_node_mid_round(ray_cluster, running: Running, node: str) -> dict[str, 
     print(f"writer status seen: {sorted(seen)}")
     assert_exactly_once(running.sink, produced, status)
     running.seen = seen
-    after = ray_cluster.placement(NAME)
+    # Rounds commit while a restarted writer's Spark still starts (written in the writer
+    # process): RayDP's executors may come up after everything is committed. Keep records
+    # flowing - Spark writes them once it is up - until the executors are there.
+    deadline = time.monotonic() + 180
+    while True:
+        after = ray_cluster.placement(NAME)
+        executors = [k for k in after if k.startswith("executor/")]
+        if len(executors) == EXECUTORS or time.monotonic() > deadline:
+            break
+        produced.more(200)
+        time.sleep(3)
+    status = handle.wait_for(caught_up(produced), timeout_s=120)
+    assert_exactly_once(running.sink, produced, status)
     spark = "same Spark" if writer.app_name == app else "writer restarted Spark"
     print(f"after ({spark}): {after}\nwriter: {writer}")
     assert node not in after.values()
