@@ -37,6 +37,13 @@ def open_table(table: Table) -> DeltaTable:
     return DeltaTable(sink.path, storage_options=getattr(sink, "storage_options", None) or None)
 
 
+def static_meta(bootstrap: str, topics: list[str], stream: str = "s") -> rc.StaticMetadataService:
+    """One stream of ``topics`` on the test broker (cluster ``CLUSTER``)."""
+    return rc.StaticMetadataService(
+        (rc.KafkaStream(stream, {CLUSTER: rc.ClusterMetadata(bootstrap, tuple(topics))}),)
+    )
+
+
 def pipeline(
     name: str,
     bootstrap: str,
@@ -45,10 +52,7 @@ def pipeline(
     source: dict[str, Any] | None = None,
     **settings: Any,
 ) -> rc.SinkPipeline:
-    meta = rc.StaticMetadataService(
-        (rc.KafkaStream(topic, {CLUSTER: rc.ClusterMetadata(bootstrap, (topic,))}),)
-    )
-    kafka = rc.KafkaSource(meta, **(source or {}))
+    kafka = rc.KafkaSource(static_meta(bootstrap, [topic], stream=topic), **(source or {}))
     return rc.SinkPipeline(name, kafka, as_sink(table), **settings)
 
 

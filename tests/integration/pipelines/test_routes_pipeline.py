@@ -92,12 +92,6 @@ def _streams_file(path: Path, bootstrap: str, topics: list[str]) -> None:
     tmp.replace(path)
 
 
-def _meta(bootstrap: str, topics: list[str]) -> rc.StaticMetadataService:
-    return rc.StaticMetadataService(
-        (rc.KafkaStream("s", {CLUSTER: rc.ClusterMetadata(bootstrap, tuple(topics))}),)
-    )
-
-
 def _rows(sink: rc.DeltaSink | rc.IcebergSink, name: str) -> pl.DataFrame:
     route = sink.route_table(name)
     if isinstance(route, rc.IcebergSink):
@@ -212,7 +206,9 @@ def test_field_routes_into_iceberg_tables_exactly_once_through_a_death_between_t
     sink = rc.IcebergSink("shop.cdc", warehouse=str(tmp_path / "wh"), routes=routes)
     pipeline = rc.SinkPipeline(
         "field-iceberg",
-        rc.KafkaSource(_meta(kafka_broker.bootstrap_servers, [topic]), value_format="json"),
+        rc.KafkaSource(
+            sink_checks.static_meta(kafka_broker.bootstrap_servers, [topic]), value_format="json"
+        ),
         sink,
         commit_interval_s=1,
     )

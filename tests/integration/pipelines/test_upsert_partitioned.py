@@ -114,13 +114,7 @@ def test_updates_move_keys_between_partitions_and_bad_changes_are_dead_letters(
             write_mode="upsert",
             partition_by=("region",),
         )
-    meta = rc.StaticMetadataService(
-        (
-            rc.KafkaStream(
-                "s", {CLUSTER: rc.ClusterMetadata(kafka_broker.bootstrap_servers, (name,))}
-            ),
-        )
-    )
+    meta = sink_checks.static_meta(kafka_broker.bootstrap_servers, [name])
     source = rc.KafkaSource(
         meta,
         value_format="json",

@@ -118,13 +118,7 @@ def test_upserts_and_deletes_exactly_once_through_kills_of_every_role(
         sink = rc.IcebergSink(
             "db.upserts", warehouse=str(tmp_path / "wh"), write_mode="upsert", key_columns=("id",)
         )
-    meta = rc.StaticMetadataService(
-        (
-            rc.KafkaStream(
-                "s", {CLUSTER: rc.ClusterMetadata(kafka_broker.bootstrap_servers, (name,))}
-            ),
-        )
-    )
+    meta = sink_checks.static_meta(kafka_broker.bootstrap_servers, [name])
     source = rc.KafkaSource(
         meta,
         value_format="json",
