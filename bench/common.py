@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import glob
 import json
 import multiprocessing as mp
@@ -47,23 +48,46 @@ tempfile.tempdir = None
 # --------------------------------------------------------------------------------------
 
 
+def sized_value(size: int, i: int, key: str) -> bytes:
+    """A JSON record of ``size`` bytes (the demo record's fields, padded): issue 28's 1 KiB
+    and 16 KiB values."""
+    from rayconnect.kafka.admin import demo_value
+
+    base = demo_value(i, key)
+    return base[:-2] + b"x" * max(0, size - len(base)) + base[-2:]
+
+
 def _produce_part(
-    bootstrap: str, topic: str, n: int, partitions: list[int], start: int, wide: bool = False
+    bootstrap: str,
+    topic: str,
+    n: int,
+    partitions: list[int],
+    start: int,
+    wide: bool = False,
+    value_bytes: int = 0,
 ) -> dict:
     from rayconnect.kafka.admin import demo_value, demo_value_wide, produce_demo_records
 
     value = demo_value_wide if wide else demo_value
+    if value_bytes:
+        value = functools.partial(sized_value, value_bytes)
     return asyncio.run(
         produce_demo_records(bootstrap, topic, n, partitions, start_index=start, value=value)
     )
 
 
 def produce_backlog(
-    bootstrap: str, topic: str, n: int, partitions: int, procs: int = 2, wide: bool = False
+    bootstrap: str,
+    topic: str,
+    n: int,
+    partitions: int,
+    procs: int = 2,
+    wide: bool = False,
+    value_bytes: int = 0,
 ) -> dict[int, int]:
     """Produce ``n`` demo records round-robin over ``partitions`` with ``procs`` processes
-    (disjoint partition sets, disjoint keys; ``wide``: 10-field values). Returns
-    {partition: records}."""
+    (disjoint partition sets, disjoint keys; ``wide``: 10-field values; ``value_bytes``:
+    values padded to that size). Returns {partition: records}."""
     from rayconnect.kafka.admin import create_topic
 
     asyncio.run(create_topic(bootstrap, topic, partitions))
@@ -73,12 +97,15 @@ def produce_backlog(
     shares[0] += n - sum(shares)
     starts = [sum(shares[:i]) for i in range(procs)]
     if procs == 1:
-        return _produce_part(bootstrap, topic, n, parts[0], 0, wide)
+        return _produce_part(bootstrap, topic, n, parts[0], 0, wide, value_bytes)
     ctx = mp.get_context("spawn")
     with ctx.Pool(procs) as pool:
         results = pool.starmap(
             _produce_part,
-            [(bootstrap, topic, shares[i], parts[i], starts[i], wide) for i in range(procs)],
+            [
+                (bootstrap, topic, shares[i], parts[i], starts[i], wide, value_bytes)
+                for i in range(procs)
+            ],
         )
     counts: dict[int, int] = {}
     for r in results:

@@ -13,6 +13,8 @@ Scenarios (each runs the ceiling, the baseline and rayconnect back to back, same
      64): start-up s, peak PSS, records/s, idle round END->next START
   s  object storage: (a)'s backlog through rayconnect into a table on local disk, then into
      one on the embedded S3 (SeaweedFS), same run: S3/local ratio, commit latency on S3
+  v  record sizes: 1 KiB and 16 KiB values, 8 partitions, ~200 MB backlog each: MB/s of
+     rayconnect (defaults and bench settings) against the raw fetch, MiB per CPU second
 
 Prints a table and writes bench/results/results.{md,json} and PNG plots. ``--quick`` runs
 small sizes (a few minutes) as a smoke test and writes to bench/results/quick/ instead.
@@ -70,6 +72,10 @@ FULL = {
     "h_one_per_partition_max": 8,
     # idle rounds after the backlog: two of them take two default intervals (10 s each)
     "h_idle_s": 25,
+    # issue 28.5: bigger records; the backlog is sized in bytes (the broker keeps it in memory)
+    "v_sizes": [1024, 16384],
+    "v_bytes": 200_000_000,
+    "v_partitions": 8,
 }
 QUICK = {
     "quick": True,
@@ -87,6 +93,9 @@ QUICK = {
     "h_partitions": [8, 64],
     "h_one_per_partition_max": 8,
     "h_idle_s": 25,
+    "v_sizes": [1024, 16384],
+    "v_bytes": 40_000_000,
+    "v_partitions": 8,
 }
 
 # rayconnect settings per scenario (what a user would pick for the job)
@@ -136,11 +145,12 @@ def backlog_trio(
     idle_s: float = 0.0,
     baseline: bool = True,
     workdir: str = "",
+    value_bytes: int = 0,
 ) -> dict[str, Any]:
     """Produce a backlog, then ceiling, baseline, rayconnect over it."""
     bs = broker.bootstrap_servers
     t = time.monotonic()
-    counts = produce_backlog(bs, topic, n, partitions)
+    counts = produce_backlog(bs, topic, n, partitions, value_bytes=value_bytes)
     log(
         f"  produced {n:,} records into {topic} ({partitions} partitions) in {time.monotonic() - t:.0f} s"
     )
@@ -326,12 +336,18 @@ def scenario_b(cfg: dict, workdir: str) -> dict:
     from rayconnect.kafka.admin import create_topic
 
     rate, seconds = cfg["b_rate"], cfg["b_seconds"]
+    partitions = cfg.get("b_partitions", 8)
     n = int(rate * seconds)
     out: dict[str, Any] = {
         "rate": rate,
         "seconds": seconds,
+        "partitions": partitions,
         "commit_interval_s": RC_LATENCY["commit_interval_s"],
     }
+    only = set(cfg.get("b_only") or ()) or None
+
+    def wanted(contender: str) -> bool:
+        return only is None or contender in only
     with Broker() as broker:
         bs = broker.bootstrap_servers
 
@@ -343,44 +359,27 @@ def scenario_b(cfg: dict, workdir: str) -> dict:
             return res
 
         # ceiling: a consumer receives the records; latency = receive time - produce time
-        asyncio.run(create_topic(bs, "lat-ceiling", 8))
-        c = Helper("ceiling.py", bs, "lat-ceiling", n, "--latency")
-        c.wait_ready()
-        out["offered_ceiling"] = offer("lat-ceiling")
-        out["ceiling"] = c.result(300)
-        log(
-            f"  ceiling   p50 {out['ceiling']['latency_ms']['p50']:.0f} ms, p99 {out['ceiling']['latency_ms']['p99']:.0f} ms"
-        )
+        if wanted("ceiling"):
+            asyncio.run(create_topic(bs, "lat-ceiling", partitions))
+            c = Helper("ceiling.py", bs, "lat-ceiling", n, "--latency")
+            c.wait_ready()
+            out["offered_ceiling"] = offer("lat-ceiling")
+            out["ceiling"] = c.result(300)
+            log(
+                f"  ceiling   p50 {out['ceiling']['latency_ms']['p50']:.0f} ms, p99 {out['ceiling']['latency_ms']['p99']:.0f} ms"
+            )
         # baseline: a Delta version every 2 s (the same visibility budget as rayconnect)
-        asyncio.run(create_topic(bs, "lat-baseline", 8))
-        table_b = os.path.join(workdir, "lat-baseline")
-        b = Helper(
-            "baseline.py",
-            bs,
-            "lat-baseline",
-            table_b,
-            n,
-            "--flush-records",
-            10**9,
-            "--flush-age",
-            RC_LATENCY["commit_interval_s"],
-        )
-        b.wait_ready()
-        out["offered_baseline"] = offer("lat-baseline")
-        out["baseline"] = b.result(300)
-        out["baseline"]["latency_ms"] = percentiles(produce_to_visible_ms(table_b))
-        log(
-            f"  baseline  p50 {out['baseline']['latency_ms']['p50']:.0f} ms, p99 {out['baseline']['latency_ms']['p99']:.0f} ms"
-        )
-        # rayconnect
-        # rayconnect: a version per commit interval, then ending rounds when caught up too
+        if wanted("baseline"):
+            _latency_baseline(bs, n, partitions, workdir, offer, out)
         for key, settings in (
             ("rayconnect", RC_LATENCY),
             ("rayconnect_caught_up", {**RC_LATENCY, "commit_when_caught_up": True}),
             ("rayconnect_latency_profile", RC_LATENCY_PROFILE),
         ):
+            if not wanted(key):
+                continue
             topic = f"lat-{key.replace('_', '-')}"
-            asyncio.run(create_topic(bs, topic, 8))
+            asyncio.run(create_topic(bs, topic, partitions))
             table_r = os.path.join(workdir, topic)
             with RaySession():
                 handle = None
@@ -404,6 +403,33 @@ def scenario_b(cfg: dict, workdir: str) -> dict:
     return out
 
 
+def _latency_baseline(
+    bs: str, n: int, partitions: int, workdir: str, offer: Callable, out: dict
+) -> None:
+    """The plain loop under the paced load: a Delta version every commit interval (the same
+    visibility budget as rayconnect's)."""
+    from rayconnect.kafka.admin import create_topic
+
+    asyncio.run(create_topic(bs, "lat-baseline", partitions))
+    table_b = os.path.join(workdir, "lat-baseline")
+    b = Helper(
+        "baseline.py",
+        bs,
+        "lat-baseline",
+        table_b,
+        n,
+        "--flush-records",
+        10**9,
+        "--flush-age",
+        RC_LATENCY["commit_interval_s"],
+    )
+    b.wait_ready()
+    out["offered_baseline"] = offer("lat-baseline")
+    out["baseline"] = b.result(300)
+    out["baseline"]["latency_ms"] = lat = percentiles(produce_to_visible_ms(table_b))
+    log(f"  baseline  p50 {lat['p50']:.0f} ms, p99 {lat['p99']:.0f} ms")
+
+
 def scenario_c(cfg: dict, workdir: str) -> dict:
     out: dict[str, Any] = {
         "records": cfg["c_records"],
@@ -424,6 +450,84 @@ def scenario_c(cfg: dict, workdir: str) -> dict:
                 workdir=workdir,
             )
     return out
+
+
+def scenario_v(cfg: dict, workdir: str) -> dict:
+    """Bigger records (issue 28.5): for each value size the trio with the bench's throughput
+    settings, then rayconnect's defaults over the same records. MB/s is the measure; CPU
+    seconds of every process but the broker give MiB per CPU second (what a core carries)."""
+    from rc_runner import run_backlog
+
+    out: dict[str, Any] = {"partitions": cfg["v_partitions"], "sizes": {}}
+    for size in cfg["v_sizes"]:
+        n = cfg["v_bytes"] // size
+        log(f" record size {size} B: {n:,} records")
+        with Broker() as broker:
+            point = backlog_trio(
+                broker,
+                f"size{size}",
+                n,
+                cfg["v_partitions"],
+                f"bench-v{size}",
+                RC_THROUGHPUT,
+                workdir=workdir,
+                value_bytes=size,
+            )
+            with RaySession():
+                point["rayconnect_default"] = r = run_backlog(
+                    f"bench-v{size}-defaults",
+                    broker.bootstrap_servers,
+                    f"size{size}",
+                    os.path.join(workdir, f"size{size}-rc-defaults"),
+                    point["want"],
+                    RC_DEFAULTS,
+                    exclude_pids=(broker.pid,),
+                )
+            r["mb_per_s"] = r["records_per_s"] * point["ceiling"]["bytes_per_record"] / 1e6
+            log(f"  rayconnect defaults {r['records_per_s']:>9,.0f} rec/s")
+        out["sizes"][str(size)] = point
+    return out
+
+
+def _mib_per_cpu_s(x: dict, records: int, bytes_per_record: float) -> float | None:
+    cpu = (x.get("memory") or {}).get("cpu_s")
+    return records * bytes_per_record / 2**20 / cpu if cpu else None
+
+
+def _size_rows(v: dict | None) -> list:
+    """Scenario v: MB/s against the raw fetch per value size (target >= 0.8x)."""
+    R: list[list[str]] = []
+    if not v:
+        return R
+    for size, pt in v["sizes"].items():
+        c, b = pt["ceiling"], pt["baseline"]
+        what = f"{pt['records']:,} x {c['bytes_per_record']:.0f} B, {v['partitions']} partitions"
+        for key, settings in (("rayconnect_default", "defaults"), ("rayconnect", "bench settings")):
+            r = pt[key]
+            R.append(
+                _row(
+                    "v record sizes",
+                    f"MB/s, {size} B values, rayconnect {settings} ({what}; "
+                    f"{r['records_per_s']:,.0f} rec/s)",
+                    c["mb_per_s"],
+                    b["mb_per_s"],
+                    r["mb_per_s"],
+                    fmt=".1f",
+                    target=">= 0.8x raw fetch",
+                    met="yes" if r["mb_per_s"] >= 0.8 * c["mb_per_s"] else "NO",
+                )
+            )
+        R.append(
+            _row(
+                "v record sizes",
+                f"MiB per CPU second, {size} B values (every process but the broker)",
+                _mib_per_cpu_s(c, pt["records"], c["bytes_per_record"]),
+                _mib_per_cpu_s(b, pt["records"], c["bytes_per_record"]),
+                _mib_per_cpu_s(pt["rayconnect"], pt["records"], c["bytes_per_record"]),
+                fmt=".1f",
+            )
+        )
+    return R
 
 
 def _available_gb() -> float:
@@ -678,29 +782,35 @@ def rows(results: dict) -> list[list[str]]:
             )
     bb = results.get("b")
     if bb:
-        c, b = bb["ceiling"]["latency_ms"], bb["baseline"]["latency_ms"]
-        limit = (bb["commit_interval_s"] + 1) * 1000
-        variants = [("", bb["rayconnect"]["latency_ms"])]
-        if "rayconnect_caught_up" in bb:
-            variants.append((", commit_when_caught_up", bb["rayconnect_caught_up"]["latency_ms"]))
-        if "rayconnect_latency_profile" in bb:
-            profile = bb["rayconnect_latency_profile"]["latency_ms"]
-            variants.append((", the latency profile", profile))
+        c = (bb.get("ceiling") or {}).get("latency_ms", {})
+        b = (bb.get("baseline") or {}).get("latency_ms", {})
+        parts = bb.get("partitions", 8)
+        labels = {
+            "rayconnect": "",
+            "rayconnect_caught_up": ", commit_when_caught_up",
+            "rayconnect_latency_profile": ", the latency profile",
+        }
+        variants = [(label, bb[key]["latency_ms"]) for key, label in labels.items() if key in bb]
         for label, r in variants:
-            limit = 1000 if "profile" in label else (bb["commit_interval_s"] + 1) * 1000
+            if "profile" in label:
+                limit = 1000 if parts <= 8 else 2000  # issue 28: 1 s at 8, 2 s at 1,024
+            else:
+                limit = (bb["commit_interval_s"] + 1) * 1000
             for p in ("p50", "p99"):
                 R.append(
                     _row(
                         "b latency",
-                        f"produce-to-visible {p}, ms ({bb['rate']:,}/s for {bb['seconds']} s{label})",
-                        c[p],
-                        b[p],
+                        f"produce-to-visible {p}, ms ({bb['rate']:,}/s for {bb['seconds']} s, "
+                        f"{parts} partitions{label})",
+                        c.get(p),
+                        b.get(p),
                         r[p],
                         target=f"< {limit:.0f} ms" if p == "p99" else "",
                         met=("yes" if r[p] < limit else "NO") if p == "p99" else "",
                     )
                 )
     R.extend(_host_rows(results.get("h")))
+    R.extend(_size_rows(results.get("v")))
     cc = results.get("c")
     if cc:
         points = cc["points"]
@@ -1058,6 +1168,17 @@ def main() -> None:
         "--h-partitions", default=None, help="scenario h: only these partition counts, e.g. 1024"
     )
     ap.add_argument(
+        "--b-partitions",
+        type=int,
+        default=None,
+        help="scenario b: partitions of each topic (default 8; issue 28's freshness at 1,024)",
+    )
+    ap.add_argument(
+        "--b-only",
+        default=None,
+        help="scenario b: only these contenders, e.g. ceiling,rayconnect_latency_profile",
+    )
+    ap.add_argument(
         "--h-partitions-per-host",
         type=int,
         default=None,
@@ -1067,6 +1188,10 @@ def main() -> None:
     cfg = QUICK if args.quick else FULL
     if args.h_partitions:
         cfg = cfg | {"h_only": [int(p) for p in args.h_partitions.split(",")]}
+    if args.b_partitions:
+        cfg = cfg | {"b_partitions": args.b_partitions}
+    if args.b_only:
+        cfg = cfg | {"b_only": args.b_only.split(",")}
     if args.h_partitions_per_host:
         cfg = cfg | {"h_settings": {"partitions_per_host": args.h_partitions_per_host}}
     out_dir = Path(args.out) if args.out else (RESULTS / "quick" if args.quick else RESULTS)
@@ -1106,6 +1231,8 @@ def main() -> None:
                     results["s"] = scenario_s(cfg, workdir)
                 elif s == "i":
                     results["i"] = scenario_i(cfg, workdir)
+                elif s == "v":
+                    results["v"] = scenario_v(cfg, workdir)
                 else:
                     raise SystemExit(f"unknown scenario {s!r}")
                 results[s]["wall_s"] = round(time.monotonic() - t, 1)
