@@ -20,6 +20,8 @@ ValueFormat = Literal["raw", "string", "json", "avro"]
 KeyFormat = Literal["raw", "string", "json"]
 ErrorPolicy = Literal["stop", "dead_letter"]
 Envelope = Literal["none", "debezium"]
+#: how a round's rows change a table: appended, or upserted by key (``write_modes``)
+WriteMode = Literal["append", "upsert"]
 
 #: Where dead letters are staged and committed: a Delta table of its own inside the table's
 #: folder. Its leading ``_`` hides it from the main table's vacuum; the main table's log
