@@ -86,8 +86,8 @@ class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     key_schema: dict[str, Any] | None = None
     #: ``append`` or ``upsert`` (as ``sink.write_mode``); unset: the sink's
     write_mode: WriteMode | None = None
-    #: upsert: the key's columns (as ``sink.key_columns``); unset: the sink's if the table
-    #: upserts, else the record key's fields (``key_schema``)
+    #: upsert: the key's columns (as ``sink.key_columns``); unset: the sink's if the rule
+    #: keeps the sink's write mode, else the record key's fields (``key_schema``)
     key_columns: tuple[str, ...] | None = None
     #: this rule's tables' partition columns (as ``sink.partition_by``; ``[]``: none);
     #: unset: the sink's
