@@ -155,17 +155,24 @@ class Mirrored:
             else:
                 self.lines[key] = qty
 
-    def check(self, sink: rc.DeltaSink) -> None:
+    def check(self, sink: rc.DeltaSink | rc.IcebergSink) -> None:
         customers = _rows(sink, "customers")
         assert sorted(customers.select("id", "name").rows()) == sorted(self.customers.items())
         lines = _rows(sink, "order_lines")
         assert sorted(lines.select("order_id", "line", "qty").rows()) == sorted(
             (o, n, q) for (o, n), q in self.lines.items()
         )
-        assert DeltaTable(sink.route_table("order_lines").path).metadata().partition_columns == [
-            "order_id"
+        assert [_partition_columns(sink, t) for t in ("order_lines", "customers")] == [
+            ["order_id"],
+            [],
         ]
-        assert DeltaTable(sink.route_table("customers").path).metadata().partition_columns == []
+
+
+def _partition_columns(sink: rc.DeltaSink | rc.IcebergSink, name: str) -> list[str]:
+    route = sink.route_table(name)
+    if isinstance(route, rc.IcebergSink):
+        return [f.name for f in load_table(route).spec().fields]
+    return DeltaTable(route.path).metadata().partition_columns
 
 
 def _events(tables: list[str], first: int, n: int) -> list[dict]:
@@ -274,19 +281,19 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
 def test_field_routes_into_iceberg_tables_exactly_once_through_a_death_between_tables(
     ray_session, kafka_broker, tmp_path: Path
 ) -> None:
+    """As the Delta test's field routes, and its upsert routes of their own settings."""
     topic = "cdc-iceberg"
-    topics = Topics(kafka_broker.bootstrap_servers, [topic])
+    topics = Topics(kafka_broker.bootstrap_servers, [topic, *Mirrored.TOPICS])
     tables = ["users", "orders", "items"]
     topics.send(topic, _events(tables, 0, 60))
-    routes = rc.Routes((rc.Route("{value}", field="source.table"),))
+    mirrored = Mirrored(topics)
+    mirrored.customers_named("a", range(20))
+    mirrored.lines_changed([((o, n), 10 * o + n) for o in range(5) for n in range(4)])
+    routes = rc.Routes((*Mirrored.ROUTES, rc.Route("{value}", field="source.table")))
     sink = rc.IcebergSink("shop.cdc", warehouse=str(tmp_path / "wh"), routes=routes)
+    meta = sink_checks.static_meta(kafka_broker.bootstrap_servers, [topic, *Mirrored.TOPICS])
     pipeline = rc.SinkPipeline(
-        "field-iceberg",
-        rc.KafkaSource(
-            sink_checks.static_meta(kafka_broker.bootstrap_servers, [topic]), value_format="json"
-        ),
-        sink,
-        commit_interval_s=1,
+        "field-iceberg", rc.KafkaSource(meta, value_format="json"), sink, commit_interval_s=1
     )
     handle = pipeline.start()
     try:
@@ -294,8 +301,11 @@ def test_field_routes_into_iceberg_tables_exactly_once_through_a_death_between_t
         before = handle.status()
         FAULT_MARKER.touch()
         topics.send(topic, _events(tables, 60, 90))
+        mirrored.customers_named("b", range(10, 30))
+        mirrored.lines_changed([((o, 0), 100 + o) for o in range(5)] + [((1, 3), None)])
         handle.wait_for(lambda s: not FAULT_MARKER.exists(), timeout_s=60)
         topics.send(topic, _events(tables, 150, 30))
+        mirrored.lines_changed([((2, 2), None), ((6, 0), 60)])
         status = handle.wait_for(topics.caught_up(), timeout_s=180)
     finally:
         FAULT_MARKER.unlink(missing_ok=True)
@@ -304,3 +314,4 @@ def test_field_routes_into_iceberg_tables_exactly_once_through_a_death_between_t
     assert status["epoch"] > before["epoch"]
     assert status["offsets"] == topics.offsets()
     _check_field_routed(sink, topics, topic, tables)
+    mirrored.check(sink)
