@@ -13,12 +13,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import ray
 import sink_checks
 from aiokafka import AIOKafkaProducer
 from deltalake import DeltaTable
 from iceberg_reads import load_table
 
 import rayconnect as rc
+from rayconnect.actors import names as actor_names
 from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.kafka.admin import create_topic
 from rayconnect.tables.factory import open_committer
@@ -229,6 +231,9 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
     try:
         handle.wait_for(topics.caught_up(), timeout_s=120)
         before = handle.status()
+        # the first rounds committed while Spark started: written in the writer's process
+        writer = ray.get_actor(actor_names.writer("routed"), namespace=actor_names.NAMESPACE)
+        assert ray.get(writer.stats.remote())["writes_here"] > 0
         FAULT_MARKER.touch()  # the next round of several tables dies after the first
         for n, t in enumerate(shop):  # rounds into tables that exist now
             topics.send(t, [{"id": i, "n": n, "more": True} for i in range(100, 120)])
