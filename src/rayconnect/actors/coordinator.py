@@ -87,7 +87,7 @@ class CoordinatorActor:
         self.committer: TableCommitter | TableSet
         if config.sink.routes is not None:
             self.committer = self.tables = TableSet(
-                config.sink, config.name, config.record_format()
+                config.sink, config.name, config.route_formats()
             )
         else:
             self.committer = open_committer(config.sink, config.name, config.record_format())

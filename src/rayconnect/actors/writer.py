@@ -34,6 +34,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -349,12 +350,10 @@ class WriterActor:
         return task.exception()
 
     def _writes_here(self, requests: list[_Request]) -> bool:
-        """Whether these requests are written in this process: not a transform's nor a
-        routed one's (``write_groups_here`` writes one table); every write until Spark is
-        up, after that one of at most ``write_here_max_rows`` rows."""
+        """Whether these requests are written in this process: not a transform's (Spark
+        SQL runs it); every write until Spark is up, after that one of at most
+        ``write_here_max_rows`` rows."""
         if self._format is not None and self._format.transform_schema is not None:
-            return False
-        if self._routing is not None:
             return False
         assert self._start_task is not None
         if not self._start_task.done():
@@ -439,23 +438,16 @@ class WriterActor:
         if routing is not None and self._route_schemas is not None:
             schemas = await loop.run_in_executor(None, self._route_schemas)
             routing = dataclasses.replace(routing, schemas=schemas)
-        if here:
-            args = (table, groups, RAW_RECORD_SCHEMA, self._format, table_schema, keys, shares)
-            done = await loop.run_in_executor(self._here_thread, write_groups_here, *args)
+        args = (table, groups, RAW_RECORD_SCHEMA, self._format, table_schema, keys, shares)
+        if here:  # the same write as Spark's, in this process
+            done = await loop.run_in_executor(
+                self._here_thread, functools.partial(write_groups_here, *args, routing=routing)
+            )
             self._stats["writes_here"] += 1
             self._stats["last_write_here_s"] = round(done.seconds, 3)
             return done
         result: WriteResult = await self._run_in_spark_thread(
-            write_groups,
-            self._spark,
-            table,
-            groups,
-            RAW_RECORD_SCHEMA,
-            self._format,
-            table_schema,
-            keys,
-            shares,
-            routing,
+            functools.partial(write_groups, self._spark, *args, routing=routing)
         )
         self._stats["spark_writes"] += 1
         self._stats["spark_jobs"] += len(result.job_ids)

@@ -15,10 +15,17 @@ from typing import Any, Literal
 import msgspec
 
 from rayconnect.config.placement import Placement
-from rayconnect.config.routes import Routes
+from rayconnect.config.routes import Route, RouteFormats, Routes
 from rayconnect.config.spark import SparkSettings
 from rayconnect.errors import ConfigError, require
-from rayconnect.formats.settings import Envelope, ErrorPolicy, KeyFormat, RecordFormat, ValueFormat
+from rayconnect.formats.settings import (
+    Envelope,
+    ErrorPolicy,
+    KeyFormat,
+    RecordFormat,
+    ValueFormat,
+    WriteMode,
+)
 from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
 from rayconnect.metadata.static import StaticMetadataService
@@ -44,7 +51,6 @@ from rayconnect.storage.location import StorageError, TableLocation
 DEFAULT_PARTITIONS_PER_HOST = 256
 
 StartingOffsets = Literal["earliest", "latest"]
-WriteMode = Literal["append", "upsert"]
 
 
 class KafkaSource(msgspec.Struct, frozen=True):
@@ -412,18 +418,12 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         if self.transform is None or self.transform_schema is not None:
             # (a transform's partition columns are known once it is analysed)
             partition_specs(self.record_format())  # ConfigError naming the bad entry
+        if self.sink.routes is not None:
+            self.route_formats()  # each rule's settings, checked
 
     def key_columns(self) -> tuple[str, ...]:
         """An upsert table's key: the sink's ``key_columns``, else the record key's fields."""
-        if self.sink.key_columns:
-            return self.sink.key_columns
-        require(
-            self.source.key_schema is not None,
-            "sink.write_mode upsert needs sink.key_columns, or source.key_format json with a "
-            "key_schema whose fields are the key",
-        )
-        assert self.source.key_schema is not None
-        return tuple(self.source.key_schema)
+        return _upsert_keys(self.sink.key_columns, self.source.record_format())
 
     def analysed(self) -> SinkPipelineConfig:
         """This config with its transform analysed (a local Spark in a child process, ~5 s;
@@ -435,12 +435,25 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         fmt = analysed(self.record_format())
         return msgspec.structs.replace(self, transform_schema=fmt.transform_schema)
 
-    def record_format(self) -> RecordFormat:
+    def record_format(self, route: Route | None = None) -> RecordFormat:
         """How records become rows: the source's format, partitioned and keyed as the sink
-        says."""
+        says - or, for the tables of ``route``, with that rule's own settings where it sets
+        them (``config.routes``)."""
         fmt = self.source.record_format()
-        if self.sink.write_mode == "upsert":
-            fmt = msgspec.structs.replace(fmt, upsert_keys=self.key_columns())
+        write_mode, key_columns = self.sink.write_mode, self.sink.key_columns
+        partition_by = self.sink.partition_by
+        if route is not None:
+            fmt = route.record_format(fmt)
+            if route.write_mode is not None:
+                write_mode = route.write_mode
+            key_columns = route.key_columns if route.key_columns is not None else ()
+            if route.key_columns is None and write_mode == self.sink.write_mode:
+                key_columns = self.sink.key_columns
+            if route.partition_by is not None:
+                partition_by = route.partition_by
+            check_write_mode(write_mode, key_columns)
+        if write_mode == "upsert":
+            fmt = msgspec.structs.replace(fmt, upsert_keys=_upsert_keys(key_columns, fmt))
         require(
             fmt.envelope == "none" or bool(fmt.upsert_keys),
             "source.envelope debezium needs sink.write_mode upsert (change events fold into "
@@ -450,13 +463,45 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
             fmt = msgspec.structs.replace(
                 fmt, transform=self.transform, transform_schema=self.transform_schema
             )
-        if not self.sink.partition_by:
+        if not partition_by:
             return fmt
         return msgspec.structs.replace(
             fmt,
-            partition_by=self.sink.partition_by,
+            partition_by=partition_by,
             partition_values_in_files=isinstance(self.sink, IcebergSink),
         )
+
+    def route_formats(self) -> RouteFormats:
+        """Each route table's format (``RouteFormats``), every rule's checked: a
+        ``ConfigError`` names the rule and the setting."""
+        routes = self.sink.routes
+        require(routes is not None, "route_formats: the sink has no routes")
+        assert routes is not None
+        from rayconnect.formats.rows import partition_specs
+
+        by_rule = []
+        for i, rule in enumerate(routes.rules):
+            try:
+                fmt = self.record_format(rule)
+                if self.transform is None or self.transform_schema is not None:
+                    partition_specs(fmt)
+            except ConfigError as e:
+                raise ConfigError(f"sink.routes.rules[{i}] (table {rule.table!r}): {e}") from None
+            by_rule.append(fmt)
+        return RouteFormats(routes, self.record_format(), tuple(by_rule))
+
+
+def _upsert_keys(key_columns: tuple[str, ...], fmt: RecordFormat) -> tuple[str, ...]:
+    """An upsert table's key: ``key_columns``, else the fields of ``fmt``'s record key."""
+    if key_columns:
+        return key_columns
+    require(
+        fmt.key_schema is not None,
+        "sink.write_mode upsert needs sink.key_columns, or source.key_format json with a "
+        "key_schema whose fields are the key",
+    )
+    assert fmt.key_schema is not None
+    return tuple(fmt.key_schema)
 
 
 def check_write_mode(write_mode: str, key_columns: tuple[str, ...]) -> None:

@@ -106,10 +106,15 @@ def split_block(raw: pa.Table, routes: Router) -> RoutedBlock:
     else:
         readers = {f: field_reader(f) for f in routes.fields}
         values = raw.column("value").to_pylist()
-        decisions = [
-            routes.route(t, {f: read(v) for f, read in readers.items()})
-            for t, v in zip(topics, values, strict=True)
-        ]
+        decided: dict[tuple[str, tuple[str | None, ...]], Routed] = {}  # few distinct ones
+        decisions = []
+        for t, v in zip(topics, values, strict=True):
+            read = {f: read(v) for f, read in readers.items()}
+            seen = (t, tuple(read.values()))
+            routed = decided.get(seen)
+            if routed is None:
+                routed = decided[seen] = routes.route(t, read)
+            decisions.append(routed)
     rows: dict[str, list[int]] = {}
     bad: dict[int, str] = {}
     for i, routed in enumerate(decisions):

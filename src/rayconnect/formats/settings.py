@@ -20,6 +20,8 @@ ValueFormat = Literal["raw", "string", "json", "avro"]
 KeyFormat = Literal["raw", "string", "json"]
 ErrorPolicy = Literal["stop", "dead_letter"]
 Envelope = Literal["none", "debezium"]
+#: how a round's rows change a table: appended, or upserted by key (``write_modes``)
+WriteMode = Literal["append", "upsert"]
 
 #: Where dead letters are staged and committed: a Delta table of its own inside the table's
 #: folder. Its leading ``_`` hides it from the main table's vacuum; the main table's log
@@ -149,7 +151,12 @@ class RecordFormat(msgspec.Struct, frozen=True):
         if not self.upsert_keys:
             return
         require(self.typed, "sink.write_mode upsert needs a typed source.value_format")
-        require(self.transform is None, "sink.write_mode upsert cannot take a transform yet")
+        require(
+            self.transform is None,
+            "sink.write_mode upsert cannot take a transform: a filter would keep the old row "
+            "of a key whose update it drops, and a rewritten key column misses its deletes "
+            "(docs/guides/upserts.md)",
+        )
         reserved = [k for k in self.upsert_keys if k.startswith(KAFKA_PREFIX)]
         require(not reserved, f"sink.key_columns: {reserved} are rayconnect's columns, not keys")
         declared = self.declared_schema()

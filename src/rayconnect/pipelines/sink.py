@@ -216,9 +216,9 @@ def _routing(cfg: SinkPipelineConfig) -> tuple[Any, Any]:
     from rayconnect.spark_bridge.parquet_writer import RoutedWrite
     from rayconnect.tables.table_set import RouteSchemas
 
-    record_format = cfg.record_format()
-    schemas = RouteSchemas(cfg.sink, cfg.name, record_format) if record_format.typed else None
-    return RoutedWrite(cfg.sink.routes, cfg.sink.route_location), schemas
+    formats = cfg.route_formats()
+    schemas = RouteSchemas(cfg.sink, cfg.name, formats) if formats.typed else None
+    return RoutedWrite(cfg.sink.routes, cfg.sink.route_location, formats), schemas
 
 
 class StartupPhases:

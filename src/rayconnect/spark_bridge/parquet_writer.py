@@ -175,49 +175,65 @@ class RoutedWrite:
     """A write whose records go to many tables (``config.routes``): pickled into each task.
 
     ``locate`` gives a route table's location from its name (the sink's ``route_table``);
-    ``schemas`` the schemas of the tables that exist (a new one starts from the format's
-    first schema, as a new typed table does)."""
+    ``formats`` its ``RecordFormat`` - its rule's own settings, else the sink's
+    (``config.routes.RouteFormats``); ``schemas`` the schemas of the tables that exist (a
+    new one starts from its format's first schema, as a new typed table does)."""
 
     routes: Router
     locate: Callable[[str], TableLocation]
+    formats: Callable[[str], RecordFormat]
     schemas: dict[str, pa.Schema] = field(default_factory=dict)
+
+
+class _TableWrites:
+    """A task's files of a write into one table: each raw block decoded with the table's
+    format (typed formats) against its schema, then into the table's ``_TaskFiles`` -
+    rows, and bad records as dead letters (``errors: stop``: ``BadRecordError``)."""
+
+    def __init__(
+        self, files: _TaskFiles, record_format: RecordFormat | None, table_schema: pa.Schema | None
+    ) -> None:
+        self.files, self.format, self.table_schema = (
+            files,
+            typed_format(record_format),
+            table_schema,
+        )
+
+    def add(self, group: int, raw: pa.Table) -> None:
+        if self.format is None:
+            self.files.add(group, raw)
+            return
+        decoded = decode_block(raw, self.format, self.table_schema)
+        self.files.add(group, decoded.rows, decoded.dead_letters)
+
+    def finish(self) -> list[tuple[int, str]]:
+        return self.files.finish()
+
+    def abort(self) -> None:
+        self.files.abort()
 
 
 class _RoutedFiles:
     """A task's files of a routed write: the raw block is split by table first
-    (``formats.route_split``), then each table's rows are decoded against that table's
-    schema into files of its own (``_TaskFiles`` per table, under the table's location).
-    Unrouted records are dead letters of the sink's own location (``blocks.location``), or
-    - ``unrouted: stop`` - fail the write like a bad record."""
+    (``formats.route_split``), then each table's rows are decoded with that table's own
+    format against its own schema into files of its own (``_TableWrites`` per table, under
+    the table's location). Unrouted records are dead letters of the sink's own
+    ``location``, or - ``unrouted: stop`` - fail the write like a bad record."""
 
-    def __init__(
-        self,
-        blocks: _Blocks,
-        routing: RoutedWrite,
-        record_format: RecordFormat | None,
-        share_of: list[str | None] | None,
-        key_of: Sequence[str | None] | None,
-    ) -> None:
-        self.blocks = blocks
-        self.routing = routing
-        self.format = typed_format(record_format)
-        self.record_format = record_format
-        self.share_of, self.key_of = share_of, key_of
-        self.tables: dict[str | None, _TaskFiles] = {}
+    def __init__(self, layout: _FilesLayout, routing: RoutedWrite) -> None:
+        self.layout, self.routing = layout, routing
+        self.tables: dict[str | None, _TableWrites] = {}
 
-    def _files(self, name: str | None) -> _TaskFiles:
+    def _files(self, name: str | None) -> _TableWrites:
         files = self.tables.get(name)
         if files is None:
-            where = self.blocks.location if name is None else self.routing.locate(name)
-            files = self.tables[name] = _TaskFiles(
-                where,
-                self.blocks.staging_rel,
-                self.blocks.schema,
-                self.record_format,
-                self.share_of,
-                self.key_of,
-                len(self.blocks.group_of),
-            )
+            if name is None:  # the unrouted records' dead letters, in the sink's own table
+                files = _TableWrites(self.layout.files(self.layout.record_format), None, None)
+            else:
+                fmt = self.routing.formats(name)
+                task_files = self.layout.files(fmt, self.routing.locate(name))
+                files = _TableWrites(task_files, fmt, self.routing.schemas.get(name))
+            self.tables[name] = files
         return files
 
     def add(self, group: int, raw: pa.Table) -> None:
@@ -230,14 +246,9 @@ class _RoutedFiles:
                 raise BadRecordError(
                     key + str(first["_kafka_partition"]), first["_kafka_offset"], first["reason"]
                 )
-            self._files(None).add(group, raw.slice(0, 0), unrouted)
+            self._files(None).files.add(group, raw.slice(0, 0), unrouted)
         for name, rows in block.tables.items():
-            if self.format is None:
-                self._files(name).add(group, rows)
-                continue
-            schema = self.routing.schemas.get(name)
-            decoded = decode_block(rows, self.format, schema)
-            self._files(name).add(group, decoded.rows, decoded.dead_letters)
+            self._files(name).add(group, rows)
 
     def finish(self) -> list[tuple[int, str, str | None]]:
         return [
@@ -249,6 +260,42 @@ class _RoutedFiles:
     def abort(self) -> None:
         for files in self.tables.values():
             files.abort()
+
+
+@dataclass(frozen=True)
+class _FilesLayout:
+    """What every table's files of one task share: where the write's files are staged,
+    the blocks' schema, the groups and how they share files; ``record_format`` the write's
+    own (the sink's)."""
+
+    location: TableLocation
+    staging_rel: str
+    schema: pa.Schema
+    n_groups: int
+    record_format: RecordFormat | None
+    share_of: list[str | None] | None
+    key_of: Sequence[str | None] | None
+
+    def files(
+        self, record_format: RecordFormat | None, location: TableLocation | None = None
+    ) -> _TaskFiles:
+        return _TaskFiles(
+            location or self.location,
+            self.staging_rel,
+            self.schema,
+            record_format,
+            self.share_of,
+            self.key_of,
+            self.n_groups,
+        )
+
+    def writes(
+        self, table_schema: pa.Schema | None, routing: RoutedWrite | None
+    ) -> _TableWrites | _RoutedFiles:
+        """The task's writes: into the one table, or - ``routing`` - into each record's."""
+        if routing is not None:
+            return _RoutedFiles(self, routing)
+        return _TableWrites(self.files(self.record_format), self.record_format, table_schema)
 
 
 def _parquet_options(schema: pa.Schema) -> dict[str, object]:
@@ -436,21 +483,29 @@ class _Blocks:
             )
         return ray.get_actor(self.holder_name, namespace=self.namespace)
 
+    def layout(
+        self,
+        record_format: RecordFormat | None,
+        share_of: list[str | None] | None = None,
+        key_of: Sequence[str | None] | None = None,
+    ) -> _FilesLayout:
+        return _FilesLayout(
+            self.location,
+            self.staging_rel,
+            self.schema,
+            len(self.group_of),
+            record_format,
+            share_of,
+            key_of,
+        )
+
     def files(
         self,
         record_format: RecordFormat | None,
         share_of: list[str | None] | None = None,
         key_of: Sequence[str | None] | None = None,
     ) -> _TaskFiles:
-        return _TaskFiles(
-            self.location,
-            self.staging_rel,
-            self.schema,
-            record_format,
-            share_of,
-            key_of,
-            len(self.group_of),
-        )
+        return self.layout(record_format, share_of, key_of).files(record_format)
 
     def mapped(
         self,
@@ -490,33 +545,19 @@ def _block_writer(
     to a dead-letter file of the group, or - ``errors: stop`` - fail the write with the
     record's offset and reason.
     """
-    typed = record_format is not None and record_format.typed
+    layout = blocks.layout(record_format, share_of, key_of)
 
     def write_blocks(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        files = blocks.files(record_format, share_of, key_of)
-        routed = None
-        if routing is not None:  # each table's rows into files of its own
-            routed = _RoutedFiles(blocks, routing, record_format, share_of, key_of)
+        writes = layout.writes(table_schema, routing)
         try:
             for index, table in blocks.each(batches):
-                if routed is not None:
-                    routed.add(blocks.group_of[index], table)
-                elif typed:
-                    assert record_format is not None
-                    decoded = decode_block(table, record_format, table_schema)
-                    files.add(blocks.group_of[index], decoded.rows, decoded.dead_letters)
-                else:
-                    files.add(blocks.group_of[index], table)
-            written: Sequence[tuple[Any, ...]] = (
-                routed.finish() if routed is not None else files.finish()
-            )
+                writes.add(blocks.group_of[index], table)
+            written: Sequence[tuple[Any, ...]] = writes.finish()
         except BadRecordError as e:
             raise ValueError(f"{_BAD_RECORD_MARK} {e}") from None
         finally:
-            files.abort()
-            if routed is not None:
-                routed.abort()
-        yield _result_batch(written, routed is not None)
+            writes.abort()
+        yield _result_batch(written, routing is not None)
 
     return write_blocks
 
@@ -646,6 +687,21 @@ def _executor_cores(spark: SparkSession) -> int:
         )
     except ValueError:
         return spark.sparkContext.defaultParallelism
+
+
+def _described(
+    location: TableLocation,
+    routing: RoutedWrite | None,
+    staging_rel: str,
+    written: Sequence[tuple[Any, ...]],
+    n_groups: int,
+    keys: Sequence[str | None] | None,
+) -> list[list[DataFile]]:
+    """Each group's files from a write's (group, path) rows - a routed write's (group,
+    path, table) rows - whether Spark's tasks or this process wrote them."""
+    if routing is None:
+        return _describe_files(location, staging_rel, list(written), n_groups, keys)
+    return _describe_routed(location, routing, staging_rel, list(written), n_groups, keys)
 
 
 def _describe_routed(
@@ -813,7 +869,7 @@ def write_groups(
         prepared = time.perf_counter()
         sc.setJobGroup(job_group, f"rayconnect: {len(non_empty)} groups -> {location.uri}")
         rows = df.collect()
-        job_files = [(row[0], row[1]) for row in rows]
+        job_files: list[tuple[Any, ...]] = [tuple(row) for row in rows]
     except Exception as exc:
         text = str(exc)
         if _INPUT_SCHEMA_MARK in text:
@@ -833,11 +889,7 @@ def write_groups(
     job_ids = list(sc.statusTracker().getJobIdsForGroup(job_group))
     if transform:
         job_files += job_files_dead
-    if routing is not None:
-        routed = [(row[0], row[1], row[2]) for row in rows]
-        files = _describe_routed(location, routing, staging_rel, routed, len(groups), keys)
-    else:
-        files = _describe_files(location, staging_rel, job_files, len(groups), keys)
+    files = _described(location, routing, staging_rel, job_files, len(groups), keys)
     return WriteResult(
         files=files,
         job_ids=sorted(job_ids),
@@ -871,9 +923,11 @@ def write_groups_here(
     table_schema: pa.Schema | None = None,
     keys: Sequence[str | None] | None = None,
     shares: Sequence[str | None] | None = None,
+    routing: RoutedWrite | None = None,
 ) -> WriteResult:
     """``write_groups`` in this process, without Spark: the same files (the same
-    ``_TaskFiles`` a Spark task writes with, typed decoding included), one after another.
+    ``_TableWrites``/``_RoutedFiles`` a Spark task writes with, typed decoding and routes
+    included), one after another.
 
     A Spark job costs 0.3-0.7 s however small (scenario (b): most of a round's END -> ACK at
     10k records/s), and Spark needs 20-30 s to start. A small write done here costs
@@ -888,16 +942,11 @@ def write_groups_here(
     if not non_empty:
         return WriteResult(files=[[] for _ in groups])
     staging_rel = f"{STAGING_DIR}/{uuid.uuid4().hex}"
-    files = _TaskFiles(
-        location,
-        staging_rel,
-        schema,
-        record_format,
-        share_of,
-        list(keys) if keys is not None else None,
-        len(groups),
+    key_of = list(keys) if keys is not None else None
+    layout = _FilesLayout(
+        location, staging_rel, schema, len(groups), record_format, share_of, key_of
     )
-    typed = record_format is not None and record_format.typed
+    writes = layout.writes(table_schema, routing)
     try:
         index = 0
         for group, refs in non_empty:
@@ -911,16 +960,11 @@ def write_groups_here(
                         str(e).split(_INPUT_SCHEMA_MARK, 1)[-1].strip()
                     ) from None
                 index += 1
-                if typed:
-                    assert record_format is not None
-                    decoded = decode_block(block, record_format, table_schema)
-                    files.add(group, decoded.rows, decoded.dead_letters)
-                else:
-                    files.add(group, block)
-        written = files.finish()
+                writes.add(group, block)
+        written: Sequence[tuple[Any, ...]] = writes.finish()
     finally:
-        files.abort()
-    described = _describe_files(location, staging_rel, written, len(groups), keys)
+        writes.abort()
+    described = _described(location, routing, staging_rel, written, len(groups), keys)
     return WriteResult(
         files=described, staging_dir=staging_rel, seconds=time.perf_counter() - start
     )

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -61,11 +61,14 @@ class TableSet:
     """The committers of a routed sink's tables, by name, and the sink's own table (its
     unrouted records and the epoch). Not thread-safe; one per coordinator; blocking IO."""
 
-    def __init__(self, sink: TableSink, pipeline: str, record_format: RecordFormat) -> None:
+    def __init__(
+        self, sink: TableSink, pipeline: str, formats: Callable[[str], RecordFormat]
+    ) -> None:
         from rayconnect.tables.factory import open_committer, open_own_table, route_tables
 
-        self.sink, self.pipeline, self.format = sink, pipeline, record_format
-        self._open = lambda name: open_committer(sink.route_table(name), pipeline, record_format)
+        self.sink, self.pipeline, self.formats = sink, pipeline, formats
+        #: each table's committer keys, partitions and decodes as its own format says
+        self._open = lambda name: open_committer(sink.route_table(name), pipeline, formats(name))
         self._route_tables = lambda: route_tables(sink, pipeline)
         #: the sink's own table: unrouted records (a dead-letter table) and the epoch
         self.own = open_own_table(sink, pipeline)
@@ -203,11 +206,13 @@ def _die_between_tables(tables: int) -> None:
 
 class RouteSchemas:
     """The schemas of a routed sink's tables that exist now, by name: the writer decodes
-    each table's rows against its own (a new table starts from the format's first schema).
+    each table's rows against its own (a new table starts from its format's first schema).
     Picklable: the writer actor gets it and calls it before each write."""
 
-    def __init__(self, sink: TableSink, pipeline: str, record_format: RecordFormat) -> None:
-        self.sink, self.pipeline, self.format = sink, pipeline, record_format
+    def __init__(
+        self, sink: TableSink, pipeline: str, formats: Callable[[str], RecordFormat]
+    ) -> None:
+        self.sink, self.pipeline, self.formats = sink, pipeline, formats
         self._tables: dict[str, TableCommitter] = {}
         self._catalog: Any = None  # an Iceberg sink's, opened once
 
@@ -220,11 +225,11 @@ class RouteSchemas:
         for name in route_tables(self.sink, self.pipeline, self._catalog):
             if name not in self._tables:
                 route = self.sink.route_table(name)
-                self._tables[name] = open_committer(route, self.pipeline, self.format)
+                self._tables[name] = open_committer(route, self.pipeline, self.formats(name))
         return {name: table.current_schema() for name, table in self._tables.items()}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"sink": self.sink, "pipeline": self.pipeline, "format": self.format}
+        return {"sink": self.sink, "pipeline": self.pipeline, "formats": self.formats}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["sink"], state["pipeline"], state["format"])  # type: ignore[misc]
+        self.__init__(state["sink"], state["pipeline"], state["formats"])  # type: ignore[misc]

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import ray
 import sink_checks
 from aiokafka import AIOKafkaProducer
+from deltalake import DeltaTable
 from iceberg_reads import load_table
 
 import rayconnect as rc
+from rayconnect.actors import names as actor_names
 from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.kafka.admin import create_topic
 from rayconnect.tables.factory import open_committer
@@ -42,17 +45,20 @@ class Topics:
         for t in topics:
             asyncio.run(create_topic(bootstrap, t, PARTITIONS))
 
-    def send(self, topic: str, records: list[dict]) -> None:
+    def send(self, topic: str, records: list[dict | None], keys: list[dict] | None = None) -> None:
+        """``records`` (None: a tombstone) round-robin over the partitions; with ``keys``,
+        each keyed, and a key's records all in one partition."""
+
         async def go() -> None:
             producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
             await producer.start()
             try:
                 futures = []
                 for i, record in enumerate(records):
-                    p = i % PARTITIONS
-                    futures.append(
-                        await producer.send(topic, json.dumps(record).encode(), partition=p)
-                    )
+                    p = i % PARTITIONS if keys is None else sum(keys[i].values()) % PARTITIONS
+                    value = None if record is None else json.dumps(record).encode()
+                    key = None if keys is None else json.dumps(keys[i]).encode()
+                    futures.append(await producer.send(topic, value, key=key, partition=p))
                     self.values[(topic, p)].append(record)
                 await asyncio.gather(*futures)
             finally:
@@ -106,7 +112,69 @@ def _coordinates(df: pl.DataFrame) -> list[tuple[str, int, int]]:
 def _table_offsets(pipeline: rc.SinkPipeline, name: str) -> dict:
     cfg = pipeline.config
     route = cfg.sink.route_table(name)
-    return open_committer(route, cfg.name, cfg.record_format()).committed_offsets(None)
+    return open_committer(route, cfg.name, cfg.route_formats()(name)).committed_offsets(None)
+
+
+class Mirrored:
+    """Two upsert routes keyed differently, and the state their tables must end in: one
+    keyed by the value's ``id``, one by the record key's ``(order_id, line)`` (tombstones
+    delete), with a declared schema and partitions of its own."""
+
+    ROUTES = (
+        rc.Route("customers", topic="crm.customers", write_mode="upsert", key_columns=("id",)),
+        rc.Route(
+            "order_lines",
+            topic="crm.lines",
+            write_mode="upsert",
+            key_schema={"order_id": "long", "line": "long"},
+            value_schema={"order_id": "long", "line": "long", "qty": "long"},
+            partition_by=("order_id",),
+        ),
+    )
+    TOPICS = ["crm.customers", "crm.lines"]
+
+    def __init__(self, topics: Topics) -> None:
+        self.topics = topics
+        self.customers: dict[int, str] = {}
+        self.lines: dict[tuple[int, int], int] = {}
+
+    def customers_named(self, prefix: str, ids: range) -> None:
+        rows = [{"id": i, "name": f"{prefix}{i}"} for i in ids]
+        self.topics.send("crm.customers", rows)  # (round-robin: keyed by the value's id)
+        self.customers.update({r["id"]: r["name"] for r in rows})
+
+    def lines_changed(self, changes: list[tuple[tuple[int, int], int | None]]) -> None:
+        """Each ``((order_id, line), qty)`` in order; a None qty deletes the line."""
+        keys = [{"order_id": o, "line": n} for (o, n), _ in changes]
+        values = [
+            None if qty is None else {"order_id": o, "line": n, "qty": qty}
+            for (o, n), qty in changes
+        ]
+        self.topics.send("crm.lines", values, keys)
+        for key, qty in changes:
+            if qty is None:
+                self.lines.pop(key, None)
+            else:
+                self.lines[key] = qty
+
+    def check(self, sink: rc.DeltaSink | rc.IcebergSink) -> None:
+        customers = _rows(sink, "customers")
+        assert sorted(customers.select("id", "name").rows()) == sorted(self.customers.items())
+        lines = _rows(sink, "order_lines")
+        assert sorted(lines.select("order_id", "line", "qty").rows()) == sorted(
+            (o, n, q) for (o, n), q in self.lines.items()
+        )
+        assert [_partition_columns(sink, t) for t in ("order_lines", "customers")] == [
+            ["order_id"],
+            [],
+        ]
+
+
+def _partition_columns(sink: rc.DeltaSink | rc.IcebergSink, name: str) -> list[str]:
+    route = sink.route_table(name)
+    if isinstance(route, rc.IcebergSink):
+        return [f.name for f in load_table(route).spec().fields]
+    return DeltaTable(route.path).metadata().partition_columns
 
 
 def _events(tables: list[str], first: int, n: int) -> list[dict]:
@@ -132,24 +200,29 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
     ray_session, kafka_broker, tmp_path: Path
 ) -> None:
     """Three topics by pattern into three tables, a fourth unrouted, and one topic's
-    partitions by ``source.table`` into three more; the coordinator dies after committing
-    the first table of a round."""
+    partitions by ``source.table`` into three more; two more topics into upsert tables of
+    their own settings (``Mirrored``); the coordinator dies after committing the first
+    table of a round."""
     shop = ["shop.public.users", "shop.public.orders", "shop.public.items"]
     names = [*shop, "misc", "cdc"]
-    topics = Topics(kafka_broker.bootstrap_servers, names)
+    topics = Topics(kafka_broker.bootstrap_servers, [*names, *Mirrored.TOPICS])
     cdc_tables = ["c_users", "c_orders", "c_items"]
     for n, t in enumerate(names[:-1]):
         topics.send(t, [{"id": i, "n": n} for i in range(30 + 10 * n)])
     topics.send("cdc", _events(cdc_tables, 0, 60))
+    mirrored = Mirrored(topics)
+    mirrored.customers_named("a", range(20))
+    mirrored.lines_changed([((o, n), 10 * o + n) for o in range(5) for n in range(4)])
     routes = rc.Routes(
         (
+            *Mirrored.ROUTES,  # (before the field rule: "{value}" can make any name)
             rc.Route("lake_{1}", topic_pattern=r"shop\.public\.(.*)"),
             rc.Route("{value}", field="source.table"),
         )
     )
     sink = rc.DeltaSink(str(tmp_path / "lake"), routes=routes)
     streams = tmp_path / "streams.json"
-    _streams_file(streams, kafka_broker.bootstrap_servers, names)
+    _streams_file(streams, kafka_broker.bootstrap_servers, [*names, *Mirrored.TOPICS])
     source = rc.KafkaSource(
         rc.FileMetadataService(str(streams)), value_format="json", discovery_interval_s=0.5
     )
@@ -158,17 +231,31 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
     try:
         handle.wait_for(topics.caught_up(), timeout_s=120)
         before = handle.status()
+        # the first rounds committed while Spark started: written in the writer's process
+        writer = ray.get_actor(actor_names.writer("routed"), namespace=actor_names.NAMESPACE)
+        assert ray.get(writer.stats.remote())["writes_here"] > 0
         FAULT_MARKER.touch()  # the next round of several tables dies after the first
         for n, t in enumerate(shop):  # rounds into tables that exist now
             topics.send(t, [{"id": i, "n": n, "more": True} for i in range(100, 120)])
         topics.send("cdc", _events(cdc_tables, 60, 90))
+        mirrored.customers_named("b", range(10, 30))  # updates and inserts
+        mirrored.lines_changed(
+            [((o, 0), 100 + o) for o in range(5)]  # updates
+            + [((o, 3), None) for o in range(0, 5, 2)]  # deletes
+            + [((5, 0), 50), ((5, 1), 51), ((5, 0), 55)]  # inserts, one updated at once
+        )
         handle.wait_for(lambda s: not FAULT_MARKER.exists(), timeout_s=60)
         topics.send("cdc", _events(cdc_tables, 150, 30))
+        mirrored.lines_changed([((1, 1), None), ((1, 1), 7), ((2, 2), None)])
         # a new topic the pattern takes flows into a new table, without a restart
         extra = Topics(kafka_broker.bootstrap_servers, ["shop.public.extra"])
         extra.send("shop.public.extra", [{"id": i, "n": 9} for i in range(25)])
         topics.values.update(extra.values)
-        _streams_file(streams, kafka_broker.bootstrap_servers, [*names, "shop.public.extra"])
+        _streams_file(
+            streams,
+            kafka_broker.bootstrap_servers,
+            [*names, *Mirrored.TOPICS, "shop.public.extra"],
+        )
         status = handle.wait_for(topics.caught_up(), timeout_s=120)
     finally:
         FAULT_MARKER.unlink(missing_ok=True)
@@ -188,29 +275,30 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
             k: v for k, v in topics.offsets().items() if f"/{topic}/" in k
         }
     _check_field_routed(sink, topics, "cdc", cdc_tables)
+    mirrored.check(sink)
     unrouted = pl.read_delta(str(tmp_path / "lake" / DEAD_LETTER_DIR))
     assert sorted(_coordinates(unrouted)) == sorted(topics.where(lambda t, _: t == "misc"))
     assert set(unrouted["reason"]) == {"no route takes topic 'misc' with source.table=None"}
 
 
 @pytest.mark.slow  # the Delta test above has field routes and the death too (~4 min here)
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)  # (375 s at a load average of 118 on 2 cores)
 def test_field_routes_into_iceberg_tables_exactly_once_through_a_death_between_tables(
     ray_session, kafka_broker, tmp_path: Path
 ) -> None:
+    """As the Delta test's field routes, and its upsert routes of their own settings."""
     topic = "cdc-iceberg"
-    topics = Topics(kafka_broker.bootstrap_servers, [topic])
+    topics = Topics(kafka_broker.bootstrap_servers, [topic, *Mirrored.TOPICS])
     tables = ["users", "orders", "items"]
     topics.send(topic, _events(tables, 0, 60))
-    routes = rc.Routes((rc.Route("{value}", field="source.table"),))
+    mirrored = Mirrored(topics)
+    mirrored.customers_named("a", range(20))
+    mirrored.lines_changed([((o, n), 10 * o + n) for o in range(5) for n in range(4)])
+    routes = rc.Routes((*Mirrored.ROUTES, rc.Route("{value}", field="source.table")))
     sink = rc.IcebergSink("shop.cdc", warehouse=str(tmp_path / "wh"), routes=routes)
+    meta = sink_checks.static_meta(kafka_broker.bootstrap_servers, [topic, *Mirrored.TOPICS])
     pipeline = rc.SinkPipeline(
-        "field-iceberg",
-        rc.KafkaSource(
-            sink_checks.static_meta(kafka_broker.bootstrap_servers, [topic]), value_format="json"
-        ),
-        sink,
-        commit_interval_s=1,
+        "field-iceberg", rc.KafkaSource(meta, value_format="json"), sink, commit_interval_s=1
     )
     handle = pipeline.start()
     try:
@@ -218,8 +306,11 @@ def test_field_routes_into_iceberg_tables_exactly_once_through_a_death_between_t
         before = handle.status()
         FAULT_MARKER.touch()
         topics.send(topic, _events(tables, 60, 90))
+        mirrored.customers_named("b", range(10, 30))
+        mirrored.lines_changed([((o, 0), 100 + o) for o in range(5)] + [((1, 3), None)])
         handle.wait_for(lambda s: not FAULT_MARKER.exists(), timeout_s=60)
         topics.send(topic, _events(tables, 150, 30))
+        mirrored.lines_changed([((2, 2), None), ((6, 0), 60)])
         status = handle.wait_for(topics.caught_up(), timeout_s=180)
     finally:
         FAULT_MARKER.unlink(missing_ok=True)
@@ -228,3 +319,4 @@ def test_field_routes_into_iceberg_tables_exactly_once_through_a_death_between_t
     assert status["epoch"] > before["epoch"]
     assert status["offsets"] == topics.offsets()
     _check_field_routed(sink, topics, topic, tables)
+    mirrored.check(sink)
