@@ -195,17 +195,28 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
 
 @pytest.mark.slow  # the Delta test above has field routes and the death too (~4 min here)
 @pytest.mark.timeout(420)
+@pytest.mark.parametrize("catalog", ["sql", "rest"])
 def test_field_routes_into_iceberg_tables_exactly_once_through_a_death_between_tables(
-    ray_session, kafka_broker, tmp_path: Path
+    ray_session, kafka_broker, tmp_path: Path, catalog: str, request
 ) -> None:
-    topic = "cdc-iceberg"
+    """The SQL catalog (sqlite), or SeaweedFS's REST catalog: its namespace and tables made
+    on the fly in a table bucket."""
+    topic = f"cdc-iceberg-{catalog}"
     topics = Topics(kafka_broker.bootstrap_servers, [topic])
     tables = ["users", "orders", "items"]
     topics.send(topic, _events(tables, 0, 60))
     routes = rc.Routes((rc.Route("{value}", field="source.table"),))
     sink = rc.IcebergSink("shop.cdc", warehouse=str(tmp_path / "wh"), routes=routes)
+    if catalog == "rest":
+        s3 = request.getfixturevalue("embedded_s3")
+        sink = rc.IcebergSink(
+            f"{request.getfixturevalue('rest_namespace')}.cdc",
+            rest_catalog=request.getfixturevalue("rest_catalog"),
+            storage_options=s3.storage_options,
+            routes=routes,
+        )
     pipeline = rc.SinkPipeline(
-        "field-iceberg",
+        f"field-iceberg-{catalog}",
         rc.KafkaSource(
             sink_checks.static_meta(kafka_broker.bootstrap_servers, [topic]), value_format="json"
         ),
