@@ -5,14 +5,18 @@ take refused with the setting to fix. Files staged on the store as the writer wo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import msgspec
+import pyarrow as pa
 import pytest
-from iceberg_reads import iceberg_rows
+from iceberg_reads import iceberg_rows, load_table
 from table_files import K0, K1, PIPELINE, records, stage
+from typed_files import raw, stage_records
 
 import rayconnect as rc
+from rayconnect.formats.settings import RecordFormat
 from rayconnect.pipelines.sink import check_sink
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 from rayconnect.tables.base import StaleEpochError
@@ -59,6 +63,41 @@ def test_a_table_made_on_the_fly_in_the_rest_catalog_is_fenced_and_recovers(
     assert fresh.committed_offsets() == {K0: 8, K1: 3}
     assert fresh.epoch() == 2
     assert route_tables(sink, PIPELINE) == []  # its own table is no route table
+
+
+UPSERT = RecordFormat(
+    value_format="json",
+    value_schema={"id": "long", "v": "string"},
+    key_format="json",
+    key_schema={"id": "long"},
+    include_key=True,
+    upsert_keys=("id",),
+)
+
+
+def test_upsert_rounds_in_the_rest_catalog_leave_one_row_per_key(
+    rest_catalog: rc.RestCatalog, rest_namespace: str, embedded_s3: EmbeddedS3
+) -> None:
+    """``write_mode: upsert`` through the REST catalog: updates replace, a tombstone
+    deletes, the offsets land in the same commit."""
+    sink = rest_sink(rest_catalog, embedded_s3, f"{rest_namespace}.users", write_mode="upsert")
+    committer = open_committer(sink, PIPELINE, UPSERT)
+    committer.ensure_table()
+    epoch = committer.claim_epoch()
+    rounds = [[(1, "a"), (2, "b"), (3, "c")], [(2, "B"), (1, None), (4, "d"), (2, "BB")]]
+    start = 0
+    for changes in rounds:
+        values = [None if v is None else json.dumps({"id": k, "v": v}).encode() for k, v in changes]
+        keys = pa.array([json.dumps({"id": k}).encode() for k, _ in changes], pa.binary())
+        batch = raw(values, start)  # type: ignore[arg-type] - None: a tombstone
+        batch = batch.set_column(batch.column_names.index("key"), "key", keys)
+        files = stage_records(sink.location(), batch, UPSERT, committer.current_schema())
+        end = start + len(changes)
+        committer.commit(files, {"c/t/0": end}, {"c/t/0": start or None}, epoch=epoch)
+        start = end
+    rows = load_table(sink).scan(selected_fields=("id", "v")).to_arrow().to_pylist()
+    assert sorted((r["id"], r["v"]) for r in rows) == [(2, "BB"), (3, "c"), (4, "d")]
+    assert open_committer(sink, PIPELINE, UPSERT).committed_offsets() == {"c/t/0": 7}
 
 
 def test_a_catalog_it_cannot_use_is_refused_before_anything_starts(
