@@ -272,8 +272,8 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     rest_catalog: RestCatalog | None = None
     #: the catalog's name (SQL catalogs keep tables of several names apart)
     catalog_name: str = "rayconnect"
-    #: where the table's files go; empty: ``<warehouse>/<namespace>/<name>``; an existing table
-    #: elsewhere is refused
+    #: where the table's files go; empty: ``<warehouse>/<namespace>/<name>`` (in a REST catalog's
+    #: warehouse ``.../<name>/data``); an existing table elsewhere is refused
     table_location: str = ""
     #: files no metadata reaches (aborted rounds' staging files, expired snapshots' manifests) older
     #: than this are removed hourly; must outlast the longest round
@@ -361,9 +361,7 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
         namespace, name = self.table.rsplit(".", 1)
         # A REST catalog's table one folder down: SeaweedFS's table buckets take S3 writes
         # only under a table's data/ (its metadata goes to <location>/metadata: still under it)
-        folder = (
-            f"/{REST_TABLE_FOLDER}" if self.rest_catalog is not None and not self.warehouse else ""
-        )
+        folder = f"/{REST_TABLE_FOLDER}" if self.rest_catalog is not None else ""
         return TableLocation.parse(
             f"{warehouse.rstrip('/')}/{namespace}/{name}{folder}", self.storage_options
         )
