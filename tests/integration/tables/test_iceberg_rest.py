@@ -75,6 +75,7 @@ UPSERT = RecordFormat(
 )
 
 
+@pytest.mark.slow  # ~4 s on a loaded machine; the default run has the SQL catalog's upserts
 def test_upsert_rounds_in_the_rest_catalog_leave_one_row_per_key(
     rest_catalog: rc.RestCatalog, rest_namespace: str, embedded_s3: EmbeddedS3
 ) -> None:
