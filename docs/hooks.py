@@ -63,6 +63,12 @@ REFERENCE = [
         "`rc.IcebergSink(table, ...)`; `sink: {type: iceberg, ...}`",
     ),
     (
+        "RestCatalog",
+        "rayconnect.config.rest_catalog:RestCatalog",
+        "`rc.IcebergSink(..., rest_catalog=rc.RestCatalog(uri, warehouse, ...))`; "
+        "`sink: {type: iceberg, rest_catalog: {...}}`",
+    ),
+    (
         "Routes",
         "rayconnect.config.routes:Routes",
         "`rc.DeltaSink(..., routes=rc.Routes(rules=(...)))`; `sink: {routes: {...}}`",

@@ -24,6 +24,7 @@ _EXPORTS = {
     "KafkaSource": "rayconnect.config.sink",
     "DeltaSink": "rayconnect.config.sink",
     "IcebergSink": "rayconnect.config.sink",
+    "RestCatalog": "rayconnect.config.rest_catalog",
     "Routes": "rayconnect.config.routes",
     "Route": "rayconnect.config.routes",
     "StaticMetadataService": "rayconnect.metadata",

@@ -46,10 +46,12 @@ def stage_decoded(
 
 
 def stage_records(
-    table: Path, records: pa.Table, fmt: RecordFormat, table_schema: pa.Schema
+    table: Path | TableLocation, records: pa.Table, fmt: RecordFormat, table_schema: pa.Schema
 ) -> list[DataFile]:
-    """``stage_decoded`` of raw ``records`` (any keys, values, partitions)."""
-    location = TableLocation.parse(str(table))
+    """``stage_decoded`` of raw ``records`` (any keys, values, partitions); ``table``: a
+    local folder or any table location on a store."""
+    location = table if isinstance(table, TableLocation) else TableLocation.parse(str(table))
+    filesystem = location.filesystem()
     block = decode_block(records, fmt, table_schema)
     files = []
     staging = f"{STAGING_DIR}/{uuid.uuid4().hex}"
@@ -60,8 +62,8 @@ def stage_records(
     staged.append((f"{DEAD_LETTER_DIR}/{staging}/part-0.parquet", block.dead_letters))
     for rel, rows in staged:
         if rows.num_rows:
-            (table / rel).parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(rows, str(table / rel))
+            location.make_parents(filesystem, location.path(rel))
+            pq.write_table(rows, location.path(rel), filesystem=filesystem)
             dead = rel.startswith(DEAD_LETTER_DIR)
             files.append(describe_file(location, rel, dead_letters=dead)[0])
     return files

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import msgspec
 
 from rayconnect.config.placement import Placement
+from rayconnect.config.rest_catalog import RestCatalog
 from rayconnect.config.routes import Route, RouteFormats, Routes
 from rayconnect.config.spark import SparkSettings
 from rayconnect.errors import ConfigError, require
@@ -49,6 +50,9 @@ from rayconnect.storage.location import StorageError, TableLocation
 #: rec/s, start-up 39 s, 4.4 GB; 256 (4 hosts) 102k rec/s, 26 s, 3.4 GB. Fewer processes win
 #: where cores are few; a host's CPU is one Python thread, so lower it on a big cluster.
 DEFAULT_PARTITIONS_PER_HOST = 256
+
+#: a REST catalog's table is at ``<warehouse>/<namespace>/<name>/data`` (``IcebergSink.location``)
+REST_TABLE_FOLDER = "data"
 
 StartingOffsets = Literal["earliest", "latest"]
 
@@ -251,9 +255,12 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     snapshot per round.
 
     ``catalog`` is pyiceberg's catalog properties (``{"type": "sql", "uri": ..., "warehouse":
-    ...}``, a REST catalog's ``uri``...). Left empty, the embedded catalog is used: SQL on
-    sqlite in ``warehouse/catalog.db``. ``table_location`` is where the table keeps its files;
-    by default ``<warehouse>/<namespace>/<name>`` (where pyiceberg's SQL catalog puts it).
+    ...}``); ``rest_catalog`` an Iceberg REST catalog's settings (``config.rest_catalog``: its
+    credential never in the configuration). Both left empty, the embedded catalog is used: SQL
+    on sqlite in ``warehouse/catalog.db``. ``table_location`` is where the table keeps its
+    files; by default ``<warehouse>/<namespace>/<name>`` (where pyiceberg's SQL catalog puts
+    it), in a REST catalog's warehouse ``<warehouse>/<namespace>/<name>/data`` (SeaweedFS's
+    table buckets take the writer's files only under a table's ``data/``).
     ``vacuum_retention_hours``: as ``DeltaSink``'s - files of an open round are not in the
     table yet. ``keep_snapshots``: older snapshots are expired as rounds commit.
     ``storage_options``: as ``DeltaSink``'s, for a table location on S3 (the Spark tasks
@@ -267,10 +274,12 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     #: pyiceberg catalog properties (``type``, ``uri``, ``warehouse``, ``s3.*``...) instead of the
     #: embedded one
     catalog: dict[str, str] = {}
+    #: an Iceberg REST catalog (``uri``, ``warehouse``, ``credential_env``...) instead of ``catalog``
+    rest_catalog: RestCatalog | None = None
     #: the catalog's name (SQL catalogs keep tables of several names apart)
     catalog_name: str = "rayconnect"
-    #: where the table's files go; empty: ``<warehouse>/<namespace>/<name>``; an existing table
-    #: elsewhere is refused
+    #: where the table's files go; empty: ``<warehouse>/<namespace>/<name>`` (in a REST catalog's
+    #: warehouse ``.../<name>/data``); an existing table elsewhere is refused
     table_location: str = ""
     #: files no metadata reaches (aborted rounds' staging files, expired snapshots' manifests) older
     #: than this are removed hourly; must outlast the longest round
@@ -300,11 +309,20 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
             len(parts) >= 2 and all(parts),
             f"sink.table {self.table!r} must be 'namespace.name'",
         )
+        rest = self.rest_catalog
         require(
-            bool(self.warehouse or self.catalog.get("warehouse") or self.table_location),
-            "sink.warehouse is empty (and sink.catalog has no warehouse, sink.table_location "
-            "none): "
-            "say where the table's files go",
+            rest is None or not self.catalog,
+            "sink.catalog and sink.rest_catalog are two catalogs: give one",
+        )
+        require(
+            bool(
+                self.warehouse
+                or self.catalog.get("warehouse")
+                or (rest is not None and rest.warehouse_uri)
+                or self.table_location
+            ),
+            "sink.warehouse is empty (and sink.catalog has no warehouse, sink.rest_catalog no "
+            "warehouse URL, sink.table_location none): say where the table's files go",
         )
         require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
         require(self.keep_snapshots >= 1, "sink.keep_snapshots must be >= 1")
@@ -336,14 +354,22 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
             "warehouse": warehouse.uri,
         }
 
+    def catalog_config(self) -> dict[str, str] | RestCatalog:
+        """The catalog to open: a REST catalog's settings, else ``catalog_properties``."""
+        return self.rest_catalog or self.catalog_properties()
+
     def location(self) -> TableLocation:
         """Where the table's files are (the writer stages Parquet under it)."""
         if self.table_location:
             return TableLocation.parse(self.table_location, self.storage_options)
-        warehouse = self.warehouse or self.catalog["warehouse"]
+        rest = self.rest_catalog.warehouse_uri if self.rest_catalog is not None else None
+        warehouse = self.warehouse or rest or self.catalog["warehouse"]
         namespace, name = self.table.rsplit(".", 1)
+        # A REST catalog's table one folder down: SeaweedFS's table buckets take S3 writes
+        # only under a table's data/ (its metadata goes to <location>/metadata: still under it)
+        folder = f"/{REST_TABLE_FOLDER}" if self.rest_catalog is not None else ""
         return TableLocation.parse(
-            f"{warehouse.rstrip('/')}/{namespace}/{name}", self.storage_options
+            f"{warehouse.rstrip('/')}/{namespace}/{name}{folder}", self.storage_options
         )
 
     def route_table(self, name: str) -> IcebergSink:

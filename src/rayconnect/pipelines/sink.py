@@ -267,6 +267,8 @@ def check_catalog(sink: IcebergSink) -> None:
     try:
         iceberg_committer(sink, "check", None).catalog()
     except Exception as e:
+        if sink.rest_catalog is not None:  # its errors name the setting already
+            raise ConfigError(f"cannot open the Iceberg REST catalog: {e}") from None
         setting = "sink.catalog" if sink.catalog else "sink.warehouse"
         raise ConfigError(f"{setting}: cannot open the Iceberg catalog: {e}") from None
 

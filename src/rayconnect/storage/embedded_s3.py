@@ -11,6 +11,10 @@ once an object stored before the kill reads back: its S3 gateway answers before 
 server has re-registered, and a read in that moment fails ("Failed to flush response
 stream", seen in CI).
 
+With ``table_buckets`` it also serves SeaweedFS's Iceberg REST catalog (``iceberg_url``), one
+catalog per table bucket (made at start: a plain bucket is not a catalog), its OAuth2
+client credential ``access_key:secret_key``; else that server is off.
+
 Credentials are made per instance (or given) and passed to ``weed`` through its
 environment; clients get them from ``storage_options`` / ``env()``. They never show in
 ``repr``.
@@ -60,7 +64,6 @@ _PORT_FLAGS = (
 #: What we do not use is switched off: fewer ports, less memory, no outbound traffic.
 _OFF_FLAGS = (
     "-webdav=false",
-    "-s3.port.iceberg=0",
     "-s3.port.lance=0",
     "-admin.ui=false",
     "-master.telemetry=false",
@@ -90,7 +93,8 @@ def weed_binary() -> str:
 class EmbeddedS3(ChildProcess):
     """A SeaweedFS S3 endpoint on 127.0.0.1 that lives as long as this object (or process).
 
-    ``buckets`` are created at start and checked before ``start()`` returns. ``host`` and
+    ``buckets`` are created at start and checked before ``start()`` returns, and so are
+    ``table_buckets`` (Iceberg REST catalogs, see the module doc). ``host`` and
     ``launch_prefix``: where it listens, and a command it is started under (a test host's
     address and ``ip netns exec NS``).
     """
@@ -105,9 +109,11 @@ class EmbeddedS3(ChildProcess):
         secret_key: str | None = None,
         host: str = "127.0.0.1",
         launch_prefix: Sequence[str] = (),
+        table_buckets: Sequence[str] = (),
     ) -> None:
         super().__init__(host, launch_prefix)
         self.buckets = tuple(buckets)
+        self.table_buckets = tuple(table_buckets)
         self.access_key = access_key or f"rc{uuid.uuid4().hex[:16]}"
         self._secret_key = secret_key or uuid.uuid4().hex
         self._root: Path | None = None
@@ -126,6 +132,18 @@ class EmbeddedS3(ChildProcess):
     def endpoint_url(self) -> str:
         """``http://127.0.0.1:PORT``: the S3 endpoint."""
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def iceberg_url(self) -> str:
+        """``http://127.0.0.1:PORT``: the Iceberg REST catalog (with ``table_buckets``)."""
+        if "s3.port.iceberg" not in self._ports:
+            raise RuntimeError("embedded S3 not started with table_buckets: no Iceberg catalog")
+        return f"http://{self.host}:{self._ports['s3.port.iceberg']}"
+
+    @property
+    def iceberg_credential(self) -> str:
+        """The REST catalog's OAuth2 client credential (``access_key:secret_key``)."""
+        return f"{self.access_key}:{self._secret_key}"
 
     @property
     def secret_key(self) -> str:
@@ -189,7 +207,8 @@ class EmbeddedS3(ChildProcess):
         if fresh or self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="rayconnect-s3-"))
             (self._root / "data").mkdir()
-            self._ports = {flag: free_port() for flag in _PORT_FLAGS}
+            flags = _PORT_FLAGS + (("s3.port.iceberg",) if self.table_buckets else ())
+            self._ports = {flag: free_port() for flag in flags}
         data = self._root / "data"
         args = [
             weed_binary(),
@@ -204,6 +223,10 @@ class EmbeddedS3(ChildProcess):
         ]
         if self.buckets:
             args.append(f"-bucket={','.join(self.buckets)}")
+        if self.table_buckets:
+            args.append(f"-tableBucket={','.join(self.table_buckets)}")
+        else:
+            args.append("-s3.port.iceberg=0")
         env = dict(os.environ)
         env.update(self.env())
         env["TMPDIR"] = str(self._root)  # its other unix sockets go to the temp dir
@@ -217,6 +240,9 @@ class EmbeddedS3(ChildProcess):
             if missing:
                 return f"buckets {missing} not there yet"
             self._list_buckets()
+            missing = [b for b in self.table_buckets if not self._catalog_serves(b)]
+            if missing:
+                return f"the Iceberg catalog does not serve table buckets {missing} yet"
         except OSError as exc:
             return str(exc)
         return None
@@ -299,6 +325,28 @@ class EmbeddedS3(ChildProcess):
             connect_timeout=2,
             request_timeout=5,
         )
+
+    def _catalog_serves(self, table_bucket: str) -> bool:
+        """The REST catalog lists ``table_bucket``'s namespaces (a token first)."""
+        import json
+        import urllib.parse
+        import urllib.request
+
+        form = urllib.parse.urlencode(
+            {
+                "grant_type": "client_credentials",
+                "client_id": self.access_key,
+                "client_secret": self._secret_key,
+            }
+        ).encode()
+        with urllib.request.urlopen(f"{self.iceberg_url}/v1/oauth/tokens", form, timeout=5) as r:
+            token = json.load(r)["access_token"]
+        request = urllib.request.Request(
+            f"{self.iceberg_url}/v1/{table_bucket}/namespaces",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        with urllib.request.urlopen(request, timeout=5) as r:
+            return bool(r.status == 200)
 
     def _bucket_exists(self, bucket: str) -> bool:
         from pyarrow import fs

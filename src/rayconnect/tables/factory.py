@@ -37,7 +37,7 @@ def iceberg_committer(
     from rayconnect.tables.iceberg import IcebergCommitter
 
     return IcebergCommitter(
-        sink.catalog_properties(),
+        sink.catalog_config(),
         sink.table,
         sink.location(),
         pipeline,
@@ -63,7 +63,7 @@ def open_own_table(sink: TableSink, pipeline: str) -> TableCommitter:
         from rayconnect.tables.iceberg import IcebergCommitter
 
         return IcebergCommitter(
-            sink.catalog_properties(),
+            sink.catalog_config(),
             sink.table,
             dead,
             pipeline,

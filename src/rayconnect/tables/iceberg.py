@@ -49,6 +49,7 @@ from typing import Any
 import pyarrow as pa
 from pyarrow import fs
 
+from rayconnect.config.rest_catalog import RestCatalog
 from rayconnect.formats import evolution
 from rayconnect.formats.evolution import normalize_type, schema_differences
 from rayconnect.formats.partitioning import PartitionSpec
@@ -89,14 +90,15 @@ class IcebergCommitter(TableCommitter):
     """Commits rounds of one pipeline to one Iceberg table; reads back its committed offsets.
 
     Not thread-safe; one per coordinator. ``catalog`` is pyiceberg catalog properties
-    (``{"type": "sql", "uri": "sqlite:///...", "warehouse": ...}``); ``location`` is where
+    (``{"type": "sql", "uri": "sqlite:///...", "warehouse": ...}``) or a REST catalog's
+    settings (``tables.iceberg_rest`` opens it); ``location`` is where
     the table keeps its files - the writer stages Parquet under it, so it is fixed when the
     table is created, and an existing table elsewhere is an error naming the setting.
     """
 
     def __init__(
         self,
-        catalog: Mapping[str, str],
+        catalog: Mapping[str, str] | RestCatalog,
         identifier: str,
         location: str | TableLocation,
         pipeline: str,
@@ -107,7 +109,7 @@ class IcebergCommitter(TableCommitter):
         apply: RoundApply = APPEND,
     ) -> None:
         self.apply = apply
-        self.catalog_properties = dict(catalog)
+        self.catalog_config = catalog if isinstance(catalog, RestCatalog) else dict(catalog)
         self.catalog_name = catalog_name
         self.identifier = identifier
         self.location = as_location(location)
@@ -171,17 +173,24 @@ class IcebergCommitter(TableCommitter):
         return self._fs
 
     def catalog(self) -> Any:
-        """The pyiceberg catalog (made on first use; a local sqlite file's folder is made)."""
+        """The pyiceberg catalog (made on first use; a local sqlite file's folder is made; a
+        REST catalog checked as it opens)."""
         if self._catalog is None:
             from pyiceberg.catalog import load_catalog
 
-            uri = self.catalog_properties.get("uri", "")
+            # A table on S3: the store's endpoint and credentials, resolved here (options,
+            # else this process's environment), unless the catalog's settings say otherwise.
+            file_io = self.location.iceberg_properties()
+            config = self.catalog_config
+            if isinstance(config, RestCatalog):
+                from rayconnect.tables.iceberg_rest import open_rest_catalog
+
+                self._catalog = open_rest_catalog(config, self.catalog_name, file_io)
+                return self._catalog
+            uri = config.get("uri", "")
             if uri.startswith("sqlite:///"):
                 os.makedirs(os.path.dirname(uri.removeprefix("sqlite:///")) or ".", exist_ok=True)
-            # A table on S3: the store's endpoint and credentials, resolved here (options,
-            # else this process's environment), unless the catalog properties say otherwise.
-            properties = self.location.iceberg_properties() | self.catalog_properties
-            self._catalog = load_catalog(self.catalog_name, **properties)
+            self._catalog = load_catalog(self.catalog_name, **(file_io | config))
         return self._catalog
 
     def ensure_table(self) -> Any:

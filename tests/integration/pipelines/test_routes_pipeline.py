@@ -120,27 +120,36 @@ class Mirrored:
     keyed by the value's ``id``, one by the record key's ``(order_id, line)`` (tombstones
     delete), with a declared schema and partitions of its own."""
 
-    ROUTES = (
-        rc.Route("customers", topic="crm.customers", write_mode="upsert", key_columns=("id",)),
-        rc.Route(
-            "order_lines",
-            topic="crm.lines",
-            write_mode="upsert",
-            key_schema={"order_id": "long", "line": "long"},
-            value_schema={"order_id": "long", "line": "long", "qty": "long"},
-            partition_by=("order_id",),
-        ),
-    )
-    TOPICS = ["crm.customers", "crm.lines"]
-
-    def __init__(self, topics: Topics) -> None:
+    def __init__(self, topics: Topics, suffix: str = "") -> None:
+        """``suffix``: topics of their own (a test run twice on one broker)."""
         self.topics = topics
+        self.customers_topic, self.lines_topic = f"crm.customers{suffix}", f"crm.lines{suffix}"
         self.customers: dict[int, str] = {}
         self.lines: dict[tuple[int, int], int] = {}
 
+    @staticmethod
+    def topic_names(suffix: str = "") -> list[str]:
+        return [f"crm.customers{suffix}", f"crm.lines{suffix}"]
+
+    @property
+    def routes(self) -> tuple[rc.Route, ...]:
+        return (
+            rc.Route(
+                "customers", topic=self.customers_topic, write_mode="upsert", key_columns=("id",)
+            ),
+            rc.Route(
+                "order_lines",
+                topic=self.lines_topic,
+                write_mode="upsert",
+                key_schema={"order_id": "long", "line": "long"},
+                value_schema={"order_id": "long", "line": "long", "qty": "long"},
+                partition_by=("order_id",),
+            ),
+        )
+
     def customers_named(self, prefix: str, ids: range) -> None:
         rows = [{"id": i, "name": f"{prefix}{i}"} for i in ids]
-        self.topics.send("crm.customers", rows)  # (round-robin: keyed by the value's id)
+        self.topics.send(self.customers_topic, rows)  # (round-robin: keyed by the value's id)
         self.customers.update({r["id"]: r["name"] for r in rows})
 
     def lines_changed(self, changes: list[tuple[tuple[int, int], int | None]]) -> None:
@@ -150,7 +159,7 @@ class Mirrored:
             None if qty is None else {"order_id": o, "line": n, "qty": qty}
             for (o, n), qty in changes
         ]
-        self.topics.send("crm.lines", values, keys)
+        self.topics.send(self.lines_topic, values, keys)
         for key, qty in changes:
             if qty is None:
                 self.lines.pop(key, None)
@@ -205,7 +214,7 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
     table of a round."""
     shop = ["shop.public.users", "shop.public.orders", "shop.public.items"]
     names = [*shop, "misc", "cdc"]
-    topics = Topics(kafka_broker.bootstrap_servers, [*names, *Mirrored.TOPICS])
+    topics = Topics(kafka_broker.bootstrap_servers, [*names, *Mirrored.topic_names()])
     cdc_tables = ["c_users", "c_orders", "c_items"]
     for n, t in enumerate(names[:-1]):
         topics.send(t, [{"id": i, "n": n} for i in range(30 + 10 * n)])
@@ -215,14 +224,14 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
     mirrored.lines_changed([((o, n), 10 * o + n) for o in range(5) for n in range(4)])
     routes = rc.Routes(
         (
-            *Mirrored.ROUTES,  # (before the field rule: "{value}" can make any name)
+            *mirrored.routes,  # (before the field rule: "{value}" can make any name)
             rc.Route("lake_{1}", topic_pattern=r"shop\.public\.(.*)"),
             rc.Route("{value}", field="source.table"),
         )
     )
     sink = rc.DeltaSink(str(tmp_path / "lake"), routes=routes)
     streams = tmp_path / "streams.json"
-    _streams_file(streams, kafka_broker.bootstrap_servers, [*names, *Mirrored.TOPICS])
+    _streams_file(streams, kafka_broker.bootstrap_servers, [*names, *Mirrored.topic_names()])
     source = rc.KafkaSource(
         rc.FileMetadataService(str(streams)), value_format="json", discovery_interval_s=0.5
     )
@@ -254,7 +263,7 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
         _streams_file(
             streams,
             kafka_broker.bootstrap_servers,
-            [*names, *Mirrored.TOPICS, "shop.public.extra"],
+            [*names, *Mirrored.topic_names(), "shop.public.extra"],
         )
         status = handle.wait_for(topics.caught_up(), timeout_s=120)
     finally:
@@ -283,22 +292,39 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
 
 @pytest.mark.slow  # the Delta test above has field routes and the death too (~4 min here)
 @pytest.mark.timeout(600)  # (375 s at a load average of 118 on 2 cores)
+@pytest.mark.parametrize("catalog", ["sql", "rest"])
 def test_field_routes_into_iceberg_tables_exactly_once_through_a_death_between_tables(
-    ray_session, kafka_broker, tmp_path: Path
+    ray_session, kafka_broker, tmp_path: Path, catalog: str, request
 ) -> None:
-    """As the Delta test's field routes, and its upsert routes of their own settings."""
-    topic = "cdc-iceberg"
-    topics = Topics(kafka_broker.bootstrap_servers, [topic, *Mirrored.TOPICS])
+    """As the Delta test's field routes, and its upsert routes of their own settings; in
+    the SQL catalog (sqlite), or SeaweedFS's REST catalog: its namespace and tables made on
+    the fly in a table bucket."""
+    topic = f"cdc-iceberg-{catalog}"
+    crm = Mirrored.topic_names(f"-{catalog}")
+    topics = Topics(kafka_broker.bootstrap_servers, [topic, *crm])
     tables = ["users", "orders", "items"]
     topics.send(topic, _events(tables, 0, 60))
-    mirrored = Mirrored(topics)
+    mirrored = Mirrored(topics, f"-{catalog}")
     mirrored.customers_named("a", range(20))
     mirrored.lines_changed([((o, n), 10 * o + n) for o in range(5) for n in range(4)])
-    routes = rc.Routes((*Mirrored.ROUTES, rc.Route("{value}", field="source.table")))
+    routes = rc.Routes((*mirrored.routes, rc.Route("{value}", field="source.table")))
     sink = rc.IcebergSink("shop.cdc", warehouse=str(tmp_path / "wh"), routes=routes)
-    meta = sink_checks.static_meta(kafka_broker.bootstrap_servers, [topic, *Mirrored.TOPICS])
+    if catalog == "rest":
+        s3 = request.getfixturevalue("embedded_s3")
+        sink = rc.IcebergSink(
+            f"{request.getfixturevalue('rest_namespace')}.cdc",
+            rest_catalog=request.getfixturevalue("rest_catalog"),
+            storage_options=s3.storage_options,
+            routes=routes,
+        )
     pipeline = rc.SinkPipeline(
-        "field-iceberg", rc.KafkaSource(meta, value_format="json"), sink, commit_interval_s=1
+        f"field-iceberg-{catalog}",
+        rc.KafkaSource(
+            sink_checks.static_meta(kafka_broker.bootstrap_servers, [topic, *crm]),
+            value_format="json",
+        ),
+        sink,
+        commit_interval_s=1,
     )
     handle = pipeline.start()
     try:

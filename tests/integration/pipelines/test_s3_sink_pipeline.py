@@ -1,8 +1,10 @@
-"""A sink pipeline on real parts into a Delta table on the embedded S3 (SeaweedFS).
+"""A sink pipeline on real parts into a Delta table on the embedded S3 (SeaweedFS) - and
+(slow) into an Iceberg table of SeaweedFS's Iceberg REST catalog.
 
 Real tansu broker, real Ray actors, Spark on Ray writing Parquet straight to S3, delta-rs
-committing there. Exactly once is checked the strict way (see test_sink_pipeline.py), then
-again after the coordinator is SIGKILLed in the middle of a round; Polars reads the table.
+(pyiceberg through the REST catalog) committing there. Exactly once is checked the strict
+way (see test_sink_pipeline.py), then again after the coordinator is SIGKILLed in the
+middle of a round; Polars (pyiceberg) reads the table.
 """
 
 from __future__ import annotations
@@ -30,21 +32,32 @@ from rayconnect.actors import names
 from rayconnect.kafka.admin import high_watermarks
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 from rayconnect.storage.location import TableLocation
+from rayconnect.tables.factory import open_committer
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "kind",
+    # the REST catalog's committer is tested in the default run (test_iceberg_rest.py)
+    ["delta", pytest.param("iceberg-rest", marks=pytest.mark.slow)],
+)
 def test_pipeline_into_s3_exactly_once_through_a_coordinator_kill(
-    ray_session, kafka_broker, embedded_s3: EmbeddedS3, s3_bucket: str, kill
+    ray_session, kafka_broker, embedded_s3: EmbeddedS3, s3_bucket: str, kill, kind, request
 ) -> None:
     bootstrap, options = kafka_broker.bootstrap_servers, embedded_s3.storage_options
     uri = f"s3://{s3_bucket}/orders"
-    produced = Produced(bootstrap, "s3orders", 3)
+    topic = f"s3orders-{kind}"
+    produced = Produced(bootstrap, topic, 3)
     produced.more(3000)
-    sink = rc.DeltaSink(uri, storage_options=options)
+    sink: rc.DeltaSink | rc.IcebergSink = rc.DeltaSink(uri, storage_options=options)
+    if kind == "iceberg-rest":
+        namespace = request.getfixturevalue("rest_namespace")
+        catalog = request.getfixturevalue("rest_catalog")
+        sink = rc.IcebergSink(f"{namespace}.orders", rest_catalog=catalog, storage_options=options)
     handle = pipeline(
         "s3sink",
         bootstrap,
-        "s3orders",
+        topic,
         sink,
         commit_interval_s=2,
         write_timeout_s=30,
@@ -66,8 +79,16 @@ def test_pipeline_into_s3_exactly_once_through_a_coordinator_kill(
         assert kill_landed_in_round(sink, before, killed_at)
         assert_exactly_once(sink, produced, status)
         assert status["epoch"] > first_epoch  # the new incarnation fenced the old one
-        hw = asyncio.run(high_watermarks(bootstrap, "s3orders"))
-        assert status["offsets"] == {f"{CLUSTER}/s3orders/{p}": n for p, n in hw.items() if n}
+        hw = asyncio.run(high_watermarks(bootstrap, topic))
+        assert status["offsets"] == {f"{CLUSTER}/{topic}/{p}": n for p, n in hw.items() if n}
+        assert embedded_s3.secret_key not in msgspec.json.encode(handle.status()).decode()
+        print(f"\ncoordinator SIGKILL -> all committed again: {recovered_s:.1f} s")
+        if isinstance(sink, rc.IcebergSink):
+            assert status["table"] == f"{sink.table} at {sink.location().uri}"
+            # a new coordinator's offsets, from the table in the catalog alone
+            committed = open_committer(sink, "s3sink").committed_offsets(None)
+            assert committed == status["offsets"]
+            return
         assert status["table"] == uri
 
         frame = pl.read_delta(uri, storage_options=options)
@@ -80,7 +101,5 @@ def test_pipeline_into_s3_exactly_once_through_a_coordinator_kill(
         assert all(
             store.get_file_info(u.split("://", 1)[1]).type == fs.FileType.File for u in added
         )
-        assert embedded_s3.secret_key not in msgspec.json.encode(handle.status()).decode()
-        print(f"\ncoordinator SIGKILL -> all committed again: {recovered_s:.1f} s")
     finally:
         handle.stop(commit=False)
