@@ -138,7 +138,9 @@ class MirrorDatabase:
         return touched
 
     def start(self, changes_per_s: float) -> None:
-        """Run transactions at about ``changes_per_s`` statements a second until ``stop``."""
+        """Run transactions at about ``changes_per_s`` statements a second until ``stop``
+        (again after a ``stop``: ``changes`` counts on)."""
+        self._stop.clear()
 
         def loop() -> None:
             conn = None  # dropped while paused: a Postgres restart ends it

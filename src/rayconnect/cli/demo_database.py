@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from rayconnect.cli.demo_stage import DemoRun, DemoStage
 from rayconnect.cli.demo_view import LiveView
+from rayconnect.protocol.source_status import SourcePipelineStatus
 from rayconnect.protocol.status import PipelineStatus
 from rayconnect.protocol.types import TopicPartition
 
@@ -62,7 +63,7 @@ class _Kill:
     name: str
     how: str
     #: what tells the killed actor's successor apart (a task's pid, a coordinator's epoch)
-    mark: Callable[[dict[str, Any] | None, PipelineStatus | None], Any]
+    mark: Callable[[SourcePipelineStatus | None, PipelineStatus | None], Any]
     at: float = 0.0
     before: Any = None
 
@@ -122,19 +123,17 @@ def per_table(status: PipelineStatus | None, prefix: str) -> dict[str, tuple[int
     return {t: (s[0], s[1], s[2]) for t, s in sums.items()}
 
 
-def _source_line(status: dict[str, Any] | None) -> str:
-    if status is None:
-        return "source unavailable (restarting)"
-    task = (status.get("tasks") or {}).get(0) or {}
-    lag = task.get("lag") or {}
-    behind = (
-        f"{lag['bytes']:,} B / {lag.get('seconds') or 0:.1f} s behind the WAL"
-        if lag.get("bytes") is not None
-        else "lag -"
-    )
+def _source_line(status: SourcePipelineStatus | None) -> str:
+    task = status.tasks.get(0) if status is not None else None
+    if task is None or task.records_committed is None:
+        return "source task unavailable (restarting)"
+    lag = task.lag
+    behind = "lag -"
+    if lag is not None and lag.bytes is not None:
+        behind = f"{lag.bytes:,} B / {lag.seconds or 0:.1f} s behind the WAL"
     return (
-        f"source task {task.get('state', '-')}: {status.get('records_committed', 0):,} changes "
-        f"committed since its start, {behind}"
+        f"source task {task.state}: {task.records_committed:,} changes committed since its "
+        f"start, {behind}"
     )
 
 
@@ -262,13 +261,13 @@ def _mirror(
     )
 
 
-def _task_pid(source: dict[str, Any] | None, _sink: PipelineStatus | None) -> Any:
+def _task_pid(source: SourcePipelineStatus | None, _sink: PipelineStatus | None) -> Any:
     """The task's process, once it committed a transaction (None before)."""
-    task = ((source or {}).get("tasks") or {}).get(0) or {}
-    return task.get("pid") if task.get("transactions_committed", 0) > 0 else None
+    task = source.tasks.get(0) if source is not None else None
+    return task.pid if task is not None and (task.transactions_committed or 0) > 0 else None
 
 
-def _sink_epoch(_source: dict[str, Any] | None, sink: PipelineStatus | None) -> Any:
+def _sink_epoch(_source: SourcePipelineStatus | None, sink: PipelineStatus | None) -> Any:
     """The coordinator's epoch, once it committed a round (None before)."""
     return sink.epoch if sink is not None and sink.rounds_since_start.committed > 0 else None
 
@@ -284,7 +283,7 @@ class _Watch:
         self._pending: _Kill | None = None
         self._sink_status: PipelineStatus | None = None
 
-    def _recovered(self, source_status: dict[str, Any] | None) -> None:
+    def _recovered(self, source_status: SourcePipelineStatus | None) -> None:
         k = self._pending
         if k is None or k.mark(source_status, self._sink_status) in (None, k.before):
             return
@@ -293,7 +292,7 @@ class _Watch:
         self.view.event(f"RECOVERED from the {k.label} kill: its successor committed, "
                         f"{self.recoveries[k.label]:.1f} s after it")  # fmt: skip
 
-    def _kill(self, kill_at: list[float], source_status: dict[str, Any] | None) -> None:
+    def _kill(self, kill_at: list[float], source_status: SourcePipelineStatus | None) -> None:
         """The next kill, once the actor to kill has committed (its mark is known)."""
         from rayconnect.cli.chaos import kill_actor
 
