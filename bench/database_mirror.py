@@ -114,6 +114,21 @@ def freshness_ms(lake: Path, tables: list[str], since_ms: int) -> list[float]:
     return out
 
 
+def start_sink(name: str, bootstrap: str, lake: Path, prefix: str) -> Any:
+    """The sink, again if its Spark failed to start: on a shared machine another run's
+    clean-up of new /tmp/ray/<n> folders can delete the one a starting Spark JVM unpacks
+    Ray's native library into (tests/integration/ray_tmp.py) - start() then stops the
+    pipeline and raises."""
+    for attempt in (1, 2, 3):
+        try:
+            return mirror_sink(name, bootstrap, lake, prefix, **SETTINGS[name]).start()
+        except Exception as e:
+            if attempt == 3:
+                raise
+            print(f"[{name}] sink did not start ({type(e).__name__}); once more", flush=True)
+    raise AssertionError("unreachable")
+
+
 def one_setting(
     name: str,
     server: PostgresServer,
@@ -140,7 +155,7 @@ def one_setting(
     written = db.changes - before
     write_s = time.monotonic() - t
     print(f"[{name}] backlog of {written:,} changes written in {write_s:.1f} s", flush=True)
-    sink = mirror_sink(name, bootstrap, lake, prefix, **SETTINGS[name]).start()
+    sink = start_sink(name, bootstrap, lake, prefix)
     load_before = load_average()
     t = time.time()
     source = mirror_source(src_name, server, bootstrap, db.names, prefix).start()
