@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -41,7 +42,7 @@ from urllib.parse import unquote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RaySession, delta_visibility, percentiles  # noqa: E402
+from common import RaySession, cleanup_private_tmp, delta_visibility, percentiles  # noqa: E402
 
 import rayconnect as rc  # noqa: E402
 from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
@@ -198,12 +199,16 @@ def one_setting(
 def main(backlog: int, rate: int, seconds: int, only: list[str]) -> None:
     root = Path(tempfile.mkdtemp(prefix="rayconnect-bench-mirror-"))
     results = []
-    with postgres_server() as server, EmbeddedBroker("bench-mirror") as broker, RaySession():
-        db = MirrorDatabase(server, tables=20)
-        db.create(rows_per_table=100)
-        for name in only:
-            results.append(one_setting(name, server, broker.bootstrap_servers, db, root, backlog,
-                                       rate, seconds))  # fmt: skip
+    try:
+        with postgres_server() as server, EmbeddedBroker("bench-mirror") as broker, RaySession():
+            db = MirrorDatabase(server, tables=20)
+            db.create(rows_per_table=100)
+            for name in only:
+                results.append(one_setting(name, server, broker.bootstrap_servers, db, root,
+                                           backlog, rate, seconds))  # fmt: skip
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        cleanup_private_tmp()
     lines = [
         f"20-table database mirror: Postgres 15 -> source pipeline -> embedded broker (2 "
         f"partitions per table) -> one sink pipeline -> 20 Delta upsert tables; backlog "
