@@ -28,6 +28,8 @@ from typing import Any
 
 import psutil
 
+from rayconnect.spark_bridge.native_library import young
+
 BENCH = Path(__file__).resolve().parent
 PYTHON = sys.executable
 RAY_TMP = Path("/tmp/ray")
@@ -357,7 +359,7 @@ def cleanup_ray_tmp(before: set[str], session_dir: str = "") -> None:
     used = _mapped_dirs()
     for name in new:
         path = RAY_TMP / name
-        if re.fullmatch(r"\d+", name) and path.is_dir() and name not in used:
+        if re.fullmatch(r"\d+", name) and path.is_dir() and name not in used and not young(name):
             shutil.rmtree(path, ignore_errors=True)
     sessions = sorted(
         (p for p in RAY_TMP.glob("session_2*") if p.is_dir()), key=lambda p: p.stat().st_mtime

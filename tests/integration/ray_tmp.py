@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from rayconnect.spark_bridge.native_library import young
+
 
 @contextlib.contextmanager
 def cleaned_ray_tmp() -> Iterator[Path]:
@@ -47,7 +49,7 @@ def cleaned_ray_tmp() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
         mapped = _mapped_files()
         for path in _native_library_dirs() - before:
-            if f"{path}/" not in mapped:
+            if f"{path}/" not in mapped and not young(path.name):
                 shutil.rmtree(path, ignore_errors=True)
 
 

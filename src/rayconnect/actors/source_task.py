@@ -40,6 +40,7 @@ from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_
 from rayconnect.kafka.transactions import init_transactions, producer, stop_quietly
 from rayconnect.metrics import SourceMetrics
 from rayconnect.protocol.outages import OutageWatch
+from rayconnect.protocol.source_status import SourceTaskReport
 from rayconnect.protocol.source_task import (
     AbortTransaction,
     Acknowledge,
@@ -156,21 +157,21 @@ class TaskRunner:
         """Why a record could not be written and had nowhere to go: the task stopped."""
         return self.machine.bad_record
 
-    def status(self) -> dict[str, Any]:
-        s = msgspec.to_builtins(self.machine.status())
-        s.update(
+    def status(self) -> SourceTaskReport:
+        source = lag = None
+        with contextlib.suppress(Exception):  # a task's own numbers never break status
+            source = self.task.metrics() or None
+        with contextlib.suppress(Exception):
+            lag = self.task.lag()
+        return SourceTaskReport(
             task=self.index,
+            **msgspec.structs.asdict(self.machine.status()),
             transactional_id=self.transactional_id if self.transactional else None,
             exactly_once=self.transactional,
             warning=self.warning,
+            source=source,
+            lag=lag,
         )
-        with contextlib.suppress(Exception):  # a task's own numbers never break status
-            if source := self.task.metrics():
-                s["source"] = source
-        with contextlib.suppress(Exception):
-            if (lag := self.task.lag()) is not None:
-                s["lag"] = msgspec.to_builtins(lag)
-        return s
 
     def stop(self) -> None:
         """Ask to stop: the open transaction is committed (aborted for ``connector``)."""
@@ -533,18 +534,18 @@ class SourceTaskActor:
             return True
         raise RuntimeError(f"task {self.index} not started: {self._failed or 'timeout'}")
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> SourceTaskReport:
         s = self.runner.status()
         last = _kv_get(_kv_key(self.settings.name, self.index, "last_error"))
-        s.update(
+        return msgspec.structs.replace(
+            s,
             restarts=self.restarts,
-            last_error=s["last_error"] or (last.decode() if last else None),
+            last_error=s.last_error or (last.decode() if last else None),
             gave_up=self.gave_up,
             pid=os.getpid(),
         )
-        return s
 
-    async def close(self, timeout_s: float = 60.0) -> dict[str, Any]:
+    async def close(self, timeout_s: float = 60.0) -> SourceTaskReport:
         """Stop: commit (or, for connector boundaries, abort) the open transaction, then
         stop the task and the producer."""
         self.runner.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import ray
 
@@ -24,8 +25,17 @@ def actor_pid(name: str, namespace: str = NAMESPACE, timeout_s: float = 30.0) ->
     may not know or reach; a call that waits for a restarting actor also returns the PID of
     the new process, never the dead one's."""
     actor = ray.get_actor(name, namespace=namespace)
-    pid: ray.ObjectRef[int] = actor.__ray_call__.remote(_own_pid)
-    return ray.get(pid, timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pid: ray.ObjectRef[int] = actor.__ray_call__.remote(_own_pid)
+        try:
+            return ray.get(pid, timeout=max(0.1, deadline - time.monotonic()))
+        except ray.exceptions.ActorUnavailableError:
+            # restarting (a kill moments ago, on a loaded machine): Ray refuses the call
+            # rather than queueing it; ask again until the successor answers
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _own_pid(_actor: object) -> int:

@@ -16,10 +16,10 @@ import contextlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-from rayconnect.cli.demo_stage import DemoStage
+from rayconnect.cli.demo_stage import DemoRun, DemoStage
 from rayconnect.cli.demo_view import LiveView
 
 PIPELINE = "demo-source"
@@ -30,7 +30,7 @@ POLL_S = 0.1
 
 
 @dataclass
-class SourceDemoResult:
+class SourceDemoResult(DemoRun):
     partitions: int
     per_partition: int
     seqs: dict[int, list[int]]
@@ -39,10 +39,6 @@ class SourceDemoResult:
     """Committed source offsets, from the pipeline's offsets topic."""
     written: int
     """Records in the topic, committed or not (read_uncommitted)."""
-    elapsed_s: float = 0.0
-    kills: list[str] = field(default_factory=list)
-    recoveries: dict[str, float] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def visible(self) -> int:
@@ -260,11 +256,8 @@ def _summary(r: SourceDemoResult, out: TextIO) -> None:
         )
         or "-",
     )
-    if r.kills:
-        line("killed", ", ".join(r.kills))
-        line("recovery", ", ".join(f"{k} {v:.1f} s" for k, v in r.recoveries.items()) or "-")
-    line("elapsed", f"{r.elapsed_s:.1f} s")
-    line("steps", ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in r.timings.items()))
+    for label, text in r.summary_lines():
+        line(label, text)
     verdict = (
         "OK: exactly once" if r.ok else "FAILED: the topic does not hold each record exactly once"
     )

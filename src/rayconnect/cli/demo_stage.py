@@ -17,6 +17,7 @@ import shutil
 import socket
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TextIO
@@ -24,13 +25,37 @@ from typing import TextIO
 from rayconnect.cli.demo_view import LiveView
 
 
+@dataclass(kw_only=True)
+class DemoRun:
+    """What every demo's result says about its run, besides its own verdict."""
+
+    elapsed_s: float = 0.0
+    #: "<role> (<how>)" of each kill, in order
+    kills: list[str] = field(default_factory=list)
+    #: kill label -> seconds until its successor committed
+    recoveries: dict[str, float] = field(default_factory=dict)
+    #: "<step>_s" -> seconds
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def summary_lines(self) -> list[tuple[str, str]]:
+        """(label, text) of the summary's kills, recoveries, elapsed time and steps."""
+        lines = []
+        if self.kills:
+            recovery = ", ".join(f"{k} {v:.1f} s" for k, v in self.recoveries.items())
+            lines += [("killed", ", ".join(self.kills)), ("recovery", recovery or "-")]
+        steps = ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in self.timings.items())
+        return [*lines, ("elapsed", f"{self.elapsed_s:.1f} s"), ("steps", steps)]
+
+
 class DemoStage:
     """``with DemoStage(...) as stage:`` the broker and Ray run inside; ``stage.bootstrap``,
     ``stage.view``, ``stage.timings`` (``stage.step(name, since)`` adds one)."""
 
     def __init__(
-        self, banner: str, out: TextIO, *, cluster_id: str, topic: str, partitions: int
+        self, banner: str, out: TextIO, *, cluster_id: str, topic: str | None, partitions: int
     ) -> None:
+        """``topic``: the demo's topic, made with ``partitions`` (None: the demo makes its
+        own topics)."""
         from rayconnect.kafka import compat
 
         compat.apply()
@@ -56,11 +81,11 @@ class DemoStage:
             broker = stack.enter_context(EmbeddedBroker(cluster_id=self.cluster_id))
             self.bootstrap = broker.bootstrap_servers
             t = time.monotonic()
-            asyncio.run(create_topic(self.bootstrap, self.topic, self.partitions))
-            self.view.event(
-                f"broker   tansu at {self.bootstrap}, topic {self.topic!r} "
-                f"({self.partitions} partitions)"
-            )
+            topic = ""
+            if self.topic is not None:
+                asyncio.run(create_topic(self.bootstrap, self.topic, self.partitions))
+                topic = f", topic {self.topic!r} ({self.partitions} partitions)"
+            self.view.event(f"broker   tansu at {self.bootstrap}{topic}")
             self.step("broker", t)
             t = time.monotonic()
             stack.callback(self.stop_ray)

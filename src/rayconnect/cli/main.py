@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from rayconnect.cli.exit_codes import (
     EXIT_FAILED,
@@ -41,10 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument(
-        "--records", type=_positive, default=40_000, help="records to produce (default 40000)"
+        "--records",
+        type=_positive,
+        default=None,
+        help="records to produce (default 40000; --database: changes, default 15000)",
     )
     demo.add_argument(
-        "--rate", type=_positive, default=2_000, help="records produced per second (default 2000)"
+        "--rate",
+        type=_positive,
+        default=None,
+        help="records produced per second (default 2000; --database: changes/s, default 500)",
     )
     demo.add_argument("--partitions", type=_positive, default=4, help="default 4")
     demo.add_argument(
@@ -61,6 +68,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a source pipeline instead (generator -> Kafka, KIP-618): two tasks, killed midway "
         "unless --no-chaos; exit 0 only if read_committed shows every record once, in order",
+    )
+    demo.add_argument(
+        "--database",
+        action="store_true",
+        help="a database mirrored instead: a throwaway PostgreSQL (installed on this machine) "
+        "with --tables shop tables under a write load -> source pipeline -> Kafka -> one sink "
+        "pipeline -> a Delta upsert table per table (under --table), lag per table live, the "
+        "source task and the sink coordinator killed unless --no-chaos; exit 0 only if every "
+        "lake table equals SELECT * of its Postgres table",
+    )
+    demo.add_argument(
+        "--tables", type=_positive, default=8, help="--database: shop tables, 1-20 (default 8)"
     )
     _add_pipeline_commands(sub)
     return parser
@@ -215,35 +234,62 @@ def _add_pipeline_commands(sub) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "demo":
-        from rayconnect.cli.demo import DemoError, run_demo
-        from rayconnect.errors import JavaNotFoundError
+def _database_demo(args: argparse.Namespace) -> Any:
+    from rayconnect.cli.demo_database import run_database_demo
 
-        if args.source:
-            if args.table is not None:
-                build_parser().error("--table is for the sink demo, not with --source")
+    if args.source:
+        build_parser().error("--source and --database are two different demos")
+    if args.tables > 20:
+        build_parser().error("--tables: at most 20")
+    return run_database_demo(
+        args.records or 15_000,
+        args.tables,
+        args.table,
+        rate=args.rate or 500,
+        interval_s=args.interval,
+        chaos=args.chaos,
+    )
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """The demo the arguments ask for; its exit code."""
+    from rayconnect.cli.demo import DemoError, run_demo
+    from rayconnect.errors import JavaNotFoundError
+    from rayconnect.local_postgres import PostgresNotInstalledError
+
+    if args.source and args.table is not None:
+        build_parser().error("--table is for the sink demo, not with --source")
+    try:
+        if args.database:
+            result = _database_demo(args)
+        elif args.source:
             from rayconnect.cli.demo_source import run_source_demo
 
-            done = run_source_demo(args.records, args.partitions, rate=args.rate, chaos=args.chaos)
-            return EXIT_OK if done.ok else EXIT_FAILED
-        try:
+            result = run_source_demo(
+                args.records or 40_000, args.partitions, rate=args.rate or 2_000, chaos=args.chaos
+            )
+        else:
             result = run_demo(
-                args.records,
+                args.records or 40_000,
                 args.partitions,
                 args.table,
-                rate=args.rate,
+                rate=args.rate or 2_000,
                 interval_s=args.interval,
                 chaos=args.chaos,
             )
-        except JavaNotFoundError as e:
-            print(f"rayconnect: {e}", file=sys.stderr)
-            return EXIT_REQUIREMENT
-        except DemoError as e:
-            print(f"rayconnect: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        return EXIT_OK if result.ok else EXIT_FAILED
+    except JavaNotFoundError as e:
+        print(f"rayconnect: {e}", file=sys.stderr)
+        return EXIT_REQUIREMENT
+    except (DemoError, PostgresNotInstalledError) as e:
+        print(f"rayconnect: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        return _demo(args)
     if args.command == "run":
         from rayconnect.cli.run import run_command
 

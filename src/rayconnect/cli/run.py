@@ -46,6 +46,7 @@ from rayconnect.errors import (
     RayconnectError,
     RayUnavailableError,
 )
+from rayconnect.protocol.source_status import SourcePipelineStatus
 from rayconnect.protocol.status import PipelineStatus
 from rayconnect.runtime import check_ray, check_reachable, ensure_ray
 
@@ -423,7 +424,7 @@ def run_source(config, args) -> int:
             )
             return EXIT_USAGE
         status = _source_status_or_none(handle)
-        warnings = "; ".join((status or {}).get("warnings") or ())
+        warnings = "; ".join(status.warnings if status is not None else ())
         print(
             f"source pipeline {config.name!r} running ({time.monotonic() - started:.0f} s to "
             f"start): {config.tasks} task(s) -> {', '.join(config.task.topics()) or 'Kafka'} "
@@ -437,7 +438,7 @@ def run_source(config, args) -> int:
     return EXIT_FAILED  # pragma: no cover - unreachable
 
 
-def _source_status_or_none(handle) -> dict[str, Any] | None:
+def _source_status_or_none(handle) -> SourcePipelineStatus | None:
     try:
         return handle.status()
     except Exception:

@@ -15,6 +15,8 @@ import msgspec
 
 from rayconnect.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, exit_code
 from rayconnect.errors import RayconnectError
+from rayconnect.protocol.source_status import SourcePipelineStatus
+from rayconnect.protocol.source_status import encode as encode_source
 from rayconnect.protocol.status import PipelineStatus, WriterStatus, encode
 from rayconnect.redact import redact
 from rayconnect.runtime import connect
@@ -32,15 +34,14 @@ def pipeline_kind(name: str) -> str | None:
     return None
 
 
-def source_pipeline_status(name: str) -> dict[str, Any]:
+def source_pipeline_status(name: str) -> SourcePipelineStatus:
     """A source pipeline's status (per task) with its actors, credentials masked."""
     from rayconnect.pipelines.source import SourcePipelineHandle
     from rayconnect.runtime import actor_statuses
 
     status = SourcePipelineHandle(name).status()
-    status["kind"] = "source"
-    status["actors"] = [msgspec.to_builtins(a) for a in actor_statuses(name)]
-    return redact(status)
+    status = msgspec.structs.replace(status, actors=tuple(actor_statuses(name)))
+    return msgspec.convert(redact(status), SourcePipelineStatus, strict=False)
 
 
 def pipeline_status(name: str) -> PipelineStatus:
@@ -56,7 +57,7 @@ def _n(value: Any) -> str:
     return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def render_status(s: PipelineStatus | dict[str, Any]) -> str:
+def render_status(s: PipelineStatus | SourcePipelineStatus) -> str:
     if not isinstance(s, PipelineStatus):
         return render_source_status(s)
     lines = []
@@ -131,29 +132,30 @@ def _render_actors(actors: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def render_source_status(s: dict[str, Any]) -> str:
-    tasks = s.get("tasks") or {}
+def render_source_status(s: SourcePipelineStatus) -> str:
     lines = [
-        f"source pipeline {s.get('pipeline')}  tasks {len(tasks)}  "
-        f"records committed {_n(s.get('records_committed'))}  transactions "
-        f"{_n(s.get('transactions_committed'))} committed / "
-        f"{_n(s.get('transactions_aborted'))} aborted"
+        f"source pipeline {s.pipeline}  tasks {len(s.tasks)}  "
+        f"records committed {_n(s.records_committed)}  transactions "
+        f"{_n(s.transactions_committed)} committed / {_n(s.transactions_aborted)} aborted"
     ]
-    lines += [f"warning: {w}" for w in s.get("warnings") or ()]
+    lines += [f"warning: {w}" for w in s.warnings]
     lines.append("")
     lines.append(
         f"{'task':>4}  {'state':<12}  {'committed':>9}  {'aborted':>7}  {'records':>12}  "
-        f"{'restarts':>8}  {'partitions':>10}  last error"
+        f"{'restarts':>8}  {'partitions':>10}  {'lag':>16}  last error"
     )
-    for index, t in sorted(tasks.items(), key=lambda kv: int(kv[0])):
+    for index, t in sorted(s.tasks.items()):
+        lag = "-"
+        if t.lag is not None and t.lag.bytes is not None:
+            lag = f"{t.lag.bytes:,} B / {t.lag.seconds or 0:.1f} s"
         lines.append(
-            f"{index!s:>4}  {str(t.get('state')):<12}  {_n(t.get('transactions_committed')):>9}  "
-            f"{_n(t.get('transactions_aborted')):>7}  {_n(t.get('records_committed')):>12}  "
-            f"{_n(t.get('restarts')):>8}  {len(t.get('committed_offsets') or {}):>10}  "
-            f"{t.get('gave_up') or t.get('last_error') or t.get('error') or '-'}"
+            f"{index!s:>4}  {t.state:<12}  {_n(t.transactions_committed):>9}  "
+            f"{_n(t.transactions_aborted):>7}  {_n(t.records_committed):>12}  "
+            f"{_n(t.restarts):>8}  {len(t.committed_offsets):>10}  {lag:>16}  "
+            f"{t.gave_up or t.last_error or t.error or '-'}"
         )
     lines.append("")
-    lines += _render_actors(s.get("actors") or [])
+    lines += _render_actors([msgspec.to_builtins(a) for a in s.actors or ()])
     return "\n".join(lines)
 
 
@@ -179,13 +181,11 @@ def _connect_or_exit(address: str | None) -> int | None:
     return None
 
 
-def status_json(s: PipelineStatus | dict[str, Any], pretty: bool = True) -> str:
-    """A sink pipeline's status is printed as exactly its ``PipelineStatus`` JSON
-    (``rayconnect.protocol.status.decode`` reads it back); a source pipeline's as its dict."""
-    if isinstance(s, PipelineStatus):
-        data = encode(s)
-        return (msgspec.json.format(data, indent=2) if pretty else data).decode()
-    return json.dumps(s, default=str, indent=2 if pretty else None)
+def status_json(s: PipelineStatus | SourcePipelineStatus, pretty: bool = True) -> str:
+    """A status printed as exactly its Struct's JSON: ``rayconnect.protocol.status.decode``
+    (a sink's) or ``rayconnect.protocol.source_status.decode`` (a source's) reads it back."""
+    data = encode(s) if isinstance(s, PipelineStatus) else encode_source(s)
+    return (msgspec.json.format(data, indent=2) if pretty else data).decode()
 
 
 def status_command(args) -> int:
@@ -281,14 +281,13 @@ def _source_row(pipeline: str) -> dict[str, Any]:
         s = SourcePipelineHandle(pipeline).status(timeout_s=10)
     except Exception as e:
         return {"state": f"unreachable ({type(e).__name__})"}
-    tasks = s.get("tasks") or {}
-    states = sorted({str(t.get("state")) for t in tasks.values()})
+    states = sorted({t.state for t in s.tasks.values()})
     return {
         "state": "/".join(states) or "-",
-        "tasks": len(tasks),
-        "partitions": sum(len(t.get("committed_offsets") or {}) for t in tasks.values()),
-        "records_committed": s.get("records_committed"),
-        "transactions_committed": s.get("transactions_committed"),
+        "tasks": len(s.tasks),
+        "partitions": sum(len(t.committed_offsets) for t in s.tasks.values()),
+        "records_committed": s.records_committed,
+        "transactions_committed": s.transactions_committed,
     }
 
 

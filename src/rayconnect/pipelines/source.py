@@ -40,6 +40,7 @@ from rayconnect.errors import (
     PipelineNotFoundError,
 )
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
+from rayconnect.protocol.source_status import SourcePipelineStatus, SourceTaskReport, summed
 from rayconnect.protocol.source_task import Boundary
 from rayconnect.runtime import Handle, ensure_ray, get_actor, task_actor_names
 from rayconnect.source_tasks.base import SourceTask
@@ -143,9 +144,9 @@ class SourcePipeline:
         transactional, warning = self.prepare()
         detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
         actors = [
-            ray_internals.actor_class(SourceTaskActor).options(name=names.task(s.name, i), **detached).remote(
-                s, i, self.task, transactional, warning
-            )
+            ray_internals.actor_class(SourceTaskActor)
+            .options(name=names.task(s.name, i), **detached)
+            .remote(s, i, self.task, transactional, warning)
             for i in range(s.tasks)
         ]
         try:
@@ -225,41 +226,41 @@ class SourcePipelineHandle(Handle):
 
     kind = "source pipeline"
 
-    def status(self, timeout_s: float = 30.0) -> dict[str, Any]:
-        """Per task: state, transactions committed/aborted, records, last error, offsets."""
-        tasks: dict[int, Any] = {}
+    def status(self, timeout_s: float = 30.0) -> SourcePipelineStatus:
+        """Per task: state, transactions committed/aborted, records, lag, last error, offsets."""
+        tasks: dict[int, SourceTaskReport] = {}
         for actor_name in task_actor_names(self.name):
             index = int(actor_name.rsplit("/", 1)[1])
             actor = get_actor(actor_name)
             if actor is None:  # gone between the listing and now
-                tasks[index] = {"state": "unavailable", "error": "no such actor"}
+                tasks[index] = SourceTaskReport(
+                    task=index, state="unavailable", error="no such actor"
+                )
                 continue
             try:
                 tasks[index] = ray.get(actor.status.remote(), timeout=timeout_s)
             except Exception as e:  # a task restarting is a state, not an error
-                tasks[index] = {"state": "unavailable", "error": f"{type(e).__name__}: {e}"}
-        done = [t for t in tasks.values() if "records_committed" in t]
-        return {
-            "pipeline": self.name,
-            "tasks": tasks,
-            "records_committed": sum(t["records_committed"] for t in done),
-            "transactions_committed": sum(t["transactions_committed"] for t in done),
-            "transactions_aborted": sum(t["transactions_aborted"] for t in done),
-            "warnings": sorted({t["warning"] for t in done if t.get("warning")}),
-        }
+                tasks[index] = SourceTaskReport(
+                    task=index, state="unavailable", error=f"{type(e).__name__}: {e}"
+                )
+        return summed(self.name, tasks)
 
-    def stop(self, *, timeout_s: float = 60.0, release: bool = False) -> dict[str, Any]:
+    def stop(
+        self, *, timeout_s: float = 60.0, release: bool = False
+    ) -> dict[str, SourceTaskReport]:
         """Each task commits its open transaction (``connector``: aborts it), then ends.
         ``release``: then free what the source keeps for the pipeline (a Postgres source
         drops its replication slot; SourceTask.release) - for a pipeline deleted for good."""
         actors = [(n, a) for n in task_actor_names(self.name) if (a := get_actor(n)) is not None]
         refs = {n: a.close.remote(timeout_s) for n, a in actors}
-        final: dict[str, Any] = {}
+        final: dict[str, SourceTaskReport] = {}
         for n, ref in refs.items():
             try:
                 final[n] = ray.get(ref, timeout=timeout_s + 5)
             except Exception as e:
-                final[n] = {"error": f"{type(e).__name__}: {e}"}
+                index = int(n.rsplit("/", 1)[1])
+                error = f"{type(e).__name__}: {e}"
+                final[n] = SourceTaskReport(task=index, state="unavailable", error=error)
         if release and actors:
             _release(self.name, actors[0][1], timeout_s)
         for _, a in actors:

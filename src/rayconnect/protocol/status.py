@@ -23,6 +23,24 @@ import msgspec
 from rayconnect.protocol.upkeep import UpkeepStatus
 
 
+class ByName:
+    """Fields readable by name, ``status["offsets"]``, as the dict a status Struct replaced."""
+
+    __slots__ = ()
+    __struct_fields__: tuple[str, ...]
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.__struct_fields__:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name) if name in self.__struct_fields__ else default
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.__struct_fields__
+
+
 class RoundCounts(msgspec.Struct, frozen=True, kw_only=True):
     """Rounds since the coordinator (re)started: each restart counts from 0 again."""
 
@@ -89,7 +107,7 @@ class ActorStatus(msgspec.Struct, frozen=True, kw_only=True):
     restarts: int | None
 
 
-class PipelineStatus(msgspec.Struct, frozen=True, kw_only=True):
+class PipelineStatus(ByName, msgspec.Struct, frozen=True, kw_only=True):
     """A sink pipeline's status (see the module docstring for where each part comes from)."""
 
     #: ``sink`` (a source pipeline's status is its tasks' reports)
@@ -175,18 +193,6 @@ class PipelineStatus(msgspec.Struct, frozen=True, kw_only=True):
     partition_status: dict[str, PartitionStatus] = {}
     #: the actors' processes (``status(actors=True)``; ``rayconnect status`` asks for them)
     actors: tuple[ActorStatus, ...] | None = None
-
-    def __getitem__(self, name: str) -> Any:
-        """A field by name: ``status["offsets"]`` reads as the dict this Struct replaced."""
-        if name not in self.__struct_fields__:
-            raise KeyError(name)
-        return getattr(self, name)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name) if name in self.__struct_fields__ else default
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.__struct_fields__
 
 
 def encode(status: PipelineStatus) -> bytes:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 import msgspec
 
 from rayconnect.errors import ConfigError, no_such
+from rayconnect.protocol.source_status import SourceLag
 from rayconnect.protocol.types import check_name
 
 
@@ -45,18 +46,6 @@ class SourceRecord(msgspec.Struct, frozen=True):
     partition: int | None = None
     source_partition: Any = None
     source_offset: Any = None
-
-
-class SourceLag(msgspec.Struct, frozen=True, kw_only=True):
-    """How far behind its source a task's committed records are (status and metrics:
-    ``rayconnect_source_lag_bytes`` / ``_s``). 0 when caught up; None: not known."""
-
-    #: bytes of the source not in Kafka yet (Postgres: WAL between the slot's confirmed
-    #: position - what is in Kafka - and the server's)
-    bytes: int | None = None
-    #: how old the oldest data not in Kafka yet is, in seconds (Postgres: since the commit
-    #: of the last transaction read, while bytes > 0)
-    seconds: float | None = None
 
 
 class RecordMetadata(msgspec.Struct, frozen=True):

@@ -4,6 +4,7 @@ independently with Polars."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -13,12 +14,15 @@ import polars as pl
 import pytest
 
 
-def _demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _demo(
+    *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rayconnect.cli", "demo", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=None if env is None else dict(os.environ, **env),
     )
 
 
@@ -122,6 +126,51 @@ def test_source_demo_kills_both_tasks_and_reads_back_every_record_once_in_order(
     assert "result             OK: exactly once" in out
 
 
+@pytest.mark.slow  # ~2 min quiet, 5 under load: longer than CI's budget allows
+@pytest.mark.timeout(900)
+def test_database_demo_mirrors_a_shop_through_kills(tmp_path: Path) -> None:
+    """``rayconnect demo --database``: Postgres -> source -> Kafka -> one sink -> a Delta
+    table per Postgres table, the source task and the sink coordinator killed; the demo's
+    verdict compares each lake table with ``SELECT *``. The lake is read back here too: the
+    row counts the demo printed, each key once."""
+    lake = tmp_path / "lake"
+    done = _demo(
+        "--database", "--tables", "4", "--records", "3000", "--rate", "300",
+        "--table", str(lake), timeout=870,
+    )  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert "rayconnect demo --database: 4 shop tables" in out
+    assert re.search(r"CHAOS   SIGKILL source task \(pid \d+\)", out), out
+    assert "CHAOS   ray.kill sink coordinator" in out
+    assert out.count("RECOVERED from the ") == 2, out
+    # the live lag table, one row per table
+    rows = re.findall(
+        r"^    (customers|products|orders|order_lines) +[\d,]+ +\S+ +\S+ +\S+$", out, re.M
+    )
+    assert {"customers", "products", "orders", "order_lines"} <= set(rows), out
+    assert (
+        "result             OK: every lake table equals SELECT * of its Postgres table (4 tables)"
+        in out
+    )
+    for table in ("customers", "products", "orders", "order_lines"):
+        printed = re.search(rf"^    {table} +([\d,]+) rows in Postgres, ([\d,]+) in ", out, re.M)
+        assert printed is not None and printed[1] == printed[2], out
+        df = pl.read_delta(str(lake / table))
+        assert df.height == int(printed[1].replace(",", "")) == df["id"].n_unique()
+
+
+@pytest.mark.timeout(60)
+def test_database_demo_without_postgres_says_how_to_get_it() -> None:
+    done = _demo("--database", timeout=50, env={"RAYCONNECT_PG_BIN": "/nonexistent"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(
+        "rayconnect: PostgreSQL 15 server binaries not found in /nonexistent: install "
+        "PostgreSQL 15 (Debian/Ubuntu: apt-get install postgresql-15"
+    ), done.stderr
+    assert "RAYCONNECT_PG_BIN" in done.stderr
+
+
 @pytest.mark.timeout(60)
 def test_demo_refuses_an_existing_table(tmp_path: Path) -> None:
     (tmp_path / "_delta_log").mkdir()
@@ -139,6 +188,8 @@ def test_demo_refuses_an_existing_table(tmp_path: Path) -> None:
         ["--rate", "0"],
         ["--interval", "0"],
         ["--source", "--table", "/tmp/t"],
+        ["--source", "--database"],
+        ["--database", "--tables", "21"],
         ["--nope"],
     ],
 )

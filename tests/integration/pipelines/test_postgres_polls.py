@@ -185,3 +185,58 @@ def test_toast_key_changes_keyless_tables_and_dropped_columns(postgres: Postgres
         ("nokey", None, 0, {"op": "u", "before": {"a": 1, "b": "x"}, "after": {"a": 1, "b": "y"}}),
         ("doc", {"id": 2}, None, {"op": "u", "before": None, "after": {"id": 2, "body": "short"}}),
     ]  # fmt: skip
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["event", "skip"])
+def test_a_truncate_is_an_event_per_table_or_a_counted_skip(
+    postgres: PostgresServer, mode: str
+) -> None:
+    """``TRUNCATE acct, other`` between inserts: with ``truncate: event`` (the default) a
+    Debezium truncate event per table (op t, no key -> partition 0, no row) in its place in
+    the stream; with ``skip`` nothing, but counted in the task's metrics."""
+    postgres.psql(
+        "CREATE TABLE acct (id int PRIMARY KEY, v int); CREATE TABLE other (id int PRIMARY KEY)"
+    )
+    settings = {} if mode == "event" else {"truncate": "skip"}
+    task = rc.PostgresSource(
+        dsn=postgres.dsn, slot="trunc", tables=["acct", "other"], password_env="PGPASSWORD",
+        **settings,
+    )  # fmt: skip
+    want = 5 if mode == "event" else 3
+
+    async def run() -> tuple[list[Any], dict[str, Any]]:
+        await task.start(SourceTaskContext("p", 0, 1, {}, TransactionContext()))
+        postgres.psql("INSERT INTO acct VALUES (1, 10), (2, 20)")
+        postgres.psql("INSERT INTO other VALUES (7); TRUNCATE acct, other")
+        postgres.psql("INSERT INTO acct VALUES (3, 30)")
+        records: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(records) < want + 1 and time.monotonic() < deadline:
+            records += await task.poll()
+            await task.commit()
+        metrics = task.metrics()
+        await task.stop()
+        return records, metrics
+
+    records, metrics = asyncio.run(run())
+    seen = []
+    for r in records:
+        event = json.loads(r.value)
+        key = None if r.key is None else json.loads(r.key)
+        seen.append((r.topic, event["op"], key, r.partition, event["before"], event["after"]))
+        assert event["source"]["table"] == r.topic.rsplit(".", 1)[1]
+    acct, other = "pg.public.acct", "pg.public.other"
+    rows = [
+        (acct, "c", {"id": 1}, None, None, {"id": 1, "v": 10}),
+        (acct, "c", {"id": 2}, None, None, {"id": 2, "v": 20}),
+        (other, "c", {"id": 7}, None, None, {"id": 7}),
+    ]
+    truncates = [(acct, "t", None, 0, None, None), (other, "t", None, 0, None, None)]
+    last = [(acct, "c", {"id": 3}, None, None, {"id": 3, "v": 30})]
+    if mode == "event":
+        assert seen == rows + truncates + last
+        assert metrics["truncates_skipped"] == 0
+    else:
+        assert seen == rows + last
+        assert metrics["truncates_skipped"] == 2

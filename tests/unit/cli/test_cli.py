@@ -151,31 +151,29 @@ class _FakeSourceHandle:
     def __init__(self, on_status=None) -> None:
         self.calls, self.stopped, self.on_status = 0, False, on_status or (lambda n: None)
 
-    def status(self):
+    def status(self, **task_fields):
+        from rayconnect.protocol.source_status import SourceTaskReport, summed
+
         self.calls += 1
         self.on_status(self.calls)
         n = 100 * self.calls
-        task = {
-            "state": "polling",
-            "records_committed": n,
-            "transactions_committed": self.calls,
-            "transactions_aborted": 0,
-            "last_error": None,
-            "committed_offsets": {'{"generator":0}': {"seq": n - 1}},
-        }
-        return {
-            "pipeline": self.name,
-            "tasks": {0: task},
-            "records_committed": n,
-            "transactions_committed": self.calls,
-            "transactions_aborted": 0,
-            "warnings": [],
-        }
+        task = SourceTaskReport(
+            task=0,
+            state="polling",
+            records_committed=n,
+            transactions_committed=self.calls,
+            transactions_aborted=0,
+            committed_offsets={'{"generator":0}': {"seq": n - 1}},
+            **task_fields,
+        )
+        return summed(self.name, {0: task})
 
     def stop(self, timeout_s: float = 60.0):
+        import msgspec
+
         self.stopped = True
-        s = self.status()["tasks"][0]
-        return {"numbers/task/0": {**s, "state": "closed"}}
+        s = self.status().tasks[0]
+        return {"numbers/task/0": msgspec.structs.replace(s, state="closed")}
 
 
 def test_source_foreground_stops_cleanly_on_sigint(capsys):
@@ -223,28 +221,37 @@ def test_source_foreground_notices_a_stop_from_elsewhere(capsys):
 
     class Gone(_FakeSourceHandle):
         def status(self):
-            return {"pipeline": self.name, "tasks": {}}
+            from rayconnect.protocol.source_status import summed
+
+            return summed(self.name, {})
 
     assert source_loop(Gone(), 0.01, []) == EXIT_OK
     assert "pipeline 'numbers' was stopped" in capsys.readouterr().out
 
 
 def test_source_status_renders_tasks_without_secrets():
+    import msgspec
+
     from rayconnect.cli.status import render_status
+    from rayconnect.protocol.source_status import SourceLag, SourcePipelineStatus
+    from rayconnect.protocol.status import ActorStatus
     from rayconnect.redact import redact
 
-    status = _FakeSourceHandle().status()
-    status["tasks"][0]["last_error"] = "KafkaConnectionError: broker down"
-    status.update(
-        kind="source",
-        warnings=["exactly-once disabled (at-least-once): no transactions"],
-        config={"sasl.plain.password": "hunter2"},
-        actors=[{"name": "numbers/task/0", "state": "ALIVE", "pid": 7, "restarts": 1}],
+    status = _FakeSourceHandle().status(
+        last_error="KafkaConnectionError: broker down",
+        warning="exactly-once disabled (at-least-once): no transactions",
+        source={"slot": "s", "sasl.plain.password": "hunter2"},
+        lag=SourceLag(bytes=4096, seconds=1.5),
     )
-    text = render_status(redact(status))
+    actor = ActorStatus(name="numbers/task/0", state="ALIVE", pid=7, node=None, restarts=1)
+    status = msgspec.structs.replace(status, actors=(actor,))
+    redacted = msgspec.convert(redact(status), SourcePipelineStatus, strict=False)
+    assert redacted.tasks[0].source == {"slot": "s", "sasl.plain.password": "***"}
+    text = render_status(redacted)
     assert "source pipeline numbers  tasks 1  records committed 100" in text
     assert "warning: exactly-once disabled" in text
     assert "KafkaConnectionError: broker down" in text and "numbers/task/0" in text
+    assert "4,096 B / 1.5 s" in text
     assert "hunter2" not in text
 
 
@@ -299,9 +306,7 @@ def test_run_exits_5_with_the_reason_when_the_pipeline_gives_up(capsys):
 
     class GaveUpSource(_FakeSourceHandle):
         def status(self):
-            status = super().status()
-            status["tasks"][0]["gave_up"] = reason
-            return status
+            return super().status(gave_up=reason)
 
     source = GaveUpSource(lambda n: None)
     assert source_loop(source, 0.01, []) == EXIT_GAVE_UP

@@ -103,3 +103,34 @@ def test_the_text_view_says_which_counts_run_since_the_coordinator_started() -> 
     assert "(coordinator start): rounds committed 163 (partial 2)  discarded 5  empty 40" in text
     assert "records committed 980" in text
     assert "dead letters 60 in the table (east/orders/0=60)" in text
+
+
+def test_a_source_status_prints_as_its_struct_json_and_reads_back():
+    """``rayconnect status --json`` of a source pipeline: exactly its SourcePipelineStatus,
+    lag typed; a task that did not answer leaves its unknown counts out."""
+    import json
+
+    from rayconnect.cli.status import status_json
+    from rayconnect.protocol.source_status import SourceLag, SourceTaskReport, decode, summed
+
+    up = SourceTaskReport(
+        task=0, state="polling", records_committed=7, transactions_committed=2,
+        transactions_aborted=1, lag=SourceLag(bytes=120, seconds=0.25), pid=42,
+    )  # fmt: skip
+    down = SourceTaskReport(task=1, state="unavailable", error="ActorUnavailableError: x")
+    status = summed("pg", {0: up, 1: down})
+    text = status_json(status)
+    assert decode(text) == status
+    data = json.loads(text)
+    assert data["kind"] == "source" and data["records_committed"] == 7
+    assert data["transactions_committed"] == 2 and data["transactions_aborted"] == 1
+    assert data["tasks"]["0"]["lag"] == {"bytes": 120, "seconds": 0.25}
+    assert data["tasks"]["1"] == {
+        "task": 1,
+        "state": "unavailable",
+        "error": "ActorUnavailableError: x",
+    }
+    # read by name as the dicts this replaced: what a task did not say is absent
+    assert status["tasks"][0]["lag"]["bytes"] == 120
+    assert status["tasks"][1].get("records_committed", 0) == 0
+    assert "records_committed" not in status["tasks"][1]

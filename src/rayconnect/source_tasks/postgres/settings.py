@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -25,17 +26,20 @@ _PASSWORD_IN_DSN = re.compile(r"(^|\s)password\s*=|://[^/@:]*:[^/@]*@", re.IGNOR
 
 class PostgresSettings(msgspec.Struct, frozen=True):
     """``dsn``: libpq connection string or URI, without password. ``tables``: the
-    ``schema.table`` names to capture (a table without a schema is ``public``); the task
-    creates publication ``publication`` for them if it does not exist. Without ``tables``,
-    ``publication`` must exist and its tables are captured. ``slot``: the logical
-    replication slot (created if missing, else reused from where it confirmed).
-    ``topic_template``: ``{prefix}``, ``{schema}``, ``{table}``. ``max_records_per_transaction``
-    bounds a Kafka transaction: a Postgres transaction with more changes is split (see
-    docs/guides/postgres-source.md). ``batch_size`` / ``batch_bytes``: a poll - one Kafka
-transaction - ends at the first Postgres commit after this many records / bytes of events,
-or when the stream has nothing more. ``unavailable_value``: what ``after`` holds for a
-    TOASTed value an update did not change and Postgres did not send (REPLICA IDENTITY FULL
-    sends it)."""
+        ``schema.table`` names to capture (a table without a schema is ``public``); the task
+        creates publication ``publication`` for them if it does not exist. Without ``tables``,
+        ``publication`` must exist and its tables are captured. ``slot``: the logical
+        replication slot (created if missing, else reused from where it confirmed).
+        ``topic_template``: ``{prefix}``, ``{schema}``, ``{table}``. ``max_records_per_transaction``
+        bounds a Kafka transaction: a Postgres transaction with more changes is split (see
+        docs/guides/postgres-source.md). ``batch_size`` / ``batch_bytes``: a poll - one Kafka
+    transaction - ends at the first Postgres commit after this many records / bytes of events,
+    or when the stream has nothing more. ``unavailable_value``: what ``after`` holds for a
+        TOASTed value an update did not change and Postgres did not send (REPLICA IDENTITY FULL
+        sends it). ``truncate``: what a ``TRUNCATE`` of a captured table becomes - ``event``, a
+        Debezium truncate event (``op: t``, no key, no row) per table in the table's topic, in
+        its place in the transaction; ``skip``, nothing (counted as ``truncates_skipped`` and
+        logged): Debezium's default, for readers that cannot take ``op: t``."""
 
     dsn: str
     slot: str
@@ -53,6 +57,7 @@ or when the stream has nothing more. ``unavailable_value``: what ``after`` holds
     idle_s: NonNegativeFloat = 0.2
     unavailable_value: str = "__debezium_unavailable_value"
     connect_timeout_s: PositiveInt = 10
+    truncate: Literal["event", "skip"] = "event"
 
     __repr__ = redacted_repr
 

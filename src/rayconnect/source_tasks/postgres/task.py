@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -35,6 +36,7 @@ from rayconnect.source_tasks.postgres.pgoutput import (
     Delete,
     Insert,
     Relation,
+    Truncate,
     Update,
     decode,
     ms_of,
@@ -48,6 +50,9 @@ from rayconnect.source_tasks.postgres.stream import WalStream
 SLOT_RELEASE_WAIT_S = 30.0
 #: a poll in the middle of a Postgres transaction waits this long for its next message
 POLL_BUDGET_S = 0.5
+
+
+log = logging.getLogger(__name__)
 
 
 class PostgresSource(ConfiguredTask[PostgresSettings]):
@@ -90,7 +95,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         self._snapshot: SnapshotReader | None = None
         self._flushes: collections.deque[int] = collections.deque()
         self._last_commit_ms: int | None = None
-        self._records_polled = 0
+        self._records_polled = self._truncates_skipped = 0
         if not self.active:
             return
         if context.transaction_context is None:
@@ -262,7 +267,9 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             self._flush_point = message.commit_lsn
         elif isinstance(message, Relation):
             self._on_relation(message)
-        # Truncate, Origin, Type: not events (see the guide's "not supported")
+        elif isinstance(message, Truncate):
+            self._on_truncate(message, records)
+        # Origin, Type: not events
 
     def _on_relation(self, rel: Relation) -> None:
         """A table's (new) shape: columns added or dropped since flow through from here on."""
@@ -277,6 +284,23 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             pk = tuple(c.name for c in rel.columns if c.key) if rel.replica_identity == "d" else ()
         shape = self.shapes[name] = TableShape(rel.schema, rel.table, rel.columns, pk)
         self.relations[rel.relation_id] = RowCodec(shape, self.settings.unavailable_value)
+
+    def _on_truncate(self, message: Truncate, records: list[SourceRecord]) -> None:
+        """TRUNCATE of captured tables: a truncate event per table, or (``truncate: skip``)
+        nothing but a count and a log line - never silently nothing (the guide's
+        "TRUNCATE"). Each table's is one change of the transaction, as a row's is."""
+        txn = self._txn
+        assert txn is not None, "pgoutput: a truncate outside a transaction"
+        for relation_id in message.relation_ids:
+            self._n += 1
+            if self.progress.already_written(txn.final_lsn, self._n):
+                continue
+            codec = self.relations[relation_id]
+            if self.settings.truncate == "skip":
+                self._truncates_skipped += 1
+                log.warning("TRUNCATE of %s skipped (truncate: skip)", codec.shape.name)
+                continue
+            self._emit(codec, "t", None, None, None, records)
 
     def _on_change(self, change: Insert | Update | Delete, records: list[SourceRecord]) -> None:
         txn = self._txn
@@ -376,6 +400,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             "confirmed_lsn": stream.confirmed,
             "server_wal_end": stream.wal_end,
             "records_polled": self._records_polled,
+            "truncates_skipped": self._truncates_skipped,
         }
 
     async def stop(self) -> None:
