@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -42,6 +43,8 @@ from rayconnect.storage.location import StorageError, TableLocation
 #: rec/s, start-up 39 s, 4.4 GB; 256 (4 hosts) 102k rec/s, 26 s, 3.4 GB. Fewer processes win
 #: where cores are few; a host's CPU is one Python thread, so lower it on a big cluster.
 DEFAULT_PARTITIONS_PER_HOST = 256
+#: more topics than this at start: they share participant hosts (``topic_groups``)
+AUTO_GROUP_TOPICS = 16
 
 StartingOffsets = Literal["earliest", "latest"]
 WriteMode = Literal["append", "upsert"]
@@ -379,6 +382,11 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
     #: partitions of one topic that share a participant host (one actor process): a
     #: process costs ~57 MB and a worker start, a machine in a host a few KB
     partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST
+    #: with many topics: the topics of a cluster share participant hosts, hashed by name
+    #: into this many groups (``names.participant_host``); None: a host per topic, unless
+    #: ``start()`` finds more than ``AUTO_GROUP_TOPICS`` topics (then one group per
+    #: ``partitions_per_host`` partitions found)
+    topic_groups: int | None = None
     #: a Spark SQL statement over each write's decoded rows, the view ``records``
     #: (``formats.transform``: its rules); None: rows are written as decoded
     transform: str | None = None
@@ -397,6 +405,10 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
             self.partitions_per_host >= 1,
             f"partitions_per_host must be >= 1, not {self.partitions_per_host!r}",
         )
+        require(
+            self.topic_groups is None or self.topic_groups >= 1,
+            f"topic_groups must be >= 1 or None, not {self.topic_groups!r}",
+        )
         from rayconnect.formats.rows import partition_specs
 
         require(
@@ -412,6 +424,18 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         if self.transform is None or self.transform_schema is not None:
             # (a transform's partition columns are known once it is analysed)
             partition_specs(self.record_format())  # ConfigError naming the bad entry
+
+    def with_topic_groups(self, keys: Sequence[str]) -> SinkPipelineConfig:
+        """``topic_groups`` decided from the partitions found at start: left as set, else
+        with more than ``AUTO_GROUP_TOPICS`` topics one group per ``partitions_per_host``
+        partitions (200 topics of 4 partitions: 4 hosts, not 200)."""
+        if self.topic_groups is not None:
+            return self
+        topics = {k.rsplit("/", 1)[0] for k in keys}
+        if len(topics) <= AUTO_GROUP_TOPICS:
+            return self
+        groups = max(1, -(-len(keys) // self.partitions_per_host))
+        return msgspec.structs.replace(self, topic_groups=groups)
 
     def key_columns(self) -> tuple[str, ...]:
         """An upsert table's key: the sink's ``key_columns``, else the record key's fields."""
