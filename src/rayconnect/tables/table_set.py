@@ -129,7 +129,10 @@ class TableSet:
             check_not_behind(known, read.get(name, {}))
         self.offsets = read
         start = restart_offsets(self.offsets, self.own.committed_offsets(None))
-        return start if keys is None else {k: v for k, v in start.items() if k in set(keys)}
+        if keys is None:
+            return start
+        wanted = set(keys)
+        return {k: v for k, v in start.items() if k in wanted}
 
     def table_offsets(self) -> dict[str, dict[str, int]]:
         """Table name -> its offsets, as last read or committed (for status)."""
