@@ -149,7 +149,8 @@ def run(
             if tables:
                 first = sorted(tables)[0]
                 out["table_status_example"] = {first: _builtins(tables[first])}
-                out["table_rows_total"] = sum(t.rows or 0 for t in tables.values())
+                out["table_rows_total"] = sum(t.rows_since_start for t in tables.values())
+                out["tables_lag_total"] = sum(t.lag or 0 for t in tables.values())
         finally:
             stop(name, handle)
     out["memory"] = sampler.result()
@@ -202,6 +203,7 @@ def markdown(result: dict[str, Any]) -> str:
         ("processes at peak", "memory.processes"),
         ("status() s", "status_s"),
         ("tables in status", "tables_in_status"),
+        ("rows in the tables' status", "table_rows_total"),
     ]
     for label, key in rows:
         lines.append(f"| {label} | " + " | ".join(cell(runs[c], key) for c in cols) + " |")
@@ -271,6 +273,7 @@ def main() -> None:
                     a.timeout_s,
                 )
             r = result["runs"][kind]
+            _save(result, Path(a.out))  # what ran so far, should a later run fail
             log(
                 f"{kind}: start-up {r['startup_s']} s, {r['records_per_s']:,} rec/s, "
                 f"peak PSS {r['memory']['peak_pss_mb']} MB, idle {r['idle']}"
@@ -281,13 +284,17 @@ def main() -> None:
 
         shutil.rmtree(workdir, ignore_errors=True)
         cleanup_private_tmp()
+    print(_save(result, Path(a.out)))
+
+
+def _save(result: dict[str, Any], out: Path) -> str:
+    """Write ``<tables>.json`` and ``<tables>.md`` under ``out``; the table's text."""
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{a.tables}.json").write_text(json.dumps(result, indent=1, default=str))
+    (out / f"{result['tables']}.json").write_text(json.dumps(result, indent=1, default=str))
     table = markdown(result)
-    (out / f"{a.tables}.md").write_text(table)
-    print(table)
+    (out / f"{result['tables']}.md").write_text(table)
+    return table
 
 
 if __name__ == "__main__":
