@@ -163,6 +163,35 @@ def _builtins(value: Any) -> Any:
     return msgspec.to_builtins(value)
 
 
+def _ray_session(attempts: int = 3) -> RaySession:
+    """A started ``RaySession``; on a loaded machine Ray's node may time out while it
+    starts: tried again after a pause (the broker and its records are kept)."""
+    for attempt in range(1, attempts + 1):
+        session = RaySession()
+        try:
+            session.__enter__()
+            return _Entered(session)
+        except Exception as e:
+            import ray
+
+            ray.shutdown()
+            if attempt == attempts:
+                raise
+            log(f"Ray did not start ({type(e).__name__}: {e}); again in 30 s")
+            time.sleep(30)
+    raise AssertionError("unreachable")
+
+
+class _Entered(RaySession):
+    """A RaySession entered already: ``with`` only leaves it."""
+
+    def __init__(self, session: RaySession) -> None:
+        self.__dict__.update(session.__dict__)
+
+    def __enter__(self) -> RaySession:
+        return self
+
+
 def markdown(result: dict[str, Any]) -> str:
     runs = result["runs"]
     cols = [k for k in ("routed", "one_table") if k in runs]
@@ -260,7 +289,7 @@ def main() -> None:
                 result["runs"][kind] = {"skipped": f"{available_gb():.1f} GB available"}
                 continue
             log(f"{kind}: starting ({available_gb():.1f} GB available, load {os.getloadavg()})")
-            with RaySession():
+            with _ray_session():
                 result["runs"][kind] = run(
                     f"many-{kind.replace('_', '-')}",
                     broker.bootstrap_servers,
