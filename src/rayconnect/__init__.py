@@ -20,6 +20,7 @@ _EXPORTS = {
     "PipelineAlreadyRunningError": "rayconnect.errors",
     "RayUnavailableError": "rayconnect.errors",
     "PipelineStatus": "rayconnect.protocol.status",
+    "TableStatus": "rayconnect.protocol.status",
     "attach": "rayconnect.pipelines.attach",
     "KafkaSource": "rayconnect.config.sink",
     "DeltaSink": "rayconnect.config.sink",

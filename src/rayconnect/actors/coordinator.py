@@ -287,8 +287,7 @@ class CoordinatorActor:
     def _host_name(self, key: str) -> str:
         name = self._host_names.get(key)
         if name is None:
-            pph = self.config.partitions_per_host
-            name = self._host_names[key] = names.participant_host(self.config.name, key, pph)
+            name = self._host_names[key] = names.host_of(self.config, key)
         return name
 
     def _host(self, name: str) -> Any:
@@ -399,6 +398,8 @@ class CoordinatorActor:
             self.commit_latencies[-1],
             self._round_duration,
         )
+        if self.tables is not None:
+            self._metrics.tables_committed(self.tables.last_round, time.time())
 
     def _commit_blocking(self, commit: CommitTable) -> int:
         """The round's table version: one table's, or each route table's (``TableSet``)."""
@@ -525,6 +526,7 @@ class CoordinatorActor:
             outages=tuple(self.housekeeping.describe(time.time())),
             upkeep=self.housekeeping.upkeep_status(),
             upkeep_recent=tuple(self.upkeep_log),
+            tables=self.tables.table_status() if self.tables is not None else {},
         )
 
 

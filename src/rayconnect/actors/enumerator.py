@@ -109,12 +109,11 @@ class EnumeratorActor:
     async def partitions_of_host(self, host: str) -> tuple[list[str], dict[str, Any]]:
         """The partitions participant host ``host`` holds now and their clusters' metadata:
         a restarted host asks (partitions that joined later are not in its arguments)."""
-        pph = self.config.partitions_per_host
         keys = sorted(
             key
             for split_keys in self.machine.splits().values()
             for key in split_keys
-            if names.participant_host(self.config.name, key, pph) == host
+            if names.host_of(self.config, key) == host
         )
         clusters = self._clusters()
         wanted = {TopicPartition.from_key(key).cluster for key in keys}
@@ -233,6 +232,7 @@ class EnumeratorActor:
                 reader_id,
                 self.config.source.max_poll_records,
                 self.config.partitions_per_host,
+                self.config.topic_groups,
             )
             # Under the lock already (this runs inside _apply): carry its Ready out here.
             await self._carry_out(

@@ -6,7 +6,13 @@ process (a new driver, ``rc.attach``, the CLI) find a running pipeline's actors 
 
 from __future__ import annotations
 
+import zlib
+from typing import TYPE_CHECKING
+
 from rayconnect.protocol.types import TopicPartition
+
+if TYPE_CHECKING:
+    from rayconnect.config.sink import SinkPipelineConfig
 
 NAMESPACE = "rayconnect"
 
@@ -19,16 +25,31 @@ def writer(pipeline: str) -> str:
     return f"{pipeline}/writer"
 
 
-def participant_host(pipeline: str, key: str, partitions_per_host: int) -> str:
+def participant_host(
+    pipeline: str, key: str, partitions_per_host: int, topic_groups: int | None = None
+) -> str:
     """The participant host of partition ``key`` (``cluster/topic/partition``):
     ``<pipeline>/participants/<cluster>/<topic>/<n>`` holds the partitions
     ``n * partitions_per_host ... (n + 1) * partitions_per_host - 1`` of that topic.
 
+    With ``topic_groups`` (many topics: one process per topic would cost ~57 MB and a
+    worker start each), the topics of a cluster share hosts: a topic belongs to group
+    ``crc32(topic) % topic_groups`` and ``<pipeline>/participants/<cluster>/g<group>/<n>``
+    holds partitions ``n * partitions_per_host ...`` of every topic of the group.
+
     A pure function of the key, so every actor (coordinator, readers, enumerator, a restarted
     host) finds a partition's host without asking anyone, and a partition that joins later
-    (a topic that grows) lands in the host its number says."""
+    (a topic that grows, a new topic) lands in the host its number says."""
     tp = TopicPartition.from_key(key)
-    return f"{pipeline}/participants/{tp.cluster}/{tp.topic}/{tp.partition // partitions_per_host}"
+    group = tp.topic
+    if topic_groups is not None:
+        group = f"g{zlib.crc32(tp.topic.encode()) % topic_groups}"
+    return f"{pipeline}/participants/{tp.cluster}/{group}/{tp.partition // partitions_per_host}"
+
+
+def host_of(config: SinkPipelineConfig, key: str) -> str:
+    """The participant host of partition ``key`` in the sink pipeline ``config``."""
+    return participant_host(config.name, key, config.partitions_per_host, config.topic_groups)
 
 
 def reader(pipeline: str, cluster: str, index: int) -> str:

@@ -99,6 +99,7 @@ class ParticipantHostActor:
         clusters: dict[str, ClusterMetadata],
         starting_offsets: StartingOffsets | dict[str, int] = "earliest",
         partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST,
+        topic_groups: int | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.name = name
@@ -107,6 +108,7 @@ class ParticipantHostActor:
         self.clusters = dict(clusters)
         self.starting_offsets = starting_offsets
         self.partitions_per_host = partitions_per_host
+        self.topic_groups = topic_groups
         self.slots: dict[str, _Slot] = {}
         self._reader_calls: dict[str, ReaderCalls] = {}
         self._retired: set[str] = set()
@@ -124,7 +126,10 @@ class ParticipantHostActor:
     # -- membership ------------------------------------------------------------------------
 
     def _owns(self, key: str) -> bool:
-        return names.participant_host(self.pipeline, key, self.partitions_per_host) == self.name
+        host = names.participant_host(
+            self.pipeline, key, self.partitions_per_host, self.topic_groups
+        )
+        return host == self.name
 
     def _slot(self, key: str) -> _Slot | None:
         """The partition's slot. A key this host holds by name but has not heard of - a
@@ -504,11 +509,14 @@ class ParticipantHostActor:
                     future.set_exception(error)
 
 
-def hosts_of(pipeline: str, keys: Iterable[str], partitions_per_host: int) -> dict[str, list[str]]:
+def hosts_of(
+    pipeline: str, keys: Iterable[str], partitions_per_host: int, topic_groups: int | None = None
+) -> dict[str, list[str]]:
     """Host name -> its partitions among ``keys`` (in the order given)."""
     hosts: dict[str, list[str]] = {}
     for key in keys:
-        hosts.setdefault(names.participant_host(pipeline, key, partitions_per_host), []).append(key)
+        name = names.participant_host(pipeline, key, partitions_per_host, topic_groups)
+        hosts.setdefault(name, []).append(key)
     return hosts
 
 
@@ -521,7 +529,7 @@ def start_participants(
     host holds its partitions; callers wait for them as suits them."""
     pph = config.partitions_per_host
     refs = []
-    for name, host_keys in hosts_of(config.name, keys, pph).items():
+    for name, host_keys in hosts_of(config.name, keys, pph, config.topic_groups).items():
         wanted = {TopicPartition.from_key(k).cluster for k in host_keys}
         host_clusters = {cid: clusters[cid] for cid in wanted}
         handle = ray_internals.actor_class(ParticipantHostActor).options(
@@ -539,6 +547,7 @@ def start_participants(
             host_clusters,
             config.source.starting_offsets,
             pph,
+            config.topic_groups,
         )
         refs.append(handle.add.remote(host_keys, host_clusters))
     return refs

@@ -61,6 +61,7 @@ class ReaderActor:
         reader_id: str,
         max_poll_records: int = 50_000,
         partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST,
+        topic_groups: int | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.cluster_id = cluster_id
@@ -68,6 +69,7 @@ class ReaderActor:
         self.reader_id = reader_id
         self.max_poll_records = max_poll_records
         self.partitions_per_host = partitions_per_host
+        self.topic_groups = topic_groups
         self.started_at = time.time()
         self.records_read = 0
         self.bytes_read = 0
@@ -176,7 +178,9 @@ class ReaderActor:
                 await asyncio.sleep(0.1)
             wanted = {s.partition.key for s in event.splits}
             host_of = {
-                key: names.participant_host(self.pipeline, key, self.partitions_per_host)
+                key: names.participant_host(
+                    self.pipeline, key, self.partitions_per_host, self.topic_groups
+                )
                 for key in wanted - set(self._tps)
             }
             hosts = {  # first: a lookup that fails leaves everything as it was

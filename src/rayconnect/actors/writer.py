@@ -43,7 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import ray
@@ -70,6 +70,9 @@ from rayconnect.spark_bridge.parquet_writer import (
 )
 from rayconnect.spark_bridge.session import registered_executors, start_spark, stop_spark
 from rayconnect.storage.location import TableLocation, as_location
+
+if TYPE_CHECKING:
+    from rayconnect.tables.table_set import RouteSchemas
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +129,7 @@ class WriterActor:
         record_format: RecordFormat | None = None,
         table_schema: Callable[[], pa.Schema] | None = None,
         routing: RoutedWrite | None = None,
-        route_schemas: Callable[[], dict[str, pa.Schema]] | None = None,
+        route_schemas: RouteSchemas | None = None,
     ) -> None:
         # A fresh Spark app name per actor *incarnation*: RayDP names an actor
         # "<app>_SPARK_MASTER", and a restarted writer must not collide with its predecessor.
@@ -436,19 +439,24 @@ class WriterActor:
             table_schema = await loop.run_in_executor(None, self._table_schema)
         routing = self._routing
         if routing is not None and self._route_schemas is not None:
-            schemas = await loop.run_in_executor(None, self._route_schemas)
+            schemas = await loop.run_in_executor(self._here_thread, self._route_schemas)
             routing = dataclasses.replace(routing, schemas=schemas)
+            self._stats["route_schema_reads"] = self._route_schemas.reads
         args = (table, groups, RAW_RECORD_SCHEMA, self._format, table_schema, keys, shares)
         if here:  # the same write as Spark's, in this process
             done = await loop.run_in_executor(
                 self._here_thread, functools.partial(write_groups_here, *args, routing=routing)
             )
+            if self._route_schemas is not None:
+                self._route_schemas.changed(done.schema_changes)
             self._stats["writes_here"] += 1
             self._stats["last_write_here_s"] = round(done.seconds, 3)
             return done
         result: WriteResult = await self._run_in_spark_thread(
             functools.partial(write_groups, self._spark, *args, routing=routing)
         )
+        if self._route_schemas is not None:
+            self._route_schemas.changed(result.schema_changes)
         self._stats["spark_writes"] += 1
         self._stats["spark_jobs"] += len(result.job_ids)
         self._stats["last_job_ids"] = result.job_ids
@@ -499,7 +507,7 @@ def start_writer(
     record_format: RecordFormat | None = None,
     table_schema: Callable[[], pa.Schema] | None = None,
     routing: RoutedWrite | None = None,
-    route_schemas: Callable[[], dict[str, pa.Schema]] | None = None,
+    route_schemas: RouteSchemas | None = None,
 ) -> ray.actor.ActorHandle:
     """Get or create the named, detached, always-restarted writer actor.
 

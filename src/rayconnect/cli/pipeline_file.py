@@ -24,6 +24,7 @@ YAML, plus ``kind``::
     spark: {executors: 1}           # rc.SparkSettings
     placement: {strategy: spread}   # rc.Placement: spread | pack, prefer: {role: {label: value}}
     partitions_per_host: 256        # partitions of one topic per participant host process
+    topic_groups: 4                 # many topics: they share hosts in this many groups
 
 A source pipeline (KIP-618: any source -> Kafka) is ``rc.SourcePipeline``'s keyword
 arguments (``rayconnect.config.source.SourcePipelineConfig``), with the task as a tagged

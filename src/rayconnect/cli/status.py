@@ -101,6 +101,7 @@ def render_status(s: PipelineStatus | SourcePipelineStatus) -> str:
             f"spark executors {_n(writer.executors)} of {_n(writer.executors_wanted)}"
             f"  {writer.problem or writer.error or _spark_state(writer)}"
         )
+    lines += _render_tables(s)
     lines.append("")
     width = max([len(k) for k in s.partition_status] + [9])
     lines.append(
@@ -115,6 +116,36 @@ def render_status(s: PipelineStatus | SourcePipelineStatus) -> str:
     lines.append("")
     lines += _render_actors([msgspec.to_builtins(a) for a in s.actors or ()])
     return "\n".join(lines)
+
+
+#: route tables listed by ``status`` (the most lagging first); ``--json`` has them all
+TABLES_SHOWN = 20
+
+
+def _render_tables(s: PipelineStatus) -> list[str]:
+    """A routed sink's tables: version, rows since the coordinator started, lag and the
+    last commit; the ``TABLES_SHOWN`` most lagging (then the most recently idle) ones."""
+    if not s.tables:
+        return []
+    shown = sorted(
+        s.tables.items(), key=lambda item: (-(item[1].lag or 0), item[1].last_commit_at or 0)
+    )[:TABLES_SHOWN]
+    width = max([len(name) for name, _ in shown] + [5])
+    lines = [
+        "",
+        f"{len(s.tables)} route tables"
+        + (f" ({TABLES_SHOWN} most lagging shown)" if len(s.tables) > TABLES_SHOWN else ""),
+        f"{'table':<{width}}  {'version':>8}  {'rows':>12}  {'lag':>10}  last commit",
+    ]
+    for name, t in shown:
+        when = "-"
+        if t.last_commit_at is not None:
+            when = time.strftime("%H:%M:%S", time.localtime(t.last_commit_at))
+        lines.append(
+            f"{name:<{width}}  {_n(t.version):>8}  {_n(t.rows_since_start):>12}  "
+            f"{_n(t.lag):>10}  {when}"
+        )
+    return lines
 
 
 def _spark_state(writer: WriterStatus) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -50,6 +51,8 @@ from rayconnect.storage.location import StorageError, TableLocation
 #: rec/s, start-up 39 s, 4.4 GB; 256 (4 hosts) 102k rec/s, 26 s, 3.4 GB. Fewer processes win
 #: where cores are few; a host's CPU is one Python thread, so lower it on a big cluster.
 DEFAULT_PARTITIONS_PER_HOST = 256
+#: more topics than this at start: they share participant hosts (``topic_groups``)
+AUTO_GROUP_TOPICS = 16
 
 #: a REST catalog's table is at ``<warehouse>/<namespace>/<name>/data`` (``IcebergSink.location``)
 REST_TABLE_FOLDER = "data"
@@ -411,6 +414,11 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
     #: partitions of one topic that share a participant host (one actor process): a
     #: process costs ~57 MB and a worker start, a machine in a host a few KB
     partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST
+    #: with many topics: the topics of a cluster share participant hosts, hashed by name
+    #: into this many groups (``names.participant_host``); None: a host per topic, unless
+    #: ``start()`` finds more than ``AUTO_GROUP_TOPICS`` topics (then one group per
+    #: ``partitions_per_host`` partitions found)
+    topic_groups: int | None = None
     #: a Spark SQL statement over each write's decoded rows, the view ``records``
     #: (``formats.transform``: its rules); None: rows are written as decoded
     transform: str | None = None
@@ -429,6 +437,10 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
             self.partitions_per_host >= 1,
             f"partitions_per_host must be >= 1, not {self.partitions_per_host!r}",
         )
+        require(
+            self.topic_groups is None or self.topic_groups >= 1,
+            f"topic_groups must be >= 1 or None, not {self.topic_groups!r}",
+        )
         from rayconnect.formats.rows import partition_specs
 
         require(
@@ -446,6 +458,18 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
             partition_specs(self.record_format())  # ConfigError naming the bad entry
         if self.sink.routes is not None:
             self.route_formats()  # each rule's settings, checked
+
+    def with_topic_groups(self, keys: Sequence[str]) -> SinkPipelineConfig:
+        """``topic_groups`` decided from the partitions found at start: left as set, else
+        with more than ``AUTO_GROUP_TOPICS`` topics one group per ``partitions_per_host``
+        partitions (200 topics of 4 partitions: 4 hosts, not 200)."""
+        if self.topic_groups is not None:
+            return self
+        topics = {k.rsplit("/", 1)[0] for k in keys}
+        if len(topics) <= AUTO_GROUP_TOPICS:
+            return self
+        groups = max(1, -(-len(keys) // self.partitions_per_host))
+        return msgspec.structs.replace(self, topic_groups=groups)
 
     def key_columns(self) -> tuple[str, ...]:
         """An upsert table's key: the sink's ``key_columns``, else the record key's fields."""

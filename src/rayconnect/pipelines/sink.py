@@ -78,6 +78,7 @@ class SinkPipeline:
         placement: Placement | None = None,
         give_up_after_s: float | None = DEFAULT_GIVE_UP_AFTER_S,
         partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST,
+        topic_groups: int | None = None,
         transform: str | None = None,
         **commit_settings: Any,
     ) -> None:
@@ -85,6 +86,8 @@ class SinkPipeline:
         the defaults), or a whole ``commit=rc.CommitSettings(...)``; not both.
         ``give_up_after_s``: see ``SinkPipelineConfig`` (None: wait out any outage).
         ``partitions_per_host``: partitions of one topic per participant host process.
+        ``topic_groups``: topics hashed into this many groups of hosts (None: a host per
+        topic, unless ``start()`` finds more than 16 topics: ``SinkPipelineConfig``).
         ``transform``: Spark SQL over each write's decoded rows, the view ``records``
         (docs/guides/typed-tables.md, "Transforms")."""
         self.config = SinkPipelineConfig(
@@ -96,6 +99,7 @@ class SinkPipeline:
             placement=placement or Placement(),
             give_up_after_s=give_up_after_s,
             partitions_per_host=partitions_per_host,
+            topic_groups=topic_groups,
             transform=transform,
         )
 
@@ -148,6 +152,7 @@ class SinkPipeline:
         keys = [tp.key for tps in by_cluster.values() for tp in tps]
         if not keys:
             raise ConfigError(f"pipeline {cfg.name!r}: the subscribed topics have no partitions")
+        cfg = self.config = cfg.with_topic_groups(keys)  # many topics share hosts
         phases.done("checks and discovery")
         ensure_ray(address)
         cfg.placement.check()
@@ -288,6 +293,15 @@ def _writer_status(pipeline: str, timeout_s: float) -> WriterStatus:
     )
 
 
+def _table_lag(offsets: dict[str, int], hws: dict[str, int | None]) -> int | None:
+    """Records of a route table's partitions not in it yet (None: a high watermark is
+    not known)."""
+    marks = [hws.get(key) for key in offsets]
+    if any(hw is None for hw in marks):
+        return None
+    return sum(max((hw or 0) - offsets[key], 0) for key, hw in zip(offsets, marks, strict=True))
+
+
 class PipelineHandle(Handle):
     """Watch and stop a running sink pipeline; holds only its name."""
 
@@ -351,6 +365,10 @@ class PipelineHandle(Handle):
                 for key in keys
             },
             actors=actor_statuses(self.name) if actors else None,
+            tables={
+                name: msgspec.structs.replace(table, lag=_table_lag(table.offsets, hws))
+                for name, table in status.tables.items()
+            },
         )
 
     def stop(self, *, commit: bool = True, timeout_s: float = 120.0) -> StopResult:

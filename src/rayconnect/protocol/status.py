@@ -71,6 +71,26 @@ class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True):
     host: str | None
 
 
+class TableStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One route table of a sink with routes (``config.routes``), as the coordinator knows
+    it; ``PipelineStatus.tables`` holds one per table, ``rayconnect status`` lists them."""
+
+    #: the table's version as this coordinator last committed it; None: not committed
+    #: since the coordinator started
+    version: int | None = None
+    #: rows this coordinator committed to the table since it started (dead letters not
+    #: counted; what the table holds in all follows from its ``offsets``)
+    rows_since_start: int = 0
+    #: Unix time of this coordinator's last commit to the table; None: none yet
+    last_commit_at: float | None = None
+    #: partition -> the next offset the table holds records up to (its own: a partition
+    #: restarts from the smallest among its tables)
+    offsets: dict[str, int] = {}
+    #: records in Kafka not in the table yet: the sum over its partitions of high
+    #: watermark - its offset (added by the handle; None: no reader reported them)
+    lag: int | None = None
+
+
 class WriterStatus(msgspec.Struct, frozen=True, kw_only=True):
     """The Spark side: executors wanted, started with and registered now."""
 
@@ -177,6 +197,9 @@ class PipelineStatus(ByName, msgspec.Struct, frozen=True, kw_only=True):
     upkeep: UpkeepStatus | None = None
     #: what the last upkeep jobs did (each job's own report)
     upkeep_recent: tuple[dict[str, Any], ...] = ()
+    #: a sink with routes: route table -> its version, rows, last commit, offsets and lag
+    #: (empty for a sink of one table)
+    tables: dict[str, TableStatus] = {}
     # -- added by the handle, from the other actors ------------------------------------------
     #: the enumerator's report: clusters, streams, splits per reader, last error
     discovery: dict[str, Any] | None = None

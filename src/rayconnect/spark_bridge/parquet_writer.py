@@ -77,6 +77,9 @@ class WriteResult:
     seconds: float = 0.0
     prepare_seconds: float = 0.0  # lend refs to the holder + build the lazy DataFrame
     spark_seconds: float = 0.0  # the Spark job itself
+    #: a routed write's tables whose files do not match the schema they were decoded
+    #: against (new columns, or a table not made yet): their schema changes at the commit
+    schema_changes: tuple[str, ...] = ()
 
 
 #: Marks a bad record (``errors: stop``) raised inside a Spark task.
@@ -696,11 +699,12 @@ def _described(
     written: Sequence[tuple[Any, ...]],
     n_groups: int,
     keys: Sequence[str | None] | None,
-) -> list[list[DataFile]]:
+) -> tuple[list[list[DataFile]], tuple[str, ...]]:
     """Each group's files from a write's (group, path) rows - a routed write's (group,
-    path, table) rows - whether Spark's tasks or this process wrote them."""
+    path, table) rows - whether Spark's tasks or this process wrote them; and the route
+    tables whose schema a file changes (the writer reads those again)."""
     if routing is None:
-        return _describe_files(location, staging_rel, list(written), n_groups, keys)
+        return _describe_files(location, staging_rel, list(written), n_groups, keys), ()
     return _describe_routed(location, routing, staging_rel, list(written), n_groups, keys)
 
 
@@ -711,18 +715,37 @@ def _describe_routed(
     written: list[tuple[int, str, str | None]],
     n_groups: int,
     keys: Sequence[str | None] | None,
-) -> list[list[DataFile]]:
+) -> tuple[list[list[DataFile]], tuple[str, ...]]:
     """``_describe_files`` of a routed write, table by table: each file names its table
     and always the partitions whose rows it holds (``shared_by``): the committer moves a
     table's offsets for exactly those (``tables.table_set``)."""
     files: list[list[DataFile]] = [[] for _ in range(n_groups)]
+    changes: list[str] = []
     for name in sorted({t for _, _, t in written}, key=lambda t: t or ""):
         where = location if name is None else routing.locate(name)
         ours = [(g, rel) for g, rel, t in written if t == name]
-        described = _describe_files(where, staging_rel, ours, n_groups, keys, always_keys=True)
+        schemas: list[pa.Schema] = []
+        described = _describe_files(
+            where, staging_rel, ours, n_groups, keys, always_keys=True, schemas=schemas
+        )
+        if name is not None and any(_changes_schema(s, routing.schemas.get(name)) for s in schemas):
+            changes.append(name)
         for group, group_files in enumerate(described):
             files[group] += [msgspec.structs.replace(f, table=name) for f in group_files]
-    return files
+    return files, tuple(changes)
+
+
+def _changes_schema(file_schema: pa.Schema, table_schema: pa.Schema | None) -> bool:
+    """Whether a file of a table brings it what its schema lacks (the commit evolves it),
+    or the table is not made yet. Partition columns that are only in the file's folder
+    names are no change."""
+    if table_schema is None:
+        return True
+    for f in file_schema:
+        i = table_schema.get_field_index(f.name)
+        if i < 0 or table_schema.field(i).type != f.type:
+            return True
+    return False
 
 
 def _describe_files(
@@ -732,9 +755,11 @@ def _describe_files(
     n_groups: int,
     keys: Sequence[str | None] | None = None,
     always_keys: bool = False,
+    schemas: list[pa.Schema] | None = None,
 ) -> list[list[DataFile]]:
     """Each group's files, from the job's result (never a listing: see the module doc).
-    A file several groups share is described once and names their ``keys`` (``shared_by``)."""
+    A file several groups share is described once and names their ``keys`` (``shared_by``).
+    ``schemas``: gets the data files' schemas (read with their footers anyway)."""
     files: list[list[DataFile]] = [[] for _ in range(n_groups)]
     filesystem = location.filesystem()
     groups_of: dict[str, list[int]] = {}
@@ -744,7 +769,9 @@ def _describe_files(
         # dead-letter files come with their path from the table root
         dead = rel.startswith(DEAD_LETTER_DIR + "/")
         full = rel if dead else f"{staging_rel}/{rel}"
-        data_file, _ = describe_file(location, full, filesystem, dead_letters=dead)
+        data_file, file_schema = describe_file(location, full, filesystem, dead_letters=dead)
+        if schemas is not None and not dead:
+            schemas.append(file_schema)
         if len(groups) > 1 or always_keys:
             if keys is None or any(keys[g] is None for g in groups):
                 raise AssertionError(f"{rel} holds groups {groups} without partition keys")
@@ -889,7 +916,7 @@ def write_groups(
     job_ids = list(sc.statusTracker().getJobIdsForGroup(job_group))
     if transform:
         job_files += job_files_dead
-    files = _described(location, routing, staging_rel, job_files, len(groups), keys)
+    files, changes = _described(location, routing, staging_rel, job_files, len(groups), keys)
     return WriteResult(
         files=files,
         job_ids=sorted(job_ids),
@@ -897,6 +924,7 @@ def write_groups(
         seconds=time.perf_counter() - start,
         prepare_seconds=prepared - start,
         spark_seconds=written - prepared,
+        schema_changes=changes,
     )
 
 
@@ -964,7 +992,10 @@ def write_groups_here(
         written: Sequence[tuple[Any, ...]] = writes.finish()
     finally:
         writes.abort()
-    described = _described(location, routing, staging_rel, written, len(groups), keys)
+    described, changes = _described(location, routing, staging_rel, written, len(groups), keys)
     return WriteResult(
-        files=described, staging_dir=staging_rel, seconds=time.perf_counter() - start
+        files=described,
+        staging_dir=staging_rel,
+        seconds=time.perf_counter() - start,
+        schema_changes=changes,
     )

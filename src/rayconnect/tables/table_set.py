@@ -29,16 +29,19 @@ coordinator's next commit there fails on those offsets and reloads.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from rayconnect.config.sink import TableSink
+from rayconnect.config.sink import IcebergSink, TableSink
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.effects import CommitTable
+from rayconnect.protocol.status import TableStatus
 from rayconnect.protocol.table_offsets import restart_offsets, round_starts, table_round
 from rayconnect.protocol.types import DataFile
 from rayconnect.tables.base import (
@@ -51,10 +54,14 @@ from rayconnect.tables.skip_rows import without_rows_below
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: Tests only: the path of a marker file; while it exists, a round that commits more than
 #: one route table stops the process after the first (a coordinator killed between tables,
 #: deterministically), and removes the marker so that the restarted one goes on.
 FAULT_ENV = "RAYCONNECT_TEST_DIE_BETWEEN_TABLES"
+#: threads reading many tables at once (their logs or catalog entries: IO, not CPU)
+READ_THREADS = 8
 
 
 class TableSet:
@@ -81,6 +88,13 @@ class TableSet:
         self._adopted: set[str] = set()
         self._epoch = 0
         self._versions: dict[str, int] = {}
+        self._rows: dict[str, int] = {}  # rows committed since this coordinator started
+        self._last_commit: dict[str, float] = {}  # Unix time of its last commit
+        #: the tables the last round committed: name -> (version, rows)
+        self.last_round: dict[str, tuple[int, int]] = {}
+        #: tables read or committed side by side: Delta tables are independent; Iceberg
+        #: ones share a catalog (its SQL database), so one at a time
+        self._threads = 1 if isinstance(sink, IcebergSink) else READ_THREADS
 
     def committer(self, name: str) -> TableCommitter:
         committer = self.tables.get(name)
@@ -109,18 +123,35 @@ class TableSet:
         backwards since this set last read or committed them."""
         for name in self._route_tables():
             self.committer(name)
-        read = {name: c.committed_offsets(None) for name, c in self.tables.items()}
+        names = sorted(self.tables)
+        offsets = self._each(lambda n: self.tables[n].committed_offsets(None), names)
+        read = dict(zip(names, offsets, strict=True))
         for name, known in self.offsets.items():
             # per table: the smallest offset may well be below what the last round
             # committed (a table the partition did not feed), a table's own never
             check_not_behind(known, read.get(name, {}))
         self.offsets = read
         start = restart_offsets(self.offsets, self.own.committed_offsets(None))
-        return start if keys is None else {k: v for k, v in start.items() if k in set(keys)}
+        if keys is None:
+            return start
+        wanted = set(keys)
+        return {k: v for k, v in start.items() if k in wanted}
 
     def table_offsets(self) -> dict[str, dict[str, int]]:
         """Table name -> its offsets, as last read or committed (for status)."""
         return {name: dict(offsets) for name, offsets in sorted(self.offsets.items())}
+
+    def table_status(self) -> dict[str, TableStatus]:
+        """Each route table's part of the status (the handle adds its lag)."""
+        return {
+            name: TableStatus(
+                version=self._versions.get(name),
+                rows_since_start=self._rows.get(name, 0),
+                last_commit_at=self._last_commit.get(name),
+                offsets=dict(offsets),
+            )
+            for name, offsets in sorted(self.offsets.items())
+        }
 
     def version(self) -> int:
         """The sum of the tables' versions: it grows with every commit of any of them."""
@@ -129,10 +160,17 @@ class TableSet:
     def dead_letter_counts(self) -> dict[str, int]:
         """Partition key -> bad and unrouted records, over every table."""
         counts = self.own.partition_counts() if self.own.exists() else {}
-        for committer in self.tables.values():
-            for key, n in committer.dead_letter_counts().items():
+        names = sorted(self.tables)
+        for each in self._each(lambda n: self.tables[n].dead_letter_counts(), names):
+            for key, n in each.items():
                 counts[key] = counts.get(key, 0) + n
         return counts
+
+    def _each(self, read: Callable[[str], T], names: Sequence[str]) -> list[T]:
+        """``read`` of each table, in parallel for Delta sinks (each table's log: IO, and
+        200 tables one after another took seconds); one after another for Iceberg ones,
+        whose tables share a catalog. Raises the first failure once all are done."""
+        return _parallel(read, names, self._threads)
 
     # -- the round ------------------------------------------------------------------------
 
@@ -152,38 +190,101 @@ class TableSet:
             for name, files in sorted(by_table.items(), key=lambda item: str(item[0]))
             if name is not None
         }
-        for name, plan in rounds.items():  # 2: epoch and new partitions, before any rows
-            if name in self._adopted and not plan.introduce:
-                continue
-            committer = self.committer(name)
+        adopting = [n for n, plan in rounds.items() if n not in self._adopted or plan.introduce]
+        for name in adopting:
+            self.committer(name)
+
+        def adopt(name: str) -> int:  # 2: epoch and new partitions, before any rows
+            committer = self.tables[name]
             committer.ensure_table()
-            self._versions[name] = committer.adopt_epoch(commit.epoch, plan.introduce)
+            return committer.adopt_epoch(commit.epoch, rounds[name].introduce)
+
+        adopted, failure = _landed(adopt, adopting, self._threads)
+        for name, version in adopted:
+            self._versions[name] = version
             self._adopted.add(name)
-            self.offsets.setdefault(name, {}).update(plan.introduce)
+            self.offsets.setdefault(name, {}).update(rounds[name].introduce)
+        if failure is not None:
+            raise failure
         if unrouted:  # 3
             moved = {k: commit.offsets[k] for k in _partitions(unrouted)}
             self.own.add_dead_letters(unrouted, moved, self.location, self.own.filesystem)
         metadata = commit.metadata.as_table_metadata()
-        committed = 0
-        for name, plan in rounds.items():  # 4
-            committer = self.committer(name)
+
+        def commit_one(name: str) -> tuple[int, int] | None:  # 4: (version, rows)
+            plan, committer = rounds[name], self.committer(name)
             files = without_rows_below(
                 by_table[name], plan.floors, committer.location, committer.filesystem
             )
             if not files and not plan.moves:
-                continue
-            if committed == 1:
-                _die_between_tables(len(rounds))
+                return None
             version = committer.commit(files, plan.offsets, plan.expected, metadata, commit.epoch)
-            self._versions[name] = version
-            self.offsets[name].update(plan.offsets)
-            committed += 1
+            return version, sum(f.records for f in files if not f.dead_letters)
+
+        names = list(rounds)
+        for name in names:
+            self.committer(name)
+        # the first table alone, then the others side by side: the fault point of the
+        # tests dies between the first and the rest
+        landed, failure = _landed(commit_one, names[:1], 1)
+        if failure is None:
+            if landed and landed[0][1] is not None:
+                _die_between_tables(len(rounds))
+            rest, failure = _landed(commit_one, names[1:], self._threads)
+            landed += rest
+        now = time.time()
+        self.last_round = {name: done for name, done in landed if done is not None}
+        for name, done in landed:
+            if done is not None:
+                self._versions[name] = done[0]
+                self.offsets[name].update(rounds[name].offsets)
+                self._rows[name] = self._rows.get(name, 0) + done[1]
+                self._last_commit[name] = now
+        if failure is not None:
+            raise failure
         return self.version()
 
     def _check_own_epoch(self, epoch: int) -> None:
         current = self.own.epoch()
         if current != epoch:
             raise StaleEpochError({COORDINATOR_KEY: (epoch, current)})
+
+
+def _parallel(read: Callable[[str], T], names: Sequence[str], threads: int) -> list[T]:
+    """``read(name)`` of each name, in order, on up to ``threads`` threads; the first
+    failure is raised once every call has ended."""
+    if threads <= 1 or len(names) <= 1:
+        return [read(n) for n in names]
+    with concurrent.futures.ThreadPoolExecutor(min(threads, len(names))) as pool:
+        futures = [pool.submit(read, n) for n in names]
+    return [f.result() for f in futures]
+
+
+def _landed(
+    write: Callable[[str], T], names: Sequence[str], threads: int
+) -> tuple[list[tuple[str, T]], BaseException | None]:
+    """``write(name)`` of each name on up to ``threads`` threads: (name, result) of those
+    that landed, and the first failure (None: none failed). One after another (one thread)
+    it stops at the first failure, as a loop would. The caller records what landed before
+    it raises the failure: each table's offsets stay exact either way."""
+    landed: list[tuple[str, T]] = []
+    if threads <= 1 or len(names) <= 1:
+        for n in names:
+            try:
+                landed.append((n, write(n)))
+            except Exception as e:
+                return landed, e
+        return landed, None
+    with concurrent.futures.ThreadPoolExecutor(min(threads, len(names))) as pool:
+        futures = [(n, pool.submit(write, n)) for n in names]
+    failure: BaseException | None = None
+    for n, f in futures:
+        error = f.exception()
+        if error is None:
+            landed.append((n, f.result()))
+        elif failure is None:
+            failure = error
+    return landed, failure
 
 
 def _partitions(files: Sequence[DataFile]) -> list[str]:
@@ -205,9 +306,19 @@ def _die_between_tables(tables: int) -> None:
 
 
 class RouteSchemas:
-    """The schemas of a routed sink's tables that exist now, by name: the writer decodes
-    each table's rows against its own (a new table starts from its format's first schema).
-    Picklable: the writer actor gets it and calls it before each write."""
+    """The schemas of a routed sink's tables that exist, by name: the writer decodes each
+    table's rows against its own (a new table starts from the format's first schema).
+    Picklable: the writer actor gets it and calls it before each write.
+
+    Cached, not read before every write (200 tables: a listing and 200 log reads a write).
+    A table's schema changes only when this pipeline commits files that bring it columns,
+    and the writer sees that coming: a file whose schema is not its table's cached one
+    (``parquet_writer``'s ``WriteResult.schema_changes``, a new table too) marks the table
+    ``stale``, and the next call reads the stale tables again, by name. A table stays
+    cached as read until a write mismatches it again (a commit not landed yet when it was
+    read again makes the next write mismatch, and so on until it has): a write never
+    decodes against an older schema than reading before every write would give it, but
+    for that one write."""
 
     def __init__(
         self, sink: TableSink, pipeline: str, formats: Callable[[str], RecordFormat]
@@ -215,18 +326,51 @@ class RouteSchemas:
         self.sink, self.pipeline, self.formats = sink, pipeline, formats
         self._tables: dict[str, TableCommitter] = {}
         self._catalog: Any = None  # an Iceberg sink's, opened once
+        self._schemas: dict[str, pa.Schema] | None = None  # None: not listed yet
+        self._stale: set[str] = set()
+        #: tables read so far (the listing at the first call, then the stale ones)
+        self.reads = 0
 
     def __call__(self) -> dict[str, pa.Schema]:
-        from rayconnect.config.sink import IcebergSink
-        from rayconnect.tables.factory import iceberg_committer, open_committer, route_tables
+        from rayconnect.tables.factory import iceberg_committer, route_tables
 
         if isinstance(self.sink, IcebergSink) and self._catalog is None:
             self._catalog = iceberg_committer(self.sink, self.pipeline, None).catalog()
-        for name in route_tables(self.sink, self.pipeline, self._catalog):
+        if self._schemas is None:
+            names = route_tables(self.sink, self.pipeline, self._catalog)
+            self._schemas = {}
+            self._read(names, exist=True)
+        elif self._stale:
+            stale, self._stale = sorted(self._stale), set()
+            self._read(stale, exist=False)
+        return dict(self._schemas)
+
+    def changed(self, names: Iterable[str]) -> None:
+        """Tables whose schema the last write did not match (or that were new): read again
+        at the next call."""
+        self._stale.update(names)
+
+    def _read(self, names: Sequence[str], exist: bool) -> None:
+        """Read ``names``' schemas, in parallel (each a log or catalog read); ``exist``:
+        they were just listed, else a table not made yet stays out."""
+        from rayconnect.tables.factory import open_committer
+
+        assert self._schemas is not None
+        for name in names:
             if name not in self._tables:
                 route = self.sink.route_table(name)
                 self._tables[name] = open_committer(route, self.pipeline, self.formats(name))
-        return {name: table.current_schema() for name, table in self._tables.items()}
+
+        def read(name: str) -> pa.Schema | None:
+            table = self._tables[name]
+            return table.current_schema() if exist or table.exists() else None
+
+        threads = 1 if isinstance(self.sink, IcebergSink) else READ_THREADS  # one catalog
+        with concurrent.futures.ThreadPoolExecutor(min(threads, max(len(names), 1))) as pool:
+            for name, schema in zip(names, pool.map(read, names), strict=True):
+                if schema is not None:
+                    self._schemas[name] = schema
+        self.reads += len(names)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"sink": self.sink, "pipeline": self.pipeline, "formats": self.formats}

@@ -204,6 +204,20 @@ def _check_field_routed(sink, topics: Topics, topic: str, tables: list[str]) -> 
         assert sorted(rows["id"].to_list()) == sorted(r["id"] for r in want.values())
 
 
+def _check_table_status(pipeline: rc.SinkPipeline, status: rc.PipelineStatus, names) -> None:  # noqa: ANN001
+    """Each route table in the status: its own offsets, no lag, and - once this coordinator
+    committed it - the table's version; the table made after the death has every row."""
+    assert sorted(status.tables) == sorted(names)
+    for name, table in status.tables.items():
+        assert table.offsets == _table_offsets(pipeline, name)
+        assert table.lag == 0
+        if table.last_commit_at is not None:
+            path = pipeline.config.sink.route_table(name).path
+            assert table.version == DeltaTable(path).version()
+    extra = status.tables["lake_extra"]
+    assert extra.rows_since_start == 25 and extra.last_commit_at is not None
+
+
 @pytest.mark.timeout(420)
 def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_through_a_death(
     ray_session, kafka_broker, tmp_path: Path
@@ -272,7 +286,8 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
 
     assert status["epoch"] > before["epoch"]  # the coordinator did die and came back
     assert status["offsets"] == topics.offsets()
-    for short in ("users", "orders", "items", "extra"):
+    shop_short = ("users", "orders", "items", "extra")
+    for short in shop_short:
         topic = f"shop.public.{short}"
         rows = _rows(sink, f"lake_{short}")
         want = topics.where(lambda t, _, topic=topic: t == topic)
@@ -285,6 +300,9 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
         }
     _check_field_routed(sink, topics, "cdc", cdc_tables)
     mirrored.check(sink)
+    _check_table_status(
+        pipeline, status, [f"lake_{s}" for s in shop_short] + cdc_tables + ["customers", "order_lines"]
+    )
     unrouted = pl.read_delta(str(tmp_path / "lake" / DEAD_LETTER_DIR))
     assert sorted(_coordinates(unrouted)) == sorted(topics.where(lambda t, _: t == "misc"))
     assert set(unrouted["reason"]) == {"no route takes topic 'misc' with source.table=None"}

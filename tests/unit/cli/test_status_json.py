@@ -134,3 +134,33 @@ def test_a_source_status_prints_as_its_struct_json_and_reads_back():
     assert status["tasks"][0]["lag"]["bytes"] == 120
     assert status["tasks"][1].get("records_committed", 0) == 0
     assert "records_committed" not in status["tasks"][1]
+
+
+def test_route_tables_are_typed_round_trip_and_the_most_lagging_are_listed() -> None:
+    from rayconnect.cli.status import TABLES_SHOWN
+    from rayconnect.protocol.status import TableStatus
+
+    tables = {
+        f"t_{i:03d}": TableStatus(
+            version=i,
+            rows_since_start=10 * i,
+            last_commit_at=1_700_000_000.0 + i,
+            offsets={f"east/t{i:03d}/0": 100},
+            lag=i % 7,
+        )
+        for i in range(30)
+    }
+    status = msgspec.structs.replace(_status(), tables=tables)
+    assert decode(encode(status)) == status
+    assert json.loads(encode(status))["tables"]["t_006"] == {
+        "version": 6,
+        "rows_since_start": 60,
+        "last_commit_at": 1_700_000_006.0,
+        "offsets": {"east/t006/0": 100},
+        "lag": 6,
+    }
+    lines = render_status(status).splitlines()
+    head = lines.index(f"30 route tables ({TABLES_SHOWN} most lagging shown)")
+    shown = [line.split()[0] for line in lines[head + 2 : head + 2 + TABLES_SHOWN]]
+    assert shown[:5] == ["t_006", "t_013", "t_020", "t_027", "t_005"]
+    assert len(shown) == TABLES_SHOWN and lines[head + 2 + TABLES_SHOWN] == ""
