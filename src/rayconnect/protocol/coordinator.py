@@ -74,7 +74,7 @@ from typing import Final
 
 import msgspec
 
-from rayconnect.protocol.commit_state import CommitState, RejectionKind
+from rayconnect.protocol.commit_state import CommitState, Rejection, RejectionKind
 from rayconnect.protocol.drain_window import DrainWindow
 from rayconnect.protocol.effects import (
     Broadcast,
@@ -522,19 +522,49 @@ class Coordinator(TableMachine[State, Event]):
         return self._evaluate(now)
 
     def _on_host_status(self, message: HostWriteStatus, now: float) -> Ready:
-        """A host's statuses of one round: each partition's is stepped as if it came alone
-        (validated, counted, ignored or rejected by itself) - the envelope changes nothing
-        a partition reports. A round no longer current is skipped as one message per
-        partition, without unpacking it."""
+        """A host's statuses of one round. Each partition's status is judged by itself, as
+        if it came alone (``CommitState.rejection``: validated, rejected or a duplicate;
+        counted per partition), but the table is asked once per kind of event and the round
+        is evaluated once, after all of them: a host's report costs the machine a few moves,
+        not a few per partition. (A STATUS never changes the state by itself - it is a
+        self-loop or ignored in every row - so one move stands for each of them.)"""
         rnd = self._round
+        n = len(message.partitions)
         if rnd is None or not rnd.is_current(message.epoch, message.txn_id):
-            for _ in message.partitions:
-                self._fire(Event.STALE)
+            self._fire_many(Event.STALE, n)
             return []
-        ready: Ready = []
+        valid: list[WriteStatus] = []
+        rejected: list[tuple[WriteStatus, Rejection]] = []
+        duplicates = 0
         for status in message.statuses():
-            ready += self._on_status(status, now)
-        return ready
+            rejection = rnd.rejection(status)
+            if rejection is None:
+                valid.append(status)
+            elif rejection.kind is RejectionKind.DUPLICATE:
+                duplicates += 1
+            else:
+                rejected.append((status, rejection))
+        self._fire_many(Event.STATUS_DUPLICATE, duplicates)
+        if not self._fire_many(Event.STATUS, len(valid) + len(rejected)):
+            return []
+        for status in valid:
+            rnd.record(status)
+        if rejected:
+            self._rejected += len(rejected)
+            status, rejection = rejected[-1]
+            self._last_error = f"WRITE-STATUS of {status.partition} rejected: {rejection}"
+        return self._evaluate(now)
+
+    def _fire_many(self, event: Event, count: int) -> bool:
+        """``count`` inputs of one ``event`` that cannot change the state: one move, and the
+        count of ignored messages as if each had come alone. False if they are ignored (or
+        there are none)."""
+        if count == 0:
+            return False
+        if self._fire(event):
+            return True
+        self._ignored += count - 1
+        return False
 
     def _on_lost(self, message: RoundLost, now: float) -> Ready:
         rnd = self._round

@@ -175,12 +175,17 @@ class HostWriteStatus(_Message, tag="HOST-WRITE-STATUS", frozen=True):
     def statuses(self) -> list[WriteStatus]:
         """The per-partition statuses, in order, exactly as their participants made them."""
         files, indexes = self.files, self.file_indexes or ((),) * len(self.partitions)
+        # partitions that share their files share one tuple of them (a host's usually do)
+        own: dict[tuple[int, ...], tuple[DataFile, ...]] = {}
+        for idx in indexes:
+            if idx not in own:
+                own[idx] = tuple(files[j] for j in idx)
         return [
             WriteStatus(
                 self.epoch,
                 self.txn_id,
                 key,
-                tuple(files[j] for j in idx),
+                own[idx],
                 first,
                 next_,
                 records,
