@@ -57,6 +57,7 @@ from rayconnect.protocol.effects import (
     SendMessage,
     Stopped,
 )
+from rayconnect.protocol.host_rounds import HostAddresses
 from rayconnect.protocol.housekeeping import (
     TABLE_STORE,
     Chore,
@@ -65,7 +66,7 @@ from rayconnect.protocol.housekeeping import (
     RunUpkeep,
     StopRounds,
 )
-from rayconnect.protocol.messages import Message
+from rayconnect.protocol.messages import HostRound, Message
 from rayconnect.protocol.status import PipelineStatus, RoundCounts
 from rayconnect.protocol.upkeep import Job
 from rayconnect.tables.base import TableBrokenError, TableCommitter, check_not_behind
@@ -106,6 +107,7 @@ class CoordinatorActor:
         )
         self.hosts: dict[str, Any] = {}  # participant host name -> handle, looked up lazily
         self._host_names: dict[str, str] = {}  # partition key -> its host's name
+        self._addresses = HostAddresses(self._host_name)
         self.started_at = time.time()
         self.table_version: int | None = None
         self.round_durations: collections.deque[float] = collections.deque(maxlen=1000)
@@ -243,8 +245,9 @@ class CoordinatorActor:
     # -- inputs ----------------------------------------------------------------------------
 
     async def deliver(self, *messages: Message) -> None:
-        """WRITE-STATUS, REQUEST-COMMIT, DRAINED, ROUND-LOST or PARTICIPANT-STARTED from the
-        participants of one host, in order: one step of the actor for all of them."""
+        """HOST-WRITE-STATUS (or a lone WRITE-STATUS), REQUEST-COMMIT, DRAINED, ROUND-LOST or
+        PARTICIPANT-STARTED from the participants of one host, in order: one step of the
+        actor for all of them."""
         await self._recovered.wait()
         await self._apply(lambda: self._step_all(messages))
 
@@ -318,17 +321,18 @@ class CoordinatorActor:
             await self._carry_out(step())
 
     async def _carry_out(self, ready: Ready) -> None:
-        # Messages of one Ready go out as one call per participant host, carrying every
-        # partition's messages in order: the ACK of a round and the next round's START share
-        # a call (a round then costs each host three Ray calls: START+ACK, END, and the
-        # WRITE-STATUS back). Nothing in a Ready waits on them.
-        outbox: dict[str, dict[str, list[Message]]] = {}
+        # Messages of one Ready go out as one call per participant host, one HOST-ROUND per
+        # message naming the host's partitions (protocol.host_rounds): the ACK of a round
+        # and the next round's START share a call (a round then costs each host three Ray
+        # calls: START+ACK, END, and the HOST-WRITE-STATUS back). Nothing in a Ready waits
+        # on them.
+        outbox: dict[str, list[HostRound]] = {}
         retired: list[PartitionsRetired] = []  # after the messages: the ACK goes out first
         for effect in ready:
-            if isinstance(effect, Broadcast | SendMessage):
-                for key in effect.to if isinstance(effect, Broadcast) else (effect.to,):
-                    host = outbox.setdefault(self._host_name(key), {})
-                    host.setdefault(key, []).append(effect.message)
+            if isinstance(effect, Broadcast):
+                self._addresses.address(effect.message, effect.to, outbox)
+            elif isinstance(effect, SendMessage):
+                self._addresses.address(effect.message, (effect.to,), outbox)
             elif isinstance(effect, CommitTable):
                 asyncio.get_running_loop().create_task(self._commit(effect))
             elif isinstance(effect, ReloadTable):

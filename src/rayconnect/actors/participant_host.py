@@ -12,8 +12,10 @@ side by side). Which partitions share a host is a pure function of the key
 remember it.
 
 Peers talk to a host once per message for all its partitions: the coordinator's START/END/ACK
-arrive as one ``deliver`` carrying every partition's messages, the WRITE-STATUS and other
-messages its machines emit while handling one input go back to the coordinator as one call,
+arrive as one ``deliver`` carrying one HOST-ROUND per message (its partitions, the offsets of
+those only), the WRITE-STATUS of partitions that report together go back as one
+HOST-WRITE-STATUS (``protocol.host_rounds``), in one call with the other messages its
+machines emit meanwhile,
 and a reader hands one ``records`` call per fetch carrying all the host's batches.
 
 Ray restarts a dead host. Its machines are fresh: paused, waiting for the coordinator's next
@@ -56,7 +58,8 @@ from rayconnect.protocol.effects import (
     SendMessage,
     Steer,
 )
-from rayconnect.protocol.messages import Message, ParticipantStarted
+from rayconnect.protocol.host_rounds import pack_statuses, unpack_rounds
+from rayconnect.protocol.messages import HostRound, Message, ParticipantStarted
 from rayconnect.protocol.participant import Participant
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
@@ -205,13 +208,15 @@ class ParticipantHostActor:
 
     # -- inputs ----------------------------------------------------------------------------
 
-    async def deliver(self, messages: dict[str, list[Message]]) -> None:
-        """Coordinator messages, in order per partition: START-COMMIT, END-COMMIT, ACK-COMMIT."""
+    async def deliver(self, rounds: list[HostRound]) -> None:
+        """Coordinator messages, in order: START-COMMIT, END-COMMIT, ACK-COMMIT, each for
+        some of this host's partitions (``HostRound``); every partition's machine steps
+        its own, in order."""
         async def one(slot: _Slot, batch: list[Message]) -> None:
             for message in batch:
                 await self._step(slot, message)
 
-        await self._for_each(messages.items(), one)
+        await self._for_each(unpack_rounds(rounds).items(), one)
 
     async def records(self, pieces: list[Piece]) -> list[str]:
         """A reader's fetch: the batches of this host's partitions, in offset order per
@@ -392,7 +397,8 @@ class ParticipantHostActor:
         self._send_scheduled = False
         if not self._outbox:
             return
-        messages, self._outbox = self._outbox, []
+        # the statuses of one round as one HOST-WRITE-STATUS (protocol.host_rounds)
+        messages, self._outbox = pack_statuses(self._outbox), []
         try:
             self._coordinator_handle().deliver.remote(*messages)
         except ValueError:  # no coordinator (restarting): it re-sends START when it is back

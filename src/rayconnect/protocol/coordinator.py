@@ -74,7 +74,7 @@ from typing import Final
 
 import msgspec
 
-from rayconnect.protocol.commit_state import CommitState, RejectionKind
+from rayconnect.protocol.commit_state import CommitState, Rejection, RejectionKind
 from rayconnect.protocol.drain_window import DrainWindow
 from rayconnect.protocol.effects import (
     Broadcast,
@@ -94,6 +94,7 @@ from rayconnect.protocol.messages import (
     AckCommit,
     Drained,
     EndCommit,
+    HostWriteStatus,
     Message,
     ParticipantStarted,
     RequestCommit,
@@ -312,6 +313,9 @@ class Coordinator(TableMachine[State, Event]):
         self.pipeline = pipeline
         self.config = config or CommitSettings()
         self._partitions: frozenset[str] = frozenset(partitions)
+        #: ``_partitions`` sorted, the recipients of every round's messages: one tuple while
+        #: the partitions stay (hosts group it once, ``protocol.host_rounds``)
+        self._recipients: tuple[str, ...] | None = None
         #: Partitions leaving: key -> the first txn whose finishing lets it go.
         self._retiring: dict[str, int] = {}
         # The empty round whose retirements wait for the table read that confirms the epoch.
@@ -398,6 +402,8 @@ class Coordinator(TableMachine[State, Event]):
         PARTICIPANT-STARTED."""
         if isinstance(message, WriteStatus):
             return self._on_status(message, now)
+        if isinstance(message, HostWriteStatus):
+            return self._on_host_status(message, now)
         if isinstance(message, RequestCommit):
             return self._on_request(message, now)
         if isinstance(message, Drained):
@@ -435,7 +441,7 @@ class Coordinator(TableMachine[State, Event]):
             offsets={k: v for k, v in self._offsets.items() if k in rnd.partitions},
         )
         return [
-            Broadcast(to=tuple(sorted(rnd.partitions)), message=ack),
+            Broadcast(to=self._to(rnd), message=ack),
             *self._finished(now, version, len(commit.files), self._last_duration),
         ]
 
@@ -473,6 +479,7 @@ class Coordinator(TableMachine[State, Event]):
         for key in added:
             self._retiring.pop(key, None)
         self._partitions |= added
+        self._recipients = None
         return []
 
     def retire_partitions(self, keys: Iterable[str], now: float) -> Ready:
@@ -513,6 +520,51 @@ class Coordinator(TableMachine[State, Event]):
             return []
         rnd.record(status)
         return self._evaluate(now)
+
+    def _on_host_status(self, message: HostWriteStatus, now: float) -> Ready:
+        """A host's statuses of one round. Each partition's status is judged by itself, as
+        if it came alone (``CommitState.rejection``: validated, rejected or a duplicate;
+        counted per partition), but the table is asked once per kind of event and the round
+        is evaluated once, after all of them: a host's report costs the machine a few moves,
+        not a few per partition. (A STATUS never changes the state by itself - it is a
+        self-loop or ignored in every row - so one move stands for each of them.)"""
+        rnd = self._round
+        n = len(message.partitions)
+        if rnd is None or not rnd.is_current(message.epoch, message.txn_id):
+            self._fire_many(Event.STALE, n)
+            return []
+        valid: list[WriteStatus] = []
+        rejected: list[tuple[WriteStatus, Rejection]] = []
+        duplicates = 0
+        for status in message.statuses():
+            rejection = rnd.rejection(status)
+            if rejection is None:
+                valid.append(status)
+            elif rejection.kind is RejectionKind.DUPLICATE:
+                duplicates += 1
+            else:
+                rejected.append((status, rejection))
+        self._fire_many(Event.STATUS_DUPLICATE, duplicates)
+        if not self._fire_many(Event.STATUS, len(valid) + len(rejected)):
+            return []
+        for status in valid:
+            rnd.record(status)
+        if rejected:
+            self._rejected += len(rejected)
+            status, rejection = rejected[-1]
+            self._last_error = f"WRITE-STATUS of {status.partition} rejected: {rejection}"
+        return self._evaluate(now)
+
+    def _fire_many(self, event: Event, count: int) -> bool:
+        """``count`` inputs of one ``event`` that cannot change the state: one move, and the
+        count of ignored messages as if each had come alone. False if they are ignored (or
+        there are none)."""
+        if count == 0:
+            return False
+        if self._fire(event):
+            return True
+        self._ignored += count - 1
+        return False
 
     def _on_lost(self, message: RoundLost, now: float) -> Ready:
         rnd = self._round
@@ -587,7 +639,7 @@ class Coordinator(TableMachine[State, Event]):
         # reports that came while the last round was written may end this one at once,
         # whichever way that round ended (committed, empty or discarded)
         return [
-            Broadcast(to=tuple(sorted(rnd.partitions)), message=start),
+            Broadcast(to=self._to(rnd), message=start),
             *self._end_if_drained(now),
         ]
 
@@ -598,7 +650,7 @@ class Coordinator(TableMachine[State, Event]):
         rnd.end(now)
         self._window.round_ended()
         end = EndCommit(epoch=self._epoch, txn_id=rnd.txn_id)
-        return [Broadcast(to=tuple(sorted(rnd.partitions)), message=end), *self._evaluate(now)]
+        return [Broadcast(to=self._to(rnd), message=end), *self._evaluate(now)]
 
     def _evaluate(self, now: float) -> Ready:
         """In an ended state: commit when everyone reported or time is up; else wait."""
@@ -652,6 +704,14 @@ class Coordinator(TableMachine[State, Event]):
         done = RoundFinished(rnd.txn_id, version, files, duration, now - rnd.ended_at)
         return [done, *retired, *self._start(now, interval_from=rnd.ended_at)]
 
+    def _to(self, rnd: CommitState) -> tuple[str, ...]:
+        """The round's partitions, sorted: the same tuple while the partitions stay."""
+        if rnd.partitions is not self._partitions:  # a round before partitions changed
+            return tuple(sorted(rnd.partitions))
+        if self._recipients is None:
+            self._recipients = tuple(sorted(self._partitions))
+        return self._recipients
+
     def _due(self, txn_id: int) -> list[str]:
         """Partitions whose retirement waited for round ``txn_id`` (or an earlier one)."""
         return sorted(k for k, txn in self._retiring.items() if txn <= txn_id)
@@ -663,6 +723,7 @@ class Coordinator(TableMachine[State, Event]):
         for key in due:
             del self._retiring[key]
         self._partitions -= frozenset(due)
+        self._recipients = None
         return [PartitionsRetired(tuple(due))]
 
     def _discard(self, reason: str) -> Ready:

@@ -14,6 +14,8 @@ from rayconnect.protocol import (
     EndCommit,
     FileStats,
     GetMetadataUpdateEvent,
+    HostRound,
+    HostWriteStatus,
     KafkaPartitionSplit,
     KafkaStream,
     MetadataUpdateEvent,
@@ -48,19 +50,20 @@ clusters = st.builds(
 streams = st.builds(KafkaStream, names, st.dictionaries(names, clusters, max_size=3))
 splits = st.builds(KafkaPartitionSplit, partitions, st.one_of(st.none(), offsets))
 
+write_statuses = st.builds(
+    WriteStatus,
+    ids,
+    ids,
+    keys,
+    st.lists(data_files, max_size=3).map(tuple),
+    offsets,
+    offsets,
+    offsets,
+)
 messages = st.one_of(
     st.builds(StartCommit, ids, ids, st.dictionaries(keys, offsets, max_size=5)),
     st.builds(EndCommit, ids, ids),
-    st.builds(
-        WriteStatus,
-        ids,
-        ids,
-        keys,
-        st.lists(data_files, max_size=3).map(tuple),
-        offsets,
-        offsets,
-        offsets,
-    ),
+    write_statuses,
     st.builds(AckCommit, ids, ids, offsets, st.dictionaries(keys, offsets, max_size=5)),
     st.builds(RequestCommit, ids, ids, keys),
     st.builds(
@@ -69,6 +72,8 @@ messages = st.one_of(
         st.lists(splits, max_size=3).map(tuple),
     ),
     st.builds(GetMetadataUpdateEvent, names),
+    write_statuses.map(lambda s: HostWriteStatus.of([s])),
+    st.builds(HostRound.of, st.builds(EndCommit, ids, ids), st.lists(keys, max_size=3)),
 )
 
 

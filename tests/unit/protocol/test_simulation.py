@@ -64,7 +64,8 @@ from rayconnect.protocol.effects import (
     Steer,
     Stopped,
 )
-from rayconnect.protocol.messages import Message, ParticipantStarted, StartCommit
+from rayconnect.protocol.host_rounds import HostAddresses, pack_statuses, unpack_rounds
+from rayconnect.protocol.messages import HostRound, Message, ParticipantStarted, StartCommit
 from rayconnect.protocol.participant import Participant
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.types import DataFile
@@ -72,6 +73,8 @@ from rayconnect.protocol.upkeep import CompactSettings, LogSettings, UpkeepSched
 from rayconnect.protocol.upkeep import Job as UpkeepJob
 
 ALL_KEYS = tuple(f"c1/t/{i}" for i in range(4))
+#: two participant hosts: the coordinator's messages travel per host (protocol.host_rounds)
+HOSTS = HostAddresses(lambda key: f"host{int(key.rsplit('/', 1)[1]) % 2}")
 PIPELINE = "sim"
 BYTES_PER_RECORD = 10
 CCFG = CommitSettings(commit_interval_s=10.0, write_timeout_s=5.0)
@@ -208,8 +211,10 @@ class PipelineSim(RuleBasedStateMachine):
 
     def apply_coord(self, coord: Coordinator, ready: list[Effect]) -> None:
         for eff in ready:
-            if isinstance(eff, Broadcast):
-                self.net.extend((to, eff.message) for to in eff.to)
+            if isinstance(eff, Broadcast):  # one HOST-ROUND per host, as the actor sends
+                outbox: dict[str, list[HostRound]] = {}
+                HOSTS.address(eff.message, eff.to, outbox)
+                self.net.extend((host, m) for host, rounds in outbox.items() for m in rounds)
             elif isinstance(eff, CommitTable):
                 self.jobs.append(partial(self.finish_commit, coord, eff))
             elif isinstance(eff, ReloadTable):
@@ -321,6 +326,11 @@ class PipelineSim(RuleBasedStateMachine):
             self.net.append((COORDINATOR, ParticipantStarted(key)))
 
     def deliver(self, dest: str, msg: Message, target: int) -> None:
+        if isinstance(msg, HostRound):  # a host hands each of its partitions its message
+            for key, messages in unpack_rounds([msg]).items():
+                for message in messages:
+                    self.deliver(key, message, target)
+            return
         if dest in self.gone:
             return  # its participant ended
         if dest == COORDINATOR:  # by name: usually the newest, but a zombie may answer
@@ -499,6 +509,16 @@ class PipelineSim(RuleBasedStateMachine):
         """Any message, not the oldest: reordering."""
         dest, msg = self.net.pop(i % len(self.net))
         self.deliver(dest, msg, coordinator)
+
+    @precondition(lambda self: self.net)
+    @rule()
+    def host_packs_statuses(self) -> None:
+        """A host sends the WRITE-STATUS of its partitions that reported together as one
+        HOST-WRITE-STATUS (what is on its way to the coordinator, packed as the host packs
+        its outbox)."""
+        to_coord = [m for dest, m in self.net if dest == COORDINATOR]
+        others = [(dest, m) for dest, m in self.net if dest != COORDINATOR]
+        self.net = others + [(COORDINATOR, m) for m in pack_statuses(to_coord)]
 
     @precondition(lambda self: self.net)
     @rule(i=idx, drop=st.booleans())
