@@ -273,21 +273,37 @@ class Soak:
         self.memory.start()
         self.wait_recovered("start", time.monotonic())
 
+    def start_retrying(self, attempts: int = 3) -> None:
+        """``start``, again after a failed start (all stopped first): under a load of 50-100
+        ``ray start --head`` outlived Ray's fixed 30 s wait for its raylet twice in a row."""
+        for attempt in range(1, attempts + 1):
+            try:
+                self.start()
+                return
+            except Exception as e:
+                if attempt == attempts:
+                    raise
+                self.say(f"start failed ({type(e).__name__}: {str(e)[-300:]}); again")
+                self.stop()
+                time.sleep(30)
+
     def stop(self) -> None:
-        for handle in ("source_handle", "sink_handle"):
-            if hasattr(self, handle):
+        """Stop what was started (each part once: a retried start stops twice)."""
+        parts = self.__dict__
+        for name in ("source_handle", "sink_handle"):
+            if name in parts:
                 try:
-                    getattr(self, handle).stop(timeout_s=60)
+                    parts.pop(name).stop(timeout_s=60)
                 except Exception as e:
-                    self.say(f"stopping {handle}: {type(e).__name__}: {e}")
-        for thread in ("producer", "memory"):
-            if hasattr(self, thread):
-                getattr(self, thread).stop_event.set()
-        if hasattr(self, "cluster"):
-            self.cluster.stop()
-        for child in ("source_broker", "sink_broker", "broker_s3", "table_s3"):
-            if hasattr(self, child):
-                getattr(self, child).stop()
+                    self.say(f"stopping {name}: {type(e).__name__}: {e}")
+        for name in ("producer", "memory"):
+            if name in parts:
+                parts[name].stop_event.set()  # kept: the report reads them
+        if "cluster" in parts:
+            parts.pop("cluster").stop()
+        for name in ("source_broker", "sink_broker", "broker_s3", "table_s3"):
+            if name in parts:
+                parts.pop(name).stop()
 
     # -- recovery -------------------------------------------------------------------------
 
@@ -728,7 +744,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         run = Soak(args, net, root)
         finished = False
         try:
-            run.start()
+            run.start_retrying()
             run.say("started: sink and source pipelines running")
             run.run()
             finished = True
