@@ -273,7 +273,7 @@ class Soak:
         self.memory.start()
         self.wait_recovered("start", time.monotonic())
 
-    def start_retrying(self, attempts: int = 3) -> None:
+    def start_retrying(self, attempts: int = 5) -> None:
         """``start``, again after a failed start (all stopped first): under a load of 50-100
         ``ray start --head`` outlived Ray's fixed 30 s wait for its raylet twice in a row."""
         for attempt in range(1, attempts + 1):
