@@ -149,8 +149,8 @@ def watermarks(s3: EmbeddedS3, bucket: str) -> dict[int, dict]:
         try:
             with fs.open_input_stream(path) as f:
                 out[p] = json.loads(f.read())
-        except OSError:
-            out[p] = {}
+        except (OSError, ValueError) as e:  # absent, or read while tansu rewrote it
+            out[p] = {"unreadable": type(e).__name__}
     return out
 
 
