@@ -21,6 +21,20 @@ of a node from the store, a node cut from the head, a slow link or a link down, 
 ``store`` (the table's object store down 5-60 s) and ``upkeep`` (a compaction and a VACUUM
 of the table by an outside writer). The checker reads the table and the source topic every
 minute: no duplicate, no gap below the committed offsets, the source's sequences whole.
+
+The report (``results.json``, ``results.md``, ``run.log``, ``chaos.png``) is written after
+every fault and every check, and once more at the end (``"complete": true``): a run that
+hangs or dies late keeps what it saw. Beside each memory sample the machine's 1-minute load
+average (the recovery times are loaded when other jobs share the machine).
+
+The sink topic's producer sends once a second (~12 records a partition per batch), not a
+record at a time: tansu's S3 engine stores every produce batch as an object and lists all of
+a partition's objects for every Fetch and ListOffsets, so the per-request cost grows with the
+object count (measured: ListOffsets(latest) of 16 partitions 0.26 s at 500 objects a
+partition, 4.6 s at 5,000, 12-13 s at 5,000 right after a SIGKILL and restart). The
+30-minute run of a record per batch had ~17,000 objects a partition when the sink broker was
+SIGKILLed the second time; the admin high-watermark probe (ListOffsets first, 10 s in all)
+never fit again, and the readers' fetches slowed with it.
 """
 
 from __future__ import annotations
@@ -99,13 +113,14 @@ async def topic_offsets(bootstrap: str, topic: str, ends: dict[int, int]) -> dic
 
 
 class Producer(threading.Thread):
-    """Demo records at ``rate``/s round-robin over the partitions; keeps, per partition,
-    the offset after the last acknowledged record. A failed send (broker down) is counted
-    and the schedule goes on: what matters downstream is offsets, not ids."""
+    """Demo records at ``rate``/s round-robin over the partitions, sent every ``tick_s`` (a
+    batch a partition; see the module's note on tansu's objects); keeps, per partition, the
+    offset after the last acknowledged record. A failed send (broker down) is counted and
+    the schedule goes on: what matters downstream is offsets, not ids."""
 
-    def __init__(self, bootstrap: str, rate: float) -> None:
+    def __init__(self, bootstrap: str, rate: float, tick_s: float = 1.0) -> None:
         super().__init__(daemon=True)
-        self.bootstrap, self.rate = bootstrap, rate
+        self.bootstrap, self.rate, self.tick_s = bootstrap, rate, tick_s
         self.acked: dict[int, int] = dict.fromkeys(range(PARTITIONS), 0)
         self.sent = self.failed = 0
         self.stop_event = threading.Event()
@@ -146,19 +161,20 @@ class Producer(threading.Thread):
                         self.acked[result.partition] = max(
                             self.acked[result.partition], result.offset + 1
                         )
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(self.tick_s)
         finally:
             await producer.stop()
 
 
 class Memory(threading.Thread):
     """Every ``period_s``: the RSS of every process of the soak (the hosts' namespaces, the
-    head's processes, this one) and the machine's used memory, in MB."""
+    head's processes, this one) and the machine's used memory, in MB, and the machine's
+    1-minute load average."""
 
     def __init__(self, net: TestNetwork, ray_root: Path, period_s: float = 10.0) -> None:
         super().__init__(daemon=True)
         self.net, self.ray_root, self.period_s = net, ray_root, period_s
-        self.samples: list[tuple[float, int, int]] = []
+        self.samples: list[tuple[float, int, int, float]] = []
         self.stop_event = threading.Event()
         self.t0 = time.monotonic()
 
@@ -173,7 +189,8 @@ class Memory(threading.Thread):
             except psutil.Error:
                 continue
         used = psutil.virtual_memory().used
-        self.samples.append((round(time.monotonic() - self.t0), rss >> 20, used >> 20))
+        load = round(os.getloadavg()[0], 1)
+        self.samples.append((round(time.monotonic() - self.t0), rss >> 20, used >> 20, load))
 
     def run(self) -> None:
         while not self.stop_event.wait(self.period_s):
@@ -189,11 +206,27 @@ class Soak:
         self.violations: list[str] = []
         self.log: list[str] = []
         self.t0 = time.monotonic()
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "run.log").write_text("")
 
     def say(self, text: str) -> None:
         line = f"[{time.monotonic() - self.t0:7.1f}s] {text}"
         self.log.append(line)
         print(line, flush=True)
+        with (self.out / "run.log").open("a") as f:
+            f.write(line + "\n")
+
+    def save(self, complete: bool = False) -> dict[str, Any]:
+        """Write the report as it stands (after every fault and check, and at the end)."""
+        report = self.report(complete)
+        (self.out / "results.json").write_text(json.dumps(report, indent=1))
+        (self.out / "results.md").write_text(markdown(report))
+        try:
+            plot(report, self.out)
+        except Exception as e:  # a figure is not worth the report
+            self.say(f"plot failed: {type(e).__name__}: {e}")
+        return report
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -240,21 +273,37 @@ class Soak:
         self.memory.start()
         self.wait_recovered("start", time.monotonic())
 
+    def start_retrying(self, attempts: int = 5) -> None:
+        """``start``, again after a failed start (all stopped first): under a load of 50-100
+        ``ray start --head`` outlived Ray's fixed 30 s wait for its raylet twice in a row."""
+        for attempt in range(1, attempts + 1):
+            try:
+                self.start()
+                return
+            except Exception as e:
+                if attempt == attempts:
+                    raise
+                self.say(f"start failed ({type(e).__name__}: {str(e)[-300:]}); again")
+                self.stop()
+                time.sleep(30)
+
     def stop(self) -> None:
-        for handle in ("source_handle", "sink_handle"):
-            if hasattr(self, handle):
+        """Stop what was started (each part once: a retried start stops twice)."""
+        parts = self.__dict__
+        for name in ("source_handle", "sink_handle"):
+            if name in parts:
                 try:
-                    getattr(self, handle).stop(timeout_s=60)
+                    parts.pop(name).stop(timeout_s=60)
                 except Exception as e:
-                    self.say(f"stopping {handle}: {type(e).__name__}: {e}")
-        for thread in ("producer", "memory"):
-            if hasattr(self, thread):
-                getattr(self, thread).stop_event.set()
-        if hasattr(self, "cluster"):
-            self.cluster.stop()
-        for child in ("source_broker", "sink_broker", "broker_s3", "table_s3"):
-            if hasattr(self, child):
-                getattr(self, child).stop()
+                    self.say(f"stopping {name}: {type(e).__name__}: {e}")
+        for name in ("producer", "memory"):
+            if name in parts:
+                parts[name].stop_event.set()  # kept: the report reads them
+        if "cluster" in parts:
+            parts.pop("cluster").stop()
+        for name in ("source_broker", "sink_broker", "broker_s3", "table_s3"):
+            if name in parts:
+                parts.pop(name).stop()
 
     # -- recovery -------------------------------------------------------------------------
 
@@ -444,6 +493,7 @@ class Soak:
             return
         self.checks.append(result)
         self.say(f"check: {result}")
+        self.save()
 
     # -- the run --------------------------------------------------------------------------
 
@@ -480,6 +530,7 @@ class Soak:
             }
             self.faults.append(fault)
             self.say(f"  {what}: recovered in {fault['recovery_s']} s")
+            self.save()
         try:
             self.final_check()
         except Exception as e:
@@ -523,7 +574,7 @@ class Soak:
 
     # -- report ---------------------------------------------------------------------------
 
-    def report(self) -> dict[str, Any]:
+    def report(self, complete: bool = False) -> dict[str, Any]:
         by_kind: dict[str, list[float | None]] = {}
         for f in self.faults:
             by_kind.setdefault(f["kind"], []).append(f["recovery_s"])
@@ -537,13 +588,16 @@ class Soak:
                 "p99_s": round(ok[min(len(ok) - 1, int(0.99 * len(ok)))], 1) if ok else None,
                 "median_s": round(statistics.median(ok), 1) if ok else None,
             }
-        mem = self.memory.samples
+        mem = list(self.memory.samples) if hasattr(self, "memory") else []
+        producer = getattr(self, "producer", None)
         return {
+            "complete": complete,
+            "elapsed_s": round(time.monotonic() - self.t0),
             "minutes": self.args.minutes,
             "seed": self.args.seed,
             "rate_per_s": self.args.rate,
-            "records_produced": self.producer.sent,
-            "produce_failures": self.producer.failed,
+            "records_produced": producer.sent if producer else 0,
+            "produce_failures": producer.failed if producer else 0,
             "final": getattr(self, "final", {}),
             "faults_by_kind": kinds,
             "faults": self.faults,
@@ -553,15 +607,17 @@ class Soak:
                 "first": mem[0] if mem else None,
                 "max_rss": max(m[1] for m in mem) if mem else None,
                 "last": mem[-1] if mem else None,
-                "samples": mem,
+                "max_load": max(m[3] for m in mem) if mem else None,
+                "samples": mem,  # (s, RSS of the soak's processes MB, machine used MB, load)
             },
             "log": self.log,
         }
 
 
 def markdown(r: dict[str, Any]) -> str:
+    state = "" if r["complete"] else f" (IN PROGRESS or cut short at {r['elapsed_s']} s)"
     lines = [
-        f"# Chaos soak: {r['minutes']} min, seed {r['seed']}, {r['rate_per_s']} records/s",
+        f"# Chaos soak: {r['minutes']} min, seed {r['seed']}, {r['rate_per_s']} records/s{state}",
         "",
         "| fault kind | injected | recovered | max recovery s | p99 s | median s |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -582,8 +638,9 @@ def markdown(r: dict[str, Any]) -> str:
         f"{final.get('source_records')}",
         f"checks: {len(r['checks'])}; violations: {len(r['violations'])}",
         *[f"- {v}" for v in r["violations"]],
-        f"memory (s, RSS of the soak's processes MB, machine used MB): first {mem['first']}, "
-        f"last {mem['last']}, max RSS {mem['max_rss']}",
+        f"memory (s, RSS of the soak's processes MB, machine used MB, load average): first "
+        f"{mem['first']}, last {mem['last']}, max RSS {mem['max_rss']}; max load "
+        f"{mem['max_load']}",
         "",
         "| at s | fault | lasted s | recovery s |",
         "| ---: | --- | ---: | ---: |",
@@ -591,25 +648,116 @@ def markdown(r: dict[str, Any]) -> str:
             f"| {f['at_s']} | {f['what']} | {f['lasted_s']} | {f['recovery_s']} |"
             for f in r["faults"]
         ],
+        "",
+        "| at s | table rows | committed | duplicates | gaps | broker-lost offsets | "
+        "source records |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *[
+            f"| {c['at_s']} | {c['table_rows']} | {c['committed']} | {c['duplicates']} | "
+            f"{c['gaps_below_committed']} | {c['broker_lost_offsets']} | {c['source_records']} |"
+            for c in r["checks"]
+        ],
+        "",
+        "memory and load over time (every 2 minutes):",
+        "",
+        "| at s | RSS of the soak's processes MB | machine used MB | load average (1 min) |",
+        "| ---: | ---: | ---: | ---: |",
+        *[f"| {t} | {rss} | {used} | {load} |" for t, rss, used, load in mem["samples"][::12]],
     ]
     return "\n".join(lines) + "\n"
 
 
+def plot(r: dict[str, Any], out: Path) -> Path:
+    """chaos.png: recovery per fault kind (max, p99, median), the checks' table rows and
+    violations over time, memory and load average over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (kinds_ax, rows_ax, mem_ax) = plt.subplots(1, 3, figsize=(15, 4.2))
+    kinds = list(r["faults_by_kind"])
+    width = 0.27
+    for i, (stat, color) in enumerate(
+        (("max_s", "#d62728"), ("p99_s", "#ff7f0e"), ("median_s", "#1f77b4"))
+    ):
+        vals = [r["faults_by_kind"][k][stat] or 0 for k in kinds]
+        kinds_ax.bar(
+            [x + (i - 1) * width for x in range(len(kinds))],
+            vals,
+            width,
+            color=color,
+            label=stat.removesuffix("_s"),
+        )
+    kinds_ax.set_xticks(
+        range(len(kinds)),
+        [
+            f"{k}\n{r['faults_by_kind'][k]['recovered']}/{r['faults_by_kind'][k]['faults']}"
+            for k in kinds
+        ],
+    )
+    kinds_ax.set_ylabel("recovery s (from the fault's end)")
+    kinds_ax.set_title("recovery by fault kind (recovered/injected)")
+    kinds_ax.legend(fontsize=8)
+    checks = r["checks"]
+    rows_ax.plot(
+        [c["at_s"] for c in checks], [c["table_rows"] for c in checks], "o-", label="table rows"
+    )
+    rows_ax.plot(
+        [c["at_s"] for c in checks],
+        [c["committed"] for c in checks],
+        "x--",
+        label="committed offsets",
+    )
+    for f in r["faults"]:
+        rows_ax.axvline(f["at_s"], color="#bbbbbb", lw=0.6)
+    rows_ax.set_xlabel("s (grey: a fault)")
+    rows_ax.set_title(f"checks: {len(checks)}, violations: {len(r['violations'])}")
+    rows_ax.legend(fontsize=8)
+    samples = r["memory_mb"]["samples"]
+    mem_ax.plot([m[0] for m in samples], [m[1] / 1024 for m in samples], label="soak RSS GB")
+    mem_ax.plot([m[0] for m in samples], [m[2] / 1024 for m in samples], label="machine used GB")
+    mem_ax.set_xlabel("s")
+    mem_ax.set_ylabel("GB")
+    load_ax = mem_ax.twinx()
+    load_ax.plot(
+        [m[0] for m in samples],
+        [m[3] for m in samples],
+        color="#999999",
+        lw=0.8,
+        label="load average",
+    )
+    load_ax.set_ylabel("load average (1 min)")
+    mem_ax.set_title("memory and load over time")
+    mem_ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    path = out / "chaos.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def soak(args: argparse.Namespace) -> dict[str, Any]:
-    """Run it; returns the report (also written to ``args.out``)."""
+    """Run it; returns the report (written to ``args.out`` as it goes and at the end). A
+    soak that fails before its end is a violation in the report, not a lost report."""
     with TestNetwork(["store", *WORKERS]) as net, cleaned_ray_tmp() as root:
         run = Soak(args, net, root)
+        finished = False
         try:
-            run.start()
+            run.start_retrying()
             run.say("started: sink and source pipelines running")
             run.run()
+            finished = True
+        except BaseException as e:
+            run.violations.append(f"the soak itself failed: {type(e).__name__}: {e}")
+            run.save()
+            if not isinstance(e, Exception):
+                raise
         finally:
-            run.stop()
-        report = run.report()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(report, indent=1))
-    (out / "results.md").write_text(markdown(report))
+            try:
+                run.stop()
+            finally:
+                report = run.save(complete=finished)
     print(markdown(report))
     return report
 

@@ -37,7 +37,12 @@ from rayconnect.kafka import compat
 from rayconnect.kafka.batched_send import Outgoing, check_size, send_batched
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_value
-from rayconnect.kafka.transactions import init_transactions, producer, stop_quietly
+from rayconnect.kafka.transactions import (
+    confirm_stored,
+    init_transactions,
+    producer,
+    stop_quietly,
+)
 from rayconnect.metrics import SourceMetrics
 from rayconnect.protocol.outages import OutageWatch
 from rayconnect.protocol.source_status import SourceTaskReport
@@ -344,7 +349,7 @@ class TaskRunner:
         timeout = self.settings.commit_timeout_s
         futures = [future for future, _ in self._sent] + self._offset_futures
         if futures:
-            await asyncio.wait_for(asyncio.gather(*futures), timeout)
+            confirm_stored(await asyncio.wait_for(asyncio.gather(*futures), timeout))
         if self.transactional:
             await asyncio.wait_for(self.producer.commit_transaction(), timeout)
         self._offset_futures = []

@@ -174,6 +174,7 @@ class WriterActor:
             "problem": None,
             "spark_start_s": None,
             "warm_up_s": None,
+            "warm_up_failed": None,  # why the warm-up writes failed (the start goes on)
             "calls": 0,
             "spark_writes": 0,
             "spark_jobs": 0,
@@ -204,7 +205,14 @@ class WriterActor:
         self._stats["spark_start_s"] = round(time.perf_counter() - t0, 3)
         if self._warm_up:
             t0 = time.perf_counter()
-            self._warm_up_writes()
+            try:
+                self._warm_up_writes()
+            except Exception as e:
+                # Spark is up; only the warm-up's store is away (an object store restarting
+                # while a restarted writer warmed up, in the 30-minute chaos soak): failing
+                # the start here made the writer refuse every write for good.
+                self._stats["warm_up_failed"] = f"{type(e).__name__}: {str(e)[:300]}"
+                log.warning("writer %s: warm-up failed, going on: %s", self._app_name, e)
             self._stats["warm_up_s"] = round(time.perf_counter() - t0, 3)
         log.info("writer %s ready: %s", self._app_name, self._stats)
 

@@ -9,6 +9,15 @@ same index, not an index that no longer exists after the task count shrank).
 Shutdown: a fenced producer on tansu never gets an answer to EndTxn (the broker closes the
 connection; aiokafka retries until stopped), so every wait below has a timeout and a
 producer that failed is stopped, not reused.
+
+Before a commit, every send of the transaction must have been stored where the broker said
+(``confirm_stored``): a broker answers a retried batch DUPLICATE_SEQUENCE_NUMBER when it has
+its sequence already, and aiokafka then resolves the batch with offset -1 and no error. Kafka
+says so only for a batch it stored; tansu 0.6.0 (S3 engine) advances the sequence before it
+stores the batch, so a broker stopped between the two answers the retry "duplicate" for
+records it never stored (bench/results/tansu_restart_loss.md). Committing then would commit
+a hole; aborting instead writes the records again. Against Kafka the check costs a redo of
+the rare transaction whose retried batch Kafka stored but no longer knew the offset of.
 """
 
 from __future__ import annotations
@@ -21,12 +30,30 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 import rayconnect.kafka  # noqa: F401 - applies the compat fixes in this process
+from rayconnect.errors import RayconnectError
 
 TXN_APIS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 26: "EndTxn"}
 
 
 class TransactionsUnsupported(RuntimeError):
     """The target cluster cannot run transactions; the message says why."""
+
+
+class UnconfirmedWrite(RayconnectError, RuntimeError):
+    """The broker acknowledged a batch without saying where it stored it (offset -1, its
+    DUPLICATE_SEQUENCE_NUMBER answer): the transaction must not be committed."""
+
+
+def confirm_stored(results: Iterable[Any]) -> None:
+    """Raise UnconfirmedWrite if any send's RecordMetadata has a negative offset (the first
+    record of a batch answered as a duplicate; aiokafka numbers the rest -1 + i)."""
+    unconfirmed = sorted({(r.topic, r.partition) for r in results if r.offset < 0})
+    if unconfirmed:
+        where = ", ".join(f"{topic}/{partition}" for topic, partition in unconfirmed)
+        raise UnconfirmedWrite(
+            f"the broker answered a retried batch as a duplicate without its offset ({where}):"
+            " it may not have stored it, so the transaction is aborted and written again"
+        )
 
 
 def producer(bootstrap: str, transactional_id: str | None, **kwargs: Any) -> AIOKafkaProducer:
