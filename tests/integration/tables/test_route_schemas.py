@@ -11,6 +11,7 @@ import pytest
 from typed_files import stage_decoded
 
 import rayconnect as rc
+from rayconnect.config.routes import RouteFormats
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.spark_bridge.parquet_writer import _changes_schema
 from rayconnect.tables.factory import open_committer
@@ -18,6 +19,12 @@ from rayconnect.tables.table_set import RouteSchemas
 
 pytestmark = [pytest.mark.timeout(60)]
 FMT = RecordFormat(value_format="json")
+
+
+def _formats(routes: rc.Routes) -> RouteFormats:
+    """Every route table decoded as ``FMT`` (what ``SinkPipelineConfig.route_formats`` builds
+    for rules without settings of their own)."""
+    return RouteFormats(routes, FMT, (FMT,) * len(routes.rules))
 KEY = "c/t/0"
 
 
@@ -38,7 +45,7 @@ def test_schemas_are_read_once_then_only_for_tables_a_write_did_not_match(
     routes = rc.Routes((rc.Route("t_{1}", topic_pattern=r"s\.(.*)"),))
     sink = rc.DeltaSink(str(tmp_path / "lake"), routes=routes)
     _commit(sink, "t_a", [b'{"id":1}'], 0)
-    schemas = RouteSchemas(sink, "p", FMT)
+    schemas = RouteSchemas(sink, "p", _formats(routes))
     first = schemas()
     assert sorted(first) == ["t_a"] and "id" in first["t_a"].names
     assert schemas.reads == 1
@@ -54,7 +61,7 @@ def test_schemas_are_read_once_then_only_for_tables_a_write_did_not_match(
     assert not _changes_schema(evolved, now["t_a"])
     assert schemas() == now and schemas.reads == 4
     # a restarted writer lists them again
-    assert sorted(RouteSchemas(sink, "p", FMT)()) == ["t_a", "t_b"]
+    assert sorted(RouteSchemas(sink, "p", _formats(routes))()) == ["t_a", "t_b"]
 
 
 def test_a_file_changes_a_schema_with_a_new_column_a_new_type_or_no_table() -> None:
@@ -100,7 +107,7 @@ def test_twenty_tables_adopted_and_committed_side_by_side_and_a_failure_keeps_th
 
     routes = rc.Routes((rc.Route("t_{1}", topic_pattern=r"s\.(.*)"),))
     sink = rc.DeltaSink(str(tmp_path / "lake"), routes=routes)
-    tables = TableSet(sink, "p", FMT)
+    tables = TableSet(sink, "p", _formats(routes))
     tables.ensure_table()
     epoch = tables.claim_epoch()
     assert tables.committed_offsets() == {}
@@ -125,5 +132,5 @@ def test_twenty_tables_adopted_and_committed_side_by_side_and_a_failure_keeps_th
         n for n in after if n != "t_07"
     ]
     # read again: each table's own offsets, the partition of t_07 where the rival left it
-    restart = TableSet(sink, "p", FMT).committed_offsets()
+    restart = TableSet(sink, "p", _formats(routes)).committed_offsets()
     assert restart == {k: 9 if k == "c/s.07/0" else 10 for k in keys}
