@@ -13,7 +13,7 @@ Scenarios (each runs the ceiling, the baseline and rayconnect back to back, same
      64): start-up s, peak PSS, records/s, idle round END->next START
   s  object storage: (a)'s backlog through rayconnect into a table on local disk, then into
      one on the embedded S3 (SeaweedFS), same run: S3/local ratio, commit latency on S3
-  v  record sizes: 1 KiB and 16 KiB values, 8 partitions, ~200 MB backlog each: MB/s of
+  v  record sizes: 1 KiB and 16 KiB values, 8 partitions, ~1 GB backlog each: MB/s of
      rayconnect (defaults and bench settings) against the raw fetch, MiB per CPU second
 
 Prints a table and writes bench/results/results.{md,json} and PNG plots. ``--quick`` runs
@@ -74,7 +74,7 @@ FULL = {
     "h_idle_s": 25,
     # issue 28.5: bigger records; the backlog is sized in bytes (the broker keeps it in memory)
     "v_sizes": [1024, 16384],
-    "v_bytes": 200_000_000,
+    "v_bytes": 1_000_000_000,
     "v_partitions": 8,
 }
 QUICK = {
