@@ -102,11 +102,11 @@ def run_backlog(
     storage_options: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start a pipeline over a backlog already in ``topic``, wait until every record is
-    committed; rate = records / (commit time of the last version - pipeline ready).
+    committed; rate = records / (commit time of the last version - ``start()`` called).
 
-    Ready is when ``start(wait_for_spark=False)`` returns: every reader reads. Rounds commit
-    while Spark starts (the writer writes them itself), so waiting for Spark would start the
-    clock after a small backlog is already in the table.
+    The clock starts when ``start()`` is called: readers read (and rounds commit, the
+    writer writing them itself while Spark starts) before it returns, so any later moment
+    would leave out reading already done. ``startup_s`` is how long ``start()`` took.
     ``table`` may be on object storage (``s3://...`` with ``storage_options``), or an
     ``rc.IcebergSink``."""
     want_keys = {f"local/{topic}/{p}": n for p, n in want.items() if n}
@@ -117,12 +117,12 @@ def run_backlog(
     with sampler:
         try:
             t_start = time.monotonic()
+            t0 = time.time()
             handle = pipeline(
                 name, bootstrap, topic, table, storage_options=storage_options, **dict(settings)
             ).start(wait_for_spark=False)
             startup = time.monotonic() - t_start
             sampler.mark()
-            t0 = time.time()
             if during is not None:
                 during(name)
             status = handle.wait_for(
