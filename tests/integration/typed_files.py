@@ -18,6 +18,16 @@ from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables.files import STAGING_DIR, describe_file
 
+#: an upsert table keyed by the record key's ``id`` (JSON key and value, ``v`` a string)
+UPSERT_BY_ID = RecordFormat(
+    value_format="json",
+    value_schema={"id": "long", "v": "string"},
+    key_format="json",
+    key_schema={"id": "long"},
+    include_key=True,
+    upsert_keys=("id",),
+)
+
 
 def raw(values: list[bytes], start: int, partition: int = 0) -> pa.Table:
     """Raw records of cluster ``c``, topic ``t``, one partition, offsets from ``start``."""

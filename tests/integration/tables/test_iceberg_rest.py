@@ -13,10 +13,9 @@ import pyarrow as pa
 import pytest
 from iceberg_reads import iceberg_rows, load_table
 from table_files import K0, K1, PIPELINE, records, stage
-from typed_files import raw, stage_records
+from typed_files import UPSERT_BY_ID, raw, stage_records
 
 import rayconnect as rc
-from rayconnect.formats.settings import RecordFormat
 from rayconnect.pipelines.sink import check_sink
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 from rayconnect.tables.base import StaleEpochError
@@ -65,14 +64,7 @@ def test_a_table_made_on_the_fly_in_the_rest_catalog_is_fenced_and_recovers(
     assert route_tables(sink, PIPELINE) == []  # its own table is no route table
 
 
-UPSERT = RecordFormat(
-    value_format="json",
-    value_schema={"id": "long", "v": "string"},
-    key_format="json",
-    key_schema={"id": "long"},
-    include_key=True,
-    upsert_keys=("id",),
-)
+UPSERT = UPSERT_BY_ID
 
 
 @pytest.mark.slow  # ~4 s on a loaded machine; the default run has the SQL catalog's upserts

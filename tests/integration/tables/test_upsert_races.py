@@ -16,10 +16,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
-from typed_files import raw, stage_records
+from typed_files import UPSERT_BY_ID, raw, stage_records
 
 from rayconnect.config.sink import DeltaSink
-from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables.delta import current_schema
@@ -29,14 +28,7 @@ from rayconnect.tables.factory import open_committer
 pytestmark = [pytest.mark.timeout(90)]
 PIPELINE = "p"
 KEY = "c/t/0"
-FMT = RecordFormat(
-    value_format="json",
-    value_schema={"id": "long", "v": "string"},
-    key_format="json",
-    key_schema={"id": "long"},
-    include_key=True,
-    upsert_keys=("id",),
-)
+FMT = UPSERT_BY_ID
 
 
 class UpsertRounds:
