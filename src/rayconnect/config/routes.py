@@ -28,7 +28,13 @@ import msgspec
 
 from rayconnect.errors import ConfigError, require
 from rayconnect.formats.route_split import Routed
-from rayconnect.formats.settings import Envelope, RecordFormat, ValueFormat, WriteMode
+from rayconnect.formats.settings import (
+    Envelope,
+    RecordFormat,
+    TruncateMode,
+    ValueFormat,
+    WriteMode,
+)
 
 #: What a record that no rule matches does: ``dead_letter`` (kept, with the reason, in the
 #: sink's own table) or ``stop`` (its partition stops, as a bad record with ``errors: stop``).
@@ -92,6 +98,9 @@ class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: this rule's tables' partition columns (as ``sink.partition_by``; ``[]``: none);
     #: unset: the sink's
     partition_by: tuple[str, ...] | None = None
+    #: upsert: a truncate event ``apply`` or ``dead_letter`` (as ``sink.truncate``); unset:
+    #: the sink's
+    truncate: TruncateMode | None = None
 
     def __post_init__(self) -> None:
         kinds = [k for k in ("topic", "topic_pattern", "field") if getattr(self, k) is not None]
@@ -183,6 +192,7 @@ ROUTE_SETTINGS = (
     "write_mode",
     "key_columns",
     "partition_by",
+    "truncate",
 )
 
 

@@ -3,8 +3,10 @@
 20 tables under a steady write load (rayconnect.mirror_database) -> the Postgres change
 source (one topic per table, Debezium events, exactly once) -> Kafka -> ONE sink pipeline
 whose topic-pattern route gives every topic its own upsert table, made on the fly. Roles of
-both pipelines are killed (ray.kill and SIGKILL) and Postgres is restarted during the load;
-at the end every lake table equals ``SELECT *`` of its Postgres table, row for row.
+both pipelines are killed (ray.kill and SIGKILL) and Postgres is restarted during the load,
+and two tables are truncated mid-stream (one alone, one followed by inserts in the same
+transaction); at the end every lake table equals ``SELECT *`` of its Postgres table, row for
+row - the truncated ones emptied in the lake too, not dead letters.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 
 from rayconnect.actors import names
+from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.local_postgres import PostgresServer
 from rayconnect.mirror_database import MirrorDatabase, mirror_sink, mirror_source, wait_mirrored
 
@@ -42,9 +45,12 @@ def test_a_database_of_20_tables_mirrored_through_kills_of_both_sides(
             (names.task("mirror-src", 0), "sigkill"),
             (names.coordinator("mirror"), "ray.kill"),
         ]
-        for victim, how in victims:
+        for n, (victim, how) in enumerate(victims):
             time.sleep(4.0)
             kill(victim, how)
+            if n == 1:  # mid-stream, the load running: table changes on both partitions
+                db.truncate("t03")
+                db.truncate("t07", then_insert=5)
         db.pause()
         postgres.restart()
         db.resume()
@@ -52,6 +58,8 @@ def test_a_database_of_20_tables_mirrored_through_kills_of_both_sides(
         db.stop()
         assert db.changes > 1000
         assert wait_mirrored(db, lake, timeout_s=240) is None
+        # the truncates were applied, not dead-lettered: no dead letter at all
+        assert not any((lake / t / DEAD_LETTER_DIR / "_delta_log").exists() for t in db.names)
     finally:
         db.stop()
         sink.stop(commit=False)

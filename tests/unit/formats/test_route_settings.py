@@ -204,3 +204,19 @@ def test_iceberg_route_tables_keep_their_partition_values_in_files() -> None:
     )
     fmt = cfg.route_formats()("t")
     assert (fmt.partition_by, fmt.partition_values_in_files) == (("d=day(ts)",), True)
+
+
+def test_truncate_applies_by_default_and_a_rule_may_dead_letter_it() -> None:
+    cfg = _config(
+        Route("kept", topic="a", truncate="dead_letter"),
+        Route("rest", topic_pattern=".*"),
+        source={"key_format": "json", "key_schema": {"id": "long"}, "include_key": True,
+                "envelope": "debezium"},
+        write_mode="upsert",
+    )  # fmt: skip
+    formats = cfg.route_formats()
+    assert (formats("kept").truncate, formats("rest").truncate) == ("dead_letter", "apply")
+    sink = msgspec.structs.replace(cfg.sink, truncate="dead_letter")
+    assert msgspec.structs.replace(cfg, sink=sink).route_formats()("rest").truncate == (
+        "dead_letter"
+    )
