@@ -71,7 +71,12 @@ def test_256_partitions_in_4_hosts_exactly_once_when_a_host_dies_mid_round(
         held = ray.get(ray.get_actor(victim, namespace=names.NAMESPACE).status.remote())
         assert sorted(held["partitions"]) == sorted(produced[1].offsets())
         assert {p["host"] for p in held["partitions"].values()} == {victim}
-        handle.wait_for(_caught_up(produced), timeout_s=90)
+        status = handle.wait_for(_caught_up(produced), timeout_s=90)
+        # a host hands all its partitions' flushes of a round to the writer in one call
+        rounds = status.rounds_since_start
+        writer = ray.get_actor(names.writer(NAME), namespace=names.NAMESPACE)
+        calls = ray.get(writer.stats.remote())["calls"]
+        assert 0 < calls <= TOPICS * (rounds.committed + rounds.partial + rounds.discarded)
         landed = {}
         for how in ("ray.kill", "sigkill"):
             _more(produced, 10 * PER_TOPIC)

@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from ray_tmp import cleaned_ray_tmp
 
 from rayconnect.actors import names
+from rayconnect.actors.pieces import FlushPart
 from rayconnect.actors.writer import start_writer
 from rayconnect.errors import JavaNotFoundError
 from rayconnect.formats.evolution import schema_differences
@@ -276,6 +277,28 @@ def test_bad_input_fails_only_its_caller(writer: ray.actor.ActorHandle, tmp_path
     assert len(orphans) <= 1
     for orphan in orphans:
         assert key_set(pq.read_table(table / orphan)) == expected_keys(1, 0, 10)
+
+
+def test_a_hosts_flushes_in_one_call_each_get_their_files_or_their_failure(
+    writer: ray.actor.ActorHandle, tmp_path: Path
+) -> None:
+    """``write_parts``: one call carries a participant host's flushes; each part gets the
+    files of its own rows, and a bad part fails alone."""
+    table = tmp_path / "t"
+    bad = records(2, 0, 10).set_column(2, "partition", pa.array([2] * 10, pa.int64()))
+    parts = [
+        FlushPart("c1/orders/0", [ray.put(records(0, 0, 100))], 100),
+        FlushPart("c1/orders/1", [ray.put(records(1, 0, 60)), ray.put(records(1, 60, 40))], 100),
+        FlushPart("c1/orders/2", [ray.put(bad)], 10),
+    ]
+    before = ray.get(writer.stats.remote())
+    written = ray.get(writer.write_parts.remote(str(table), parts, "host-0"))
+    assert ray.get(writer.stats.remote())["calls"] == before["calls"] + 1
+    assert [w.error is None for w in written] == [True, True, False]
+    assert "partition" in (written[2].error or "") and written[2].files == []
+    for p in (0, 1):  # the files may be shared (one token): each part's rows exactly
+        rows = key_set(read_files(table, written[p].files))
+        assert {r for r in rows if r[1] == p} == expected_keys(p, 0, 100)
 
 
 @pytest.mark.parametrize(
