@@ -124,6 +124,7 @@ class ParticipantHostActor:
         self._send_scheduled = False
         self._flushes: list[tuple[_Slot, Flush]] = []  # to the writer, in one call
         self._flush_scheduled = False
+        self._delivering = 0  # coordinator messages being stepped: their flushes wait
         self._policy_batch: dict[str, asyncio.Future[int]] | None = None
         self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
         self._coordinator: Any = None
@@ -218,12 +219,19 @@ class ParticipantHostActor:
     async def deliver(self, rounds: list[HostRound]) -> None:
         """Coordinator messages, in order: START-COMMIT, END-COMMIT, ACK-COMMIT, each for
         some of this host's partitions (``HostRound``); every partition's machine steps
-        its own, in order."""
+        its own, in order. The flushes they emit (every partition's at END-COMMIT) go to
+        the writer once all have stepped, in one call, even when some waited for their
+        machine's lock."""
         async def one(slot: _Slot, batch: list[Message]) -> None:
             for message in batch:
                 await self._step(slot, message)
 
-        await self._for_each(unpack_rounds(rounds).items(), one)
+        self._delivering += 1
+        try:
+            await self._for_each(unpack_rounds(rounds).items(), one)
+        finally:
+            self._delivering -= 1
+            self._hand_flushes()
 
     async def records(self, pieces: list[Piece]) -> list[str]:
         """A reader's fetch: the batches of this host's partitions, in offset order per
@@ -453,16 +461,22 @@ class ParticipantHostActor:
         return slot.reader
 
     def _flush(self, slot: _Slot, flush: Flush) -> None:
-        """Hand a machine's flush to the writer a moment later (FLUSH_GATHER_S), in one
-        call with the other flushes of this host meanwhile: a round's END-COMMIT flushes
-        of all its partitions go as one writer call, not one each."""
+        """Hand a machine's flush to the writer a moment later (FLUSH_GATHER_S, or once the
+        coordinator message being stepped is done), in one call with the other flushes of
+        this host meanwhile: a round's END-COMMIT flushes of all its partitions go as one
+        writer call, not one each."""
         self._flushes.append((slot, flush))
-        if not self._flush_scheduled:
+        self._hand_flushes()
+
+    def _hand_flushes(self) -> None:
+        if self._flushes and not self._flush_scheduled and not self._delivering:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_later(FLUSH_GATHER_S, self._flush_now)
 
     def _flush_now(self) -> None:
         self._flush_scheduled = False
+        if self._delivering:
+            return  # handed once the coordinator's message is stepped
         flushes, self._flushes = self._flushes, []
         if flushes:
             asyncio.get_running_loop().create_task(self._write(flushes))

@@ -22,8 +22,9 @@ class Piece(msgspec.Struct, frozen=True):
     next_offset: int
     records: int
     nbytes: int
-    #: the Arrow batch's object ref: nested in the call's list, so Ray passes the ref, not
-    #: the batch
+    #: where its rows are: a ``blocks.Rows`` handle into the one object the reader put for
+    #: this host's pieces of the fetch (nested in the call's list, so Ray passes the ref,
+    #: not the data)
     batch: Any
     #: the partition's high watermark is reached with this piece
     caught_up: bool

@@ -58,6 +58,7 @@ from rayconnect.config.spark import SparkSettings
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
+from rayconnect.spark_bridge.blocks import Block
 from rayconnect.spark_bridge.executor_group import (
     Reservation,
     no_room,
@@ -90,7 +91,7 @@ CLOSE_WAITS_FOR_START_S = 25.0
 @dataclass
 class _Request:
     table: TableLocation
-    refs: list[ray.ObjectRef]
+    refs: list[Block]
     future: asyncio.Future[list[DataFile]]
     key: str | None = None  # the partition whose rows these are
     share: str | None = None  # requests with the same token may share files
@@ -290,13 +291,14 @@ class WriterActor:
     async def write(
         self,
         table: str | TableLocation,
-        refs: Sequence[ray.ObjectRef],
+        refs: Sequence[Block],
         key: str | None = None,
         share: str | None = None,
         rows: int | None = None,
     ) -> list[DataFile]:
-        """Write ``refs`` (Arrow tables in the raw schema) as Parquet files under the table
-        (a local path, or a ``TableLocation`` on an object store).
+        """Write ``refs`` (Arrow tables in the raw schema: object refs, or ``blocks.Rows``
+        handles of rows inside one) as Parquet files under the table (a local path, or a
+        ``TableLocation`` on an object store).
 
         Returns the files holding these rows (paths relative to the table root),
         uncommitted. Calls that arrive together share one Spark job. Pass the refs inside a
@@ -329,7 +331,7 @@ class WriterActor:
     def _enqueue(
         self,
         table: TableLocation,
-        refs: list[ray.ObjectRef],
+        refs: list[Block],
         key: str | None,
         share: str | None,
         rows: int | None,
@@ -347,7 +349,7 @@ class WriterActor:
         return future
 
     async def write_many(
-        self, table: str | TableLocation, groups: Sequence[Sequence[ray.ObjectRef]]
+        self, table: str | TableLocation, groups: Sequence[Sequence[Block]]
     ) -> list[list[DataFile]]:
         """``write`` for several groups at once (one Spark job); files per group, in order."""
         return list(await asyncio.gather(*(self.write(table, refs) for refs in groups)))
@@ -468,7 +470,7 @@ class WriterActor:
     async def _spark_write(
         self,
         table: TableLocation,
-        groups: list[list[ray.ObjectRef]],
+        groups: list[list[Block]],
         keys: list[str | None] | None = None,
         shares: list[str | None] | None = None,
         here: bool = False,
