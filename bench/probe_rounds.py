@@ -1,10 +1,12 @@
 """Where a round's time goes under a steady load: samples the coordinator and the writer.
 
     .venv/bin/python bench/probe_rounds.py [--rate 10000] [--seconds 40] [--interval 2]
+        [--partitions 8]
 
-Offers ``--rate`` records/s to 8 partitions for ``--seconds`` while a sink pipeline with
+Offers ``--rate`` records/s to ``--partitions`` partitions for ``--seconds`` while a sink pipeline with
 ``commit_interval_s=--interval`` runs, then prints the rounds' END->START times, the writer's
-Spark write times (prepare + Spark) and produce-to-visible percentiles. A diagnostic for
+Spark write times (prepare + Spark), the writer calls per round (one per participant host
+since issue 28.2) and produce-to-visible percentiles. A diagnostic for
 scenario (b), not part of ``run.py``.
 """
 
@@ -45,6 +47,7 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--seconds", type=int, default=40)
     ap.add_argument("--interval", type=float, default=2.0)
+    ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--caught-up", action="store_true", help="commit_when_caught_up=True")
     ap.add_argument(
         "--set",
@@ -58,7 +61,7 @@ def main() -> None:
     settings.update((k, json.loads(v)) for k, v in (kv.split("=", 1) for kv in a.set))
     with EmbeddedBroker("probe") as broker, RaySession(), tempfile.TemporaryDirectory() as tmp:
         bs = broker.bootstrap_servers
-        asyncio.run(create_topic(bs, "probe", 8))
+        asyncio.run(create_topic(bs, "probe", a.partitions))
         handle = start_live(
             "probe",
             bs,
@@ -92,6 +95,7 @@ def main() -> None:
             done.set()
             t.join()
             s = ray.get(coord.status.remote())
+            calls = ray.get(writer.stats.remote())["calls"]
         finally:
             stop("probe", handle)
         lat = percentiles(produce_to_visible_ms(f"{tmp}/t"))
@@ -120,7 +124,9 @@ def main() -> None:
             print(line.format(*row))
         w = [v for k, v in sorted(writes.items()) if k > 1]  # the warm-up write is #1
         med = lambda i: statistics.median(x[i] for x in w) if w else float("nan")  # noqa: E731
-        print(f"rounds committed {status.rounds_since_start.committed}, writes {len(w)}")
+        rounds = status.rounds_since_start.committed
+        print(f"rounds committed {rounds}, writes {len(w)}")
+        print(f"writer calls {calls}, {calls / max(rounds, 1):.1f} a round")
         print(f"round START->ACK median {s['round_s_median']:.2f} s")
         print(f"END->next START median {s['end_to_start_s_median']:.2f} s")
         print(f"write median {med(0):.2f} s (prepare {med(1):.2f} s, spark {med(2):.2f} s)")

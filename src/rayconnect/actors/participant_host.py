@@ -16,7 +16,9 @@ arrive as one ``deliver`` carrying one HOST-ROUND per message (its partitions, t
 those only), the WRITE-STATUS of partitions that report together go back as one
 HOST-WRITE-STATUS (``protocol.host_rounds``), in one call with the other messages its
 machines emit meanwhile,
-and a reader hands one ``records`` call per fetch carrying all the host's batches.
+a reader hands one ``records`` call per fetch carrying all the host's batches, and the
+flushes the machines emit within FLUSH_GATHER_S (a round's END-COMMIT flushes of every
+partition) go to the writer as one ``write_parts`` call, each machine hearing of its own part.
 
 Ray restarts a dead host. Its machines are fresh: paused, waiting for the coordinator's next
 START, which carries the table's offsets (I2) - so nothing the dead incarnation buffered is
@@ -44,7 +46,7 @@ import ray
 
 from rayconnect import ray_internals
 from rayconnect.actors import names
-from rayconnect.actors.pieces import Piece
+from rayconnect.actors.pieces import FlushPart, PartWritten, Piece
 from rayconnect.actors.reader_calls import ReaderCalls
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST, StartingOffsets
 from rayconnect.protocol.effects import (
@@ -73,6 +75,9 @@ IDLE_TICK_S = 1.0
 POLICY_GATHER_S = 0.05
 #: how long a host gathers its machines' messages before sending them to the coordinator
 SEND_GATHER_S = 0.005
+#: how long a host gathers its machines' flushes before handing them to the writer in one
+#: call (every partition flushes at END-COMMIT, within the same input)
+FLUSH_GATHER_S = 0.005
 
 
 class _Slot:
@@ -117,6 +122,9 @@ class ParticipantHostActor:
         self._retired: set[str] = set()
         self._outbox: list[Message] = []  # to the coordinator, sent once per input
         self._send_scheduled = False
+        self._flushes: list[tuple[_Slot, Flush]] = []  # to the writer, in one call
+        self._flush_scheduled = False
+        self._delivering = 0  # coordinator messages being stepped: their flushes wait
         self._policy_batch: dict[str, asyncio.Future[int]] | None = None
         self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
         self._coordinator: Any = None
@@ -211,12 +219,19 @@ class ParticipantHostActor:
     async def deliver(self, rounds: list[HostRound]) -> None:
         """Coordinator messages, in order: START-COMMIT, END-COMMIT, ACK-COMMIT, each for
         some of this host's partitions (``HostRound``); every partition's machine steps
-        its own, in order."""
+        its own, in order. The flushes they emit (every partition's at END-COMMIT) go to
+        the writer once all have stepped, in one call, even when some waited for their
+        machine's lock."""
         async def one(slot: _Slot, batch: list[Message]) -> None:
             for message in batch:
                 await self._step(slot, message)
 
-        await self._for_each(unpack_rounds(rounds).items(), one)
+        self._delivering += 1
+        try:
+            await self._for_each(unpack_rounds(rounds).items(), one)
+        finally:
+            self._delivering -= 1
+            self._hand_flushes()
 
     async def records(self, pieces: list[Piece]) -> list[str]:
         """A reader's fetch: the batches of this host's partitions, in offset order per
@@ -370,7 +385,7 @@ class ParticipantHostActor:
                 self._send()
             elif isinstance(effect, Flush):
                 slot.flushes += 1
-                asyncio.get_running_loop().create_task(self._flush(slot, effect))
+                self._flush(slot, effect)
             elif isinstance(effect, Seek | Pause | Resume):
                 missed = missed or not await self._steer(slot, effect)
             elif isinstance(effect, SeekToPolicy):
@@ -445,26 +460,66 @@ class ParticipantHostActor:
                 return None  # no reader yet: it will attach itself when it starts
         return slot.reader
 
-    async def _flush(self, slot: _Slot, flush: Flush) -> None:
-        machine = slot.machine
+    def _flush(self, slot: _Slot, flush: Flush) -> None:
+        """Hand a machine's flush to the writer a moment later (FLUSH_GATHER_S, or once the
+        coordinator message being stepped is done), in one call with the other flushes of
+        this host meanwhile: a round's END-COMMIT flushes of all its partitions go as one
+        writer call, not one each."""
+        self._flushes.append((slot, flush))
+        self._hand_flushes()
+
+    def _hand_flushes(self) -> None:
+        if self._flushes and not self._flush_scheduled and not self._delivering:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_later(FLUSH_GATHER_S, self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_scheduled = False
+        if self._delivering:
+            return  # handed once the coordinator's message is stepped
+        flushes, self._flushes = self._flushes, []
+        if flushes:
+            asyncio.get_running_loop().create_task(self._write(flushes))
+
+    async def _write(self, flushes: list[tuple[_Slot, Flush]]) -> None:
+        """One writer call for ``flushes``; each machine hears of its own part (one bad
+        partition does not fail the others)."""
+        parts = [
+            FlushPart(slot.machine.key, list(flush.batches), flush.records)
+            for slot, flush in flushes
+        ]
         try:
             # Partitions of this host may share files: one file per host per round, not
             # one per partition (a host's partitions live and die together).
-            files = await self.writer.write.remote(
-                self.table, list(flush.batches), machine.key, self.name, flush.records
-            )
+            written = await self.writer.write_parts.remote(self.table, parts, self.name)
         except Exception as e:
-            reason = f"{type(e).__name__}: {e}"
+            written = [PartWritten(error=f"{type(e).__name__}: {e}")] * len(parts)
+        try:
+            outcomes = await asyncio.gather(
+                *(
+                    self._written(slot, flush, result)
+                    for (slot, flush), result in zip(flushes, written, strict=True)
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            self._send()
+        for (slot, _), outcome in zip(flushes, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.error("participant %s: flush result not taken: %r", slot.machine.key, outcome)
+
+    async def _written(self, slot: _Slot, flush: Flush, result: PartWritten) -> None:
+        machine = slot.machine
+        if self.slots.get(machine.key) is not slot:
+            return  # retired meanwhile
+        if result.error is not None:
+            reason = result.error
             log.warning("participant %s: flush %d failed: %s", machine.key, flush.flush_id, reason)
             step = lambda: machine.flush_failed(flush.flush_id, reason, time.monotonic())  # noqa: E731
         else:
+            files = result.files
             step = lambda: machine.flushed(flush.flush_id, files, time.monotonic())  # noqa: E731
-        if self.slots.get(machine.key) is not slot:
-            return  # retired meanwhile
-        try:
-            await self._apply(slot, step)
-        finally:
-            self._send()
+        await self._apply(slot, step)
 
     def _coordinator_handle(self) -> Any:
         if self._coordinator is None:

@@ -8,9 +8,10 @@ its complete split set, arrives; later events add splits and drop those the meta
 has. Participants steer each split (``seek``, ``pause``, ``resume``): a partition is paused
 until its participant, which knows the round's offsets, resumes it.
 
-Each poll becomes one Arrow batch per partition in the object store, handed to the
-partition's participant host as a ref: one call per host per poll, carrying all its
-partitions' batches (``participant_host``). The reader owns those objects (Ray 2.56 removed
+Each poll becomes one Arrow object per participant host in the object store - the pieces of
+all the host's partitions concatenated, each named by a ``Rows(ref, start, count)`` handle
+(``spark_bridge.blocks``: why one object per host, and why its lifetime is bounded) - handed
+in one call per host per poll carrying all its partitions' pieces (``participant_host``). The reader owns those objects (Ray 2.56 removed
 ``ray.put(_owner=...)``): when it dies, the refs its participants buffered die too, their
 flushes fail and those partitions' open round is not reported - the next START re-reads them
 from the table's offsets, so nothing is lost or doubled. A (re)started reader asks each
@@ -26,9 +27,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import ray
 
@@ -42,8 +43,21 @@ from rayconnect.protocol import effects
 from rayconnect.protocol.messages import GetMetadataUpdateEvent, MetadataUpdateEvent
 from rayconnect.protocol.reader_positions import Hand, PollToken, ReaderPositions, Seek
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
+from rayconnect.spark_bridge.blocks import Rows, put_together
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """One partition's piece of a wave, before it is put: its rows of the fetched batch."""
+
+    key: str
+    first: int
+    next_offset: int
+    rows: pa.RecordBatch
+    whole: bool  # the whole fetched batch (not a slice of it)
+    high_watermark: int | None
 
 FETCH_MIN_BYTES = 512 * 1024
 
@@ -158,7 +172,7 @@ class ReaderActor:
             fetch_max_bytes=32 * 1024 * 1024,
             # Under a steady trickle, let the broker gather a fetch for up to 100 ms rather
             # than answer each new record at once: every poll costs a ray.put and a Ray call
-            # per partition (a backlog fills fetch_min_bytes at once and is not slowed).
+            # per participant host (a backlog fills fetch_min_bytes at once and is not slowed).
             fetch_min_bytes=FETCH_MIN_BYTES,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             # Each fetched partition decoded at once into columns, not a ConsumerRecord per
@@ -294,11 +308,12 @@ class ReaderActor:
         self, token: PollToken, fetches: list[tuple[str, Any, pa.RecordBatch, int]]
     ) -> None:
         """Hand one poll's fetches to the participant hosts: one Ray call per host carrying
-        all its partitions' batches (by reference). A partition's fetch goes in pieces of at
-        most ``max_poll_records`` records, in offset order: a fetch longer than that takes
-        several waves of calls, each piece decided by the model just before its wave goes
-        (until the participant pauses or moves the split). A piece that did not arrive is
-        read again, and its partition's later pieces are not sent."""
+        all its partitions' pieces, and ONE object per host (``blocks.put_together``: the
+        pieces concatenated, each named by a ``Rows`` handle). A partition's fetch goes in
+        pieces of at most ``max_poll_records`` records, in offset order: a fetch longer
+        than that takes several waves of calls, each piece decided by the model just before
+        its wave goes (until the participant pauses or moves the split). A piece that did
+        not arrive is read again, and its partition's later pieces are not sent."""
         size = self.max_poll_records
         # key -> [tp, batch, first offset of the next piece, first row of the next piece, hw]
         pending = {
@@ -306,8 +321,7 @@ class ReaderActor:
             for key, tp, batch, first in fetches
         }
         while pending:
-            waves: dict[str, list[Piece]] = {}
-            sent: dict[str, int] = {}  # key -> first offset of its piece in this wave
+            cuts: dict[str, list[_Cut]] = {}  # host -> this wave's pieces for it
             for key, entry in list(pending.items()):
                 tp, batch, first, start, high_watermark = entry
                 end = min(start + size, batch.num_rows)
@@ -317,46 +331,49 @@ class ReaderActor:
                     self._apply(decision)  # paused: put back; moved or dropped: nothing
                     del pending[key]
                     continue
-                next_offset = decision.stop
-                try:
-                    # A piece is copied out (take): a slice would carry its whole batch's
-                    # buffers into the object store.
-                    piece = batch if batch.num_rows <= size else batch.take(np.arange(start, end))
-                    ref = ray.put(piece)
-                except Exception as e:
-                    self._not_handed(token, key, first, e)
-                    del pending[key]
-                    continue
-                self.records_read += piece.num_rows
-                self.bytes_read += piece.nbytes
-                self._metrics.read(  # dashboard metrics
-                    key,
-                    piece.num_rows,
-                    piece.nbytes,
-                    high_watermark=high_watermark,
-                    next_offset=next_offset,
+                whole = end - start == batch.num_rows
+                rows = batch if whole else batch.slice(start, end - start)
+                cuts.setdefault(self._host_of[key], []).append(
+                    _Cut(key, first, decision.stop, rows, whole, high_watermark)
                 )
-                caught_up = high_watermark is not None and next_offset >= high_watermark
-                waves.setdefault(self._host_of[key], []).append(
-                    Piece(key, first, next_offset, piece.num_rows, piece.nbytes, ref, caught_up)
-                )
-                sent[key] = first
                 if end < batch.num_rows:
-                    entry[2], entry[3] = next_offset, end
+                    entry[2], entry[3] = decision.stop, end
                 else:
                     del pending[key]
+            waves: dict[str, list[Piece]] = {}
+            for host, host_cuts in cuts.items():
+                try:
+                    handles = put_together([c.rows for c in host_cuts], host_cuts[0].whole)
+                except Exception as e:
+                    for c in host_cuts:
+                        pending.pop(c.key, None)
+                        self._not_handed(token, c.key, c.first, e)
+                    continue
+                waves[host] = [self._piece(c, h) for c, h in zip(host_cuts, handles, strict=True)]
             results = await asyncio.gather(
                 *(self._hosts[h].records.remote(pieces) for h, pieces in waves.items()),
                 return_exceptions=True,
             )
             for pieces, result in zip(waves.values(), results, strict=True):
+                first_of = {p.key: p.first for p in pieces}
                 if isinstance(result, BaseException):  # the host is restarting
                     failed = {p.key: result for p in pieces}
                 else:
                     failed = {key: RuntimeError("batch not taken") for key in result}
                 for key, cause in failed.items():
                     pending.pop(key, None)
-                    self._not_handed(token, key, sent[key], cause)
+                    self._not_handed(token, key, first_of[key], cause)
+
+    def _piece(self, cut: _Cut, rows: Rows) -> Piece:
+        """What the host is handed for ``cut``; counted as read."""
+        n, nbytes = cut.rows.num_rows, cut.rows.nbytes
+        self.records_read += n
+        self.bytes_read += nbytes
+        self._metrics.read(  # dashboard metrics
+            cut.key, n, nbytes, high_watermark=cut.high_watermark, next_offset=cut.next_offset
+        )
+        caught_up = cut.high_watermark is not None and cut.next_offset >= cut.high_watermark
+        return Piece(cut.key, cut.first, cut.next_offset, n, nbytes, rows, caught_up)
 
     def _not_handed(self, token: PollToken, key: str, first: int, e: BaseException) -> None:
         """The piece of ``key`` starting at ``first`` did not reach its host: read it again."""

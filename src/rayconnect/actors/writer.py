@@ -3,9 +3,11 @@
 A thin shell around ``spark_bridge.parquet_writer.write_groups``. What it adds:
 
 - **Gathering.** A Spark job costs ~0.5 s however small. Participants flush at about the same
-  time (all of them at END-COMMIT), so ``write`` calls are queued and one drain loop writes
-  everything pending in ONE job, then resolves each caller with its own files. Jobs per round
-  therefore do not grow with the number of partitions.
+  time (all of them at END-COMMIT), so requests are queued and one drain loop writes
+  everything pending in ONE job, then resolves each request with its own files. Jobs per
+  round therefore do not grow with the number of partitions, and neither do calls: a
+  participant host hands all its partitions' flushes of a moment in one ``write_parts``
+  call (a request per part, an answer per part: a bad part fails alone).
 - **Warm start.** Starting RayDP takes ~15 s and the first write ~11 s more (JIT, class
   loading). Both happen at start-up, before ``ready()`` returns, not inside the first round.
 - **Writes before Spark is up, and small writes, without Spark.** Until Spark has started
@@ -50,11 +52,13 @@ import ray
 
 from rayconnect import ray_internals
 from rayconnect.actors import names
+from rayconnect.actors.pieces import FlushPart, PartWritten
 from rayconnect.config.placement import Placement
 from rayconnect.config.spark import SparkSettings
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
+from rayconnect.spark_bridge.blocks import Block
 from rayconnect.spark_bridge.executor_group import (
     Reservation,
     no_room,
@@ -87,7 +91,7 @@ CLOSE_WAITS_FOR_START_S = 25.0
 @dataclass
 class _Request:
     table: TableLocation
-    refs: list[ray.ObjectRef]
+    refs: list[Block]
     future: asyncio.Future[list[DataFile]]
     key: str | None = None  # the partition whose rows these are
     share: str | None = None  # requests with the same token may share files
@@ -287,13 +291,14 @@ class WriterActor:
     async def write(
         self,
         table: str | TableLocation,
-        refs: Sequence[ray.ObjectRef],
+        refs: Sequence[Block],
         key: str | None = None,
         share: str | None = None,
         rows: int | None = None,
     ) -> list[DataFile]:
-        """Write ``refs`` (Arrow tables in the raw schema) as Parquet files under the table
-        (a local path, or a ``TableLocation`` on an object store).
+        """Write ``refs`` (Arrow tables in the raw schema: object refs, or ``blocks.Rows``
+        handles of rows inside one) as Parquet files under the table (a local path, or a
+        ``TableLocation`` on an object store).
 
         Returns the files holding these rows (paths relative to the table root),
         uncommitted. Calls that arrive together share one Spark job. Pass the refs inside a
@@ -302,20 +307,49 @@ class WriterActor:
         names who is in one); without both, the files hold exactly these rows. ``rows``:
         how many rows the refs hold (a write of unknown size goes to Spark once it is up).
         """
+        self._stats["calls"] += 1
+        return await self._enqueue(as_location(table), list(refs), key, share, rows)
+
+    async def write_parts(
+        self, table: str | TableLocation, parts: Sequence[FlushPart], share: str | None = None
+    ) -> list[PartWritten]:
+        """``write`` for several partitions' flushes in one call (a participant host's
+        flushes of one moment, ``share`` its name): each part is its own request - gathered
+        with everyone else's into one write, retried alone if that write fails - and gets
+        its own files or its own failure, in order."""
+        self._stats["calls"] += 1
+        location = as_location(table)
+        futures = [self._enqueue(location, list(p.refs), p.key, share, p.rows) for p in parts]
+        done = await asyncio.gather(*futures, return_exceptions=True)
+        return [
+            PartWritten(error=f"{type(r).__name__}: {r}")
+            if isinstance(r, BaseException)
+            else PartWritten(files=r)
+            for r in done
+        ]
+
+    def _enqueue(
+        self,
+        table: TableLocation,
+        refs: list[Block],
+        key: str | None,
+        share: str | None,
+        rows: int | None,
+    ) -> asyncio.Future[list[DataFile]]:
+        """Queue one request for the drain loop; its future gets the request's files."""
         if self._stopped:
             raise RuntimeError(f"writer {self._app_name} was stopped")
         if self._spark is None and self._problem is not None:
             raise RuntimeError(f"writer {self._app_name}: {self._problem}")
-        self._stats["calls"] += 1
         self._ensure_started()
         future: asyncio.Future[list[DataFile]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(as_location(table), list(refs), future, key, share, rows))
+        self._pending.append(_Request(table, refs, future, key, share, rows))
         assert self._wakeup is not None
         self._wakeup.set()
-        return await future
+        return future
 
     async def write_many(
-        self, table: str | TableLocation, groups: Sequence[Sequence[ray.ObjectRef]]
+        self, table: str | TableLocation, groups: Sequence[Sequence[Block]]
     ) -> list[list[DataFile]]:
         """``write`` for several groups at once (one Spark job); files per group, in order."""
         return list(await asyncio.gather(*(self.write(table, refs) for refs in groups)))
@@ -436,7 +470,7 @@ class WriterActor:
     async def _spark_write(
         self,
         table: TableLocation,
-        groups: list[list[ray.ObjectRef]],
+        groups: list[list[Block]],
         keys: list[str | None] | None = None,
         shares: list[str | None] | None = None,
         here: bool = False,

@@ -54,6 +54,7 @@ from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, typed_for
 from rayconnect.formats.transform import RECORDS_VIEW, records_schema, row_keys
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
+from rayconnect.spark_bridge.blocks import Block, resolve
 from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.files import STAGING_DIR, describe_file
 
@@ -101,13 +102,13 @@ class _BlockHolder:
     """
 
     def __init__(self) -> None:
-        self._writes: dict[str, list[ray.ObjectRef]] = {}
+        self._writes: dict[str, list[Block]] = {}
         self._reports: dict[str, dict[int, tuple[int, list[tuple[int, str]]]]] = {}
 
-    def put(self, write_id: str, refs: list[ray.ObjectRef]) -> None:
+    def put(self, write_id: str, refs: list[Block]) -> None:
         self._writes[write_id] = refs
 
-    def get(self, write_id: str, indexes: list[int]) -> list[ray.ObjectRef]:
+    def get(self, write_id: str, indexes: list[int]) -> list[Block]:
         refs = self._writes[write_id]
         return [refs[i] for i in indexes]
 
@@ -466,14 +467,13 @@ class _Blocks:
         """(index, block) of the block indexes a task was given (in a Spark Python worker:
         a separate Ray driver), one block in memory at a time, conformed to ``schema``."""
         holder = None  # looked up once per task, not per batch of indexes
+        fetched: dict[Any, pa.Table] = {}  # an object many blocks slice is fetched once
         for batch in batches:
             indexes = batch.column(0).to_pylist()
             holder = self.holder() if holder is None else holder
-            refs: list[Any] = ray.get(holder.get.remote(self.write_id, indexes))
-            for index, ref in zip(indexes, refs, strict=True):
-                block = ray.get(ref)
-                if not isinstance(block, pa.Table):
-                    block = pa.Table.from_batches([block])
+            handles: list[Any] = ray.get(holder.get.remote(self.write_id, indexes))
+            tables = resolve(handles, fetched)
+            for index, block in zip(indexes, tables, strict=True):
                 yield index, _conform(block, self.schema, index)
 
     def holder(self) -> ray.actor.ActorHandle:
@@ -783,12 +783,12 @@ def _describe_files(
 
 
 def _distinct_key_layers(
-    groups: Sequence[Sequence[ray.ObjectRef]], keys: Sequence[str | None]
-) -> list[list[Sequence[ray.ObjectRef]]]:
+    groups: Sequence[Sequence[Block]], keys: Sequence[str | None]
+) -> list[list[Sequence[Block]]]:
     """The groups split into layers in which no partition has two groups (a transform's
     rows find their group by partition). Nearly always one layer: two flushes of one
     partition in one write happen only when a discarded round's flush meets a newer one."""
-    layers: list[list[Sequence[ray.ObjectRef]]] = []
+    layers: list[list[Sequence[Block]]] = []
     seen: list[set[str | None]] = []
     for i, refs in enumerate(groups):
         if not refs:
@@ -817,7 +817,7 @@ def _merge_results(results: list[WriteResult]) -> WriteResult:
 def write_groups(
     spark: SparkSession,
     table: str | TableLocation,
-    groups: Sequence[Sequence[ray.ObjectRef]],
+    groups: Sequence[Sequence[Block]],
     schema: pa.Schema = RAW_RECORD_SCHEMA,
     record_format: RecordFormat | None = None,
     table_schema: pa.Schema | None = None,
@@ -837,8 +837,9 @@ def write_groups(
     partition ``keys`` (``DataFile.shared_by``). The participant hosts pass their name, so
     a round's file count follows the hosts, not the partitions.
 
-    ``groups[i]`` is a list of object refs to ``pa.Table`` (or ``pa.RecordBatch``) in the
-    table's schema. ``files[i]`` are the files that hold exactly group i's rows, with paths
+    ``groups[i]`` is a list of blocks in the table's schema: object refs to ``pa.Table`` (or
+    ``pa.RecordBatch``), or ``blocks.Rows`` handles of rows inside such an object (a
+    reader's one object per host per fetch; each task fetches an object once and slices it). ``files[i]`` are the files that hold exactly group i's rows, with paths
     relative to the table root and stats from the Parquet footers, ready to be committed;
     the job ids and timings come beside them. An empty group (or one whose batches have no
     rows) gets ``[]``. ``schema`` is the blocks' (raw) schema; a typed ``record_format``
@@ -929,10 +930,10 @@ def write_groups(
 
 
 def _in_write_order(
-    groups: Sequence[Sequence[ray.ObjectRef]],
+    groups: Sequence[Sequence[Block]],
     keys: Sequence[str | None] | None,
     shares: Sequence[str | None] | None,
-) -> tuple[list[tuple[int, Sequence[ray.ObjectRef]]], list[str | None] | None]:
+) -> tuple[list[tuple[int, Sequence[Block]]], list[str | None] | None]:
     """The non-empty groups, a share's groups next to each other (a task keeps one file
     open per share), and each group's share token (None: files of its own)."""
     non_empty = [(i, refs) for i, refs in enumerate(groups) if refs]
@@ -945,7 +946,7 @@ def _in_write_order(
 
 def write_groups_here(
     table: str | TableLocation,
-    groups: Sequence[Sequence[ray.ObjectRef]],
+    groups: Sequence[Sequence[Block]],
     schema: pa.Schema = RAW_RECORD_SCHEMA,
     record_format: RecordFormat | None = None,
     table_schema: pa.Schema | None = None,
@@ -977,10 +978,9 @@ def write_groups_here(
     writes = layout.writes(table_schema, routing)
     try:
         index = 0
-        for group, refs in non_empty:
-            for block in ray.get(list(refs)):
-                if not isinstance(block, pa.Table):
-                    block = pa.Table.from_batches([block])
+        tables = iter(resolve([b for _, blocks in non_empty for b in blocks]))
+        for group, blocks in non_empty:
+            for block in itertools.islice(tables, len(blocks)):
                 try:
                     block = _conform(block, schema, index)
                 except ValueError as e:

@@ -19,11 +19,13 @@ from deltalake import DeltaTable
 from ray_tmp import cleaned_ray_tmp
 
 from rayconnect.actors import names
+from rayconnect.actors.pieces import FlushPart
 from rayconnect.actors.writer import start_writer
 from rayconnect.errors import JavaNotFoundError
 from rayconnect.formats.evolution import schema_differences
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
+from rayconnect.spark_bridge.blocks import put_together
 from rayconnect.spark_bridge.executor_group import no_room, release, reserve_executors
 from rayconnect.spark_bridge.parquet_writer import InputSchemaError, write_groups_here
 from rayconnect.spark_bridge.session import require_java, spark_configs
@@ -276,6 +278,41 @@ def test_bad_input_fails_only_its_caller(writer: ray.actor.ActorHandle, tmp_path
     assert len(orphans) <= 1
     for orphan in orphans:
         assert key_set(pq.read_table(table / orphan)) == expected_keys(1, 0, 10)
+
+
+def test_a_hosts_flushes_in_one_call_each_get_their_files_or_their_failure(
+    writer: ray.actor.ActorHandle, tmp_path: Path
+) -> None:
+    """``write_parts``: one call carries a participant host's flushes, their rows as
+    ``Rows`` handles into objects the partitions share (a reader's one object per host per
+    fetch); each part gets the files of exactly its own rows, and a bad part fails alone.
+    A write made here (no Spark) resolves the same handles to the same rows."""
+    table = tmp_path / "t"
+    fetch1 = put_together([records(0, 0, 60).to_batches()[0], records(1, 0, 60).to_batches()[0]])
+    fetch2 = put_together([records(0, 60, 40).to_batches()[0], records(1, 60, 40).to_batches()[0]])
+    bad = records(2, 0, 10).set_column(2, "partition", pa.array([2] * 10, pa.int64()))
+    parts = [
+        FlushPart("c1/orders/0", [fetch1[0], fetch2[0]], 100),
+        FlushPart("c1/orders/1", [fetch1[1], fetch2[1]], 100),
+        FlushPart("c1/orders/2", [ray.put(bad)], 10),
+        FlushPart("c1/orders/3", [ray.put(records(3, 0, 30))], 30),  # a plain ref
+    ]
+    before = ray.get(writer.stats.remote())
+    written = ray.get(writer.write_parts.remote(str(table), parts, "host-0"))
+    assert ray.get(writer.stats.remote())["calls"] == before["calls"] + 1
+    assert [w.error is None for w in written] == [True, True, False, True]
+    assert "partition" in (written[2].error or "") and written[2].files == []
+    here = write_groups_here(
+        str(tmp_path / "here"), [p.refs for p in parts if p.key != "c1/orders/2"]
+    )
+    for p, n, files, files_here in zip(
+        (0, 1, 3), (100, 100, 30), written[:2] + written[3:], here.files, strict=True
+    ):
+        # the files may be shared (one token): each part's rows exactly
+        rows = key_set(read_files(table, files.files))
+        assert {r for r in rows if r[1] == p} == expected_keys(p, 0, n)
+        assert key_set(read_files(tmp_path / "here", files_here)) == expected_keys(p, 0, n)
+        assert sum(f.records for f in files_here) == n
 
 
 @pytest.mark.parametrize(
