@@ -241,19 +241,20 @@ def test_a_whole_pipeline_cut_off_from_the_head_is_fenced_by_its_successor(
     cut_at, cut_wall = time.monotonic(), time.time()
     try:
         running.produced.more(2000)  # records for the zombie's rounds (the broker is reachable)
-        # Ray ends a worker cut off from the GCS after 60 s: everything must happen before.
-        _wait(lambda: set(hosts_cluster.alive_nodes()) == {"head"}, cut_at + 40, "nodes dead")
+        # Ray ends a worker cut off from the GCS after 120 s here (SYSTEM_CONFIG): everything
+        # must happen before.
+        _wait(lambda: set(hosts_cluster.alive_nodes()) == {"head"}, cut_at + 45, "nodes dead")
         RECOVERY["all cut: nodes declared dead"] = time.monotonic() - cut_at
         claimed = _wait(
             lambda: _claim_after(sink, epoch),
-            cut_at + 55,
+            cut_at + 75,
             "a new claim",
             lambda: f"actors {hosts_cluster.actors(NAME)}",
         )
         RECOVERY["all cut: new coordinator claimed"] = time.monotonic() - cut_at
         fenced = _wait(
             lambda: _log_lines(hosts_cluster, zombie, f"epoch {epoch} fenced by epoch "),
-            cut_at + 58,
+            cut_at + 110,
             f"the old coordinator (pid {zombie}) fenced",
             lambda: "its log ends:\n" + "\n".join(_log_lines(hosts_cluster, zombie, "")[-20:]),
         )
@@ -266,7 +267,7 @@ def test_a_whole_pipeline_cut_off_from_the_head_is_fenced_by_its_successor(
         hosts_cluster.remove(name)
         hosts_cluster.add(name)
     hosts_cluster.wait_for_nodes(len(workers) + 1)
-    _all_committed_after(running, "all cut 21 s, healed, nodes restarted", healed_at, 240)
+    _all_committed_after(running, "all cut, healed, nodes restarted", healed_at, 240)
     history = commit_history(sink)
     zombie_after_cut = [
         h for h in history
