@@ -98,6 +98,16 @@ class _Request:
     rows: int | None = None  # how many rows the refs hold, if the caller knows
 
 
+def _first_and_last(error: BaseException, limit: int = 300) -> str:
+    """An error's first and last lines: a Spark task's error is a header, a Python
+    traceback, then the cause (seen: "PythonException: An exception was thrown from the
+    Python worker..." with the store's refusal ~40 lines below)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return "".join(lines)[:limit]
+    return f"{lines[0][: limit // 2]} ... {lines[-1][: limit // 2]}"
+
+
 def _warm_up_record() -> pa.Table:
     """One row of the raw schema: enough to load every class a real write needs."""
     return pa.Table.from_pylist(
@@ -215,7 +225,7 @@ class WriterActor:
                 # Spark is up; only the warm-up's store is away (an object store restarting
                 # while a restarted writer warmed up, in the 30-minute chaos soak): failing
                 # the start here made the writer refuse every write for good.
-                self._stats["warm_up_failed"] = f"{type(e).__name__}: {str(e)[:300]}"
+                self._stats["warm_up_failed"] = f"{type(e).__name__}: {_first_and_last(e)}"
                 log.warning("writer %s: warm-up failed, going on: %s", self._app_name, e)
             self._stats["warm_up_s"] = round(time.perf_counter() - t0, 3)
         log.info("writer %s ready: %s", self._app_name, self._stats)

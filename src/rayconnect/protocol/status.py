@@ -108,6 +108,9 @@ class WriterStatus(msgspec.Struct, frozen=True, kw_only=True):
     spark_start_s: float | None = None
     #: seconds the writer's first (warm-up) job took
     warm_up_s: float | None = None
+    #: why the warm-up writes failed (the table's store away while Spark started); the
+    #: writer goes on and writes once the store is back
+    warm_up_failed: str | None = None
     #: why the writer did not answer (it is restarting)
     error: str | None = None
 

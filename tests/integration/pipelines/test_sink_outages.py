@@ -10,7 +10,9 @@ parametrised by what goes away -
 
 each for a few seconds in the default run and for 60 s behind the ``long_outage`` marker
 (``pytest -m long_outage``). And the give-up time: a pipeline whose broker stays cut off
-gives up after ``give_up_after_s`` with the reason.
+gives up after ``give_up_after_s`` with the reason; and a writer SIGKILLed while the table's
+store is down, whose restart warms up into the missing store (``long_outage``: Spark starts
+twice).
 
 Each asserts exactly once (row set, no duplicates, committed offsets) and that the pipeline
 catches up on records produced after the outage - no stuck round, no stuck split - and
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 from fixtures.tcp_proxy import TcpProxy, broker_behind_proxy
 from sink_checks import (
     Produced,
@@ -39,6 +42,8 @@ from sink_checks import (
 )
 
 import rayconnect as rc
+from rayconnect.actors import names
+from rayconnect.cli import chaos
 from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 
@@ -221,3 +226,71 @@ def test_a_pipeline_gives_up_after_give_up_after_s_with_the_reason(
         print(f"\ngave up {gave_up_s:.1f} s after the cut: {reason}")
     finally:
         handle.stop(commit=False)
+
+
+@pytest.mark.long_outage  # Spark starts twice (~1.5-3 min); the store outage itself is short
+@pytest.mark.timeout(600)
+def test_a_writer_restarted_while_the_table_store_is_down_writes_once_it_is_back(
+    ray_session, kafka_broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """The writer is SIGKILLed; while its successor starts Spark for the next round's writes
+    the table's store is SIGKILLed too, so the warm-up write into the table fails (status
+    says why). The writer must go on regardless - it once failed its start on it and refused
+    every write for good, the pipeline stuck (the 30-minute chaos soak). Once the store is
+    back every record produced before, during and after is in the table exactly once."""
+    s3 = EmbeddedS3(buckets=["lake"]).start()
+    sink = rc.DeltaSink("s3://lake/t", storage_options=s3.storage_options)
+    name = "warmupdown"
+    produced = Produced(kafka_broker.bootstrap_servers, name, 3)
+    produced.more(3000)
+    handle = pipeline(name, kafka_broker.bootstrap_servers, name, sink, **_SETTINGS).start()
+    try:
+        before = handle.wait_for(caught_up(produced), timeout_s=120).writer
+        produced.more(2000)
+        killed = chaos.kill_actor(names.writer(name), "sigkill")
+        starting = _wait_for_writer(name, lambda w: _starting_spark(w, before.app_name), 120)
+        s3.kill()
+        down_at = time.monotonic()
+        failed = handle.wait_for(
+            lambda s: s.writer.warm_up_failed is not None, timeout_s=240, poll_s=1.0
+        ).writer
+        assert failed.app_name == starting["app_name"]
+        s3.start()
+        down_s = time.monotonic() - down_at
+        produced.more(1000)
+        status = handle.wait_for(caught_up(produced), timeout_s=240, poll_s=0.5)
+        caught_up_s = time.monotonic() - down_at - down_s
+        assert_exactly_once(sink, produced, status)
+        assert status.writer.problem is None, status.writer
+        print(
+            f"\nwriter pid {killed} SIGKILLed; store SIGKILLed while its successor started "
+            f"Spark, whose warm-up failed: {failed.warm_up_failed}; store back after "
+            f"{down_s:.1f} s, all {sum(produced.counts.values())} records committed "
+            f"{caught_up_s:.1f} s later"
+        )
+    finally:
+        handle.stop(commit=False)
+        s3.stop()
+
+
+def _starting_spark(stats: dict[str, Any], old_app: str | None) -> bool:
+    """The restarted writer (a new Spark app name) was asked to write and is starting Spark."""
+    return stats["app_name"] != old_app and stats["calls"] > 0 and stats["spark_start_s"] is None
+
+
+def _wait_for_writer(
+    pipeline_name: str, condition: Callable[[dict[str, Any]], bool], timeout_s: float
+) -> dict[str, Any]:
+    """The writer's own counters (``stats``) once ``condition`` holds (polled every 0.1 s;
+    a restarting writer is asked again)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            writer = ray.get_actor(names.writer(pipeline_name), namespace=names.NAMESPACE)
+            stats = ray.get(writer.stats.remote(), timeout=5)
+            if condition(stats):
+                return stats
+        except (ray.exceptions.RayError, ValueError):
+            pass  # restarting
+        time.sleep(0.1)
+    raise TimeoutError(f"the writer never got there in {timeout_s} s")
