@@ -130,6 +130,8 @@ class CoordinatorActor:
         self._main_task = loop.create_task(self._main())
         self._probe_pool = concurrent.futures.ThreadPoolExecutor(1, "table-store-probe")
         self._housekeeping_task = loop.create_task(self._housekeep())
+        if self.tables is not None:
+            self._table_lag_task = loop.create_task(self._export_table_lag())
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -194,6 +196,40 @@ class CoordinatorActor:
         while self.gave_up is None:
             self._do(self.housekeeping.tick(time.time()))
             await asyncio.sleep(MAX_TICK_S)
+
+    async def _export_table_lag(self) -> None:
+        """Set each route table's lag gauge every ``TABLE_LAG_EVERY_S``. The high
+        watermarks are the readers' (they fetch them); the offsets each table's own. Best
+        effort: a reader that does not answer leaves its tables' last value."""
+        from rayconnect.metrics import TABLE_LAG_EVERY_S
+        from rayconnect.protocol.table_offsets import table_lag
+
+        assert self.tables is not None
+        while self.fenced is None and self.gave_up is None:
+            await asyncio.sleep(TABLE_LAG_EVERY_S)
+            hws: dict[str, int | None] = {}
+            try:
+                readers = await asyncio.to_thread(self._readers)  # GCS look-ups: blocking
+                for actor in readers:
+                    report = await asyncio.wait_for(actor.status.remote(), TABLE_LAG_EVERY_S)
+                    for key, p in report.get("partitions", {}).items():
+                        hws[key] = p.get("high_watermark")
+            except Exception as e:  # a reader restarting: try again next time
+                log.debug("coordinator %s: table lag not known: %s", self.config.name, e)
+                continue
+            self._metrics.table_lag(
+                {name: table_lag(offsets, hws) for name, offsets in self.tables.offsets.items()}
+            )
+
+    def _readers(self) -> list[Any]:
+        """This pipeline's live reader actors (blocking: GCS look-ups)."""
+        found = []
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            name = a["name"]
+            if a["namespace"] == names.NAMESPACE and name.startswith(f"{self.config.name}/reader/"):
+                with contextlib.suppress(ValueError):  # gone meanwhile
+                    found.append(ray.get_actor(name, namespace=names.NAMESPACE))
+        return found
 
     def _do(self, chores: list[Chore]) -> None:
         """Carry out the housekeeping's chores. Never waits (it is called while an effect
