@@ -197,9 +197,13 @@ class TableSet:
             self.committer(name)
 
         def adopt(name: str) -> int:  # 2: epoch and new partitions, before any rows
-            committer = self.tables[name]
+            committer, introduce = self.tables[name], rounds[name].introduce
+            # a new table: made carrying them (and its first files' columns), one version
+            made = committer.adopt_new(commit.epoch, introduce, by_table[name])
+            if made is not None:
+                return made
             committer.ensure_table()
-            return committer.adopt_epoch(commit.epoch, rounds[name].introduce)
+            return committer.adopt_epoch(commit.epoch, introduce)
 
         adopted, failure = _landed(adopt, adopting, self._threads)
         for name, version in adopted:
