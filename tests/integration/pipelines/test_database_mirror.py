@@ -7,7 +7,9 @@ role of both pipelines is killed during the load (ray.kill and SIGKILL: the sour
 sink's coordinator, writer, a participant host and a reader), the broker between them is
 restarted (tansu on S3 storage, SIGTERM and start: the source commits only what the broker
 confirmed it stored, see test_source_outages) and so is Postgres; at the end every lake
-table equals ``SELECT *`` of its Postgres table, row for row.
+table equals ``SELECT *`` of its Postgres table, row for row. Into Delta tables in the
+default run; into Iceberg tables (the embedded SQL catalog: commits one table at a time) in
+the ``slow`` group.
 """
 
 from __future__ import annotations
@@ -28,15 +30,22 @@ pytestmark = [pytest.mark.usefixtures("ray_session")]
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("lake_format", ["delta", pytest.param("iceberg", marks=pytest.mark.slow)])
 def test_a_database_of_20_tables_mirrored_through_kills_of_both_sides(
-    postgres: PostgresServer, durable_broker: EmbeddedBroker, tmp_path: Path, kill: Any
+    postgres: PostgresServer,
+    durable_broker: EmbeddedBroker,
+    tmp_path: Path,
+    kill: Any,
+    lake_format: str,
 ) -> None:
     bootstrap = durable_broker.bootstrap_servers
     db = MirrorDatabase(postgres, tables=20)
     db.create(rows_per_table=100)
     lake = tmp_path / "lake"
     src = mirror_source("mirror-src", postgres, bootstrap, db.names, "db").start()
-    sink = mirror_sink("mirror", bootstrap, lake, "db", commit_interval_s=2).start()
+    iceberg = lake_format == "iceberg"
+    pipeline = mirror_sink("mirror", bootstrap, lake, "db", iceberg, commit_interval_s=2)
+    sink = pipeline.start()
     try:
         db.start(changes_per_s=300)
         sink.wait_for(lambda s: s["records_committed_since_start"] > 0, 240, 0.5)
@@ -60,7 +69,7 @@ def test_a_database_of_20_tables_mirrored_through_kills_of_both_sides(
         time.sleep(5.0)
         db.stop()
         assert db.changes > 1000
-        assert wait_mirrored(db, lake, timeout_s=240) is None
+        assert wait_mirrored(db, pipeline.config.sink if iceberg else lake, 240) is None
     finally:
         db.stop()
         sink.stop(commit=False)
