@@ -232,9 +232,9 @@ class CoordinatorActor:
             except Exception as e:  # a reader restarting: try again next time
                 log.debug("coordinator %s: table lag not known: %s", self.config.name, e)
                 continue
-            self._metrics.table_lag(
-                {name: table_lag(offsets, hws) for name, offsets in self.tables.offsets.items()}
-            )
+            # copies (each atomic under the GIL): a commit thread may update them meanwhile
+            tables = {name: dict(offsets) for name, offsets in dict(self.tables.offsets).items()}
+            self._metrics.table_lag({name: table_lag(o, hws) for name, o in tables.items()})
 
     def _readers(self) -> list[Any]:
         """This pipeline's live reader actors (blocking: GCS look-ups)."""

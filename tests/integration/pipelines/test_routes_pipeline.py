@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -232,6 +233,31 @@ def _compacted(tables: list[str]):  # noqa: ANN202 - a wait_for predicate
     return done
 
 
+def _lag_gauges(pipeline: str) -> dict[str, float]:
+    """Table -> the ``rayconnect_table_lag`` the coordinator's process last set."""
+
+    def read(_actor: object) -> dict[str, float]:
+        from rayconnect import metrics
+
+        return {
+            dict(tags)["table"]: value
+            for (metric, tags), value in metrics._gauges.items()
+            if metric == "table_lag"
+        }
+
+    coordinator = ray.get_actor(actor_names.coordinator(pipeline), namespace=actor_names.NAMESPACE)
+    return ray.get(coordinator.__ray_call__.remote(read), timeout=30)
+
+
+def _until(read, want, timeout_s: float):  # noqa: ANN001, ANN202
+    """``read()`` polled every second until it returns ``want`` or ``timeout_s`` passed: the
+    last value read."""
+    deadline = time.monotonic() + timeout_s
+    while (got := read()) != want and time.monotonic() < deadline:
+        time.sleep(1.0)
+    return got
+
+
 def _check_compacted(sink: rc.DeltaSink, name: str) -> None:
     """The route table ``name`` was compacted (an OPTIMIZE in its log), and the compaction
     changed no row: the table's rows just before it and just after it are the same."""
@@ -322,6 +348,9 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
                 topics.send(t, [{"id": i, "n": n} for i in range(first, first + 4)])
             status = handle.wait_for(topics.caught_up(), timeout_s=120)
         upkept = handle.wait_for(_compacted([f"lake_{t}" for t in shop_short[:3]]), 120)
+        # every table's lag gauge, as the coordinator last set it (every 10 s): caught up
+        lags = _until(lambda: _lag_gauges("routed"), dict.fromkeys(upkept["tables"], 0), 40)
+        assert lags == dict.fromkeys(upkept["tables"], 0)
     finally:
         FAULT_MARKER.unlink(missing_ok=True)
         handle.stop(commit=False)
