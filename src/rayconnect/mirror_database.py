@@ -181,6 +181,21 @@ class MirrorDatabase:
         self._thread = threading.Thread(target=loop, name="pg-mirror-load", daemon=True)
         self._thread.start()
 
+    def truncate(self, name: str, then_insert: int = 0) -> None:
+        """``TRUNCATE name`` while the load runs, then ``then_insert`` rows in the same
+        transaction (changes after the truncate that share its commit)."""
+        conn = self._connect()
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute(f"TRUNCATE {name}")
+                for key in range(then_insert):
+                    cur.execute(
+                        f"INSERT INTO {name} (id, name, changed_ms) VALUES (%s, %s, %s)",
+                        (KEYS + key, "after the truncate", int(time.time() * 1000)),
+                    )
+        finally:
+            conn.close()
+
     def pause(self) -> None:
         """No transaction open when this returns (a Postgres restart may follow)."""
         self._run.clear()
@@ -286,6 +301,18 @@ def wait_mirrored(db: MirrorDatabase, lake: Lake, timeout_s: float) -> str | Non
     return problem
 
 
+#: how the mirror's sink decodes the source's records (``KafkaSource`` settings): Debezium
+#: events with inferred JSON rows, keyed by the JSON key's ``id``
+CHANGE_FORMAT: dict[str, Any] = {
+    "value_format": "json",
+    "key_format": "json",
+    "key_schema": {"id": "long"},
+    "include_key": True,
+    "envelope": "debezium",
+    "errors": "dead_letter",
+}
+
+
 def topic_pattern(prefix: str) -> str:
     """The topics of the public schema's tables, the table's name as group 1."""
     return rf"{prefix}\.public\.(.*)"
@@ -334,12 +361,7 @@ def mirror_sink(
     pattern = topic_pattern(prefix)
     source = rc.KafkaSource(
         rc.SingleClusterMetadataService(bootstrap, topic_pattern=pattern),
-        value_format="json",
-        key_format="json",
-        key_schema={"id": "long"},
-        include_key=True,
-        envelope="debezium",
-        errors="dead_letter",
+        **CHANGE_FORMAT,
         discovery_interval_s=2.0,
     )
     routes = rc.Routes(rules=(rc.Route(table="{1}", topic_pattern=pattern),))

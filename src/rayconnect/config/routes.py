@@ -28,7 +28,13 @@ import msgspec
 
 from rayconnect.errors import ConfigError, require
 from rayconnect.formats.route_split import Routed
-from rayconnect.formats.settings import Envelope, RecordFormat, ValueFormat, WriteMode
+from rayconnect.formats.settings import (
+    Envelope,
+    RecordFormat,
+    TruncateMode,
+    ValueFormat,
+    WriteMode,
+)
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 
 #: What a record that no rule matches does: ``dead_letter`` (kept, with the reason, in the
@@ -99,6 +105,9 @@ class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: Delta: this rule's tables' checkpoints, log retention and tidy interval (as
     #: ``sink.log``); unset: the sink's
     log: LogSettings | None = None
+    #: upsert: a truncate event ``apply`` or ``dead_letter`` (as ``sink.truncate``); unset:
+    #: the sink's
+    truncate: TruncateMode | None = None
 
     def __post_init__(self) -> None:
         kinds = [k for k in ("topic", "topic_pattern", "field") if getattr(self, k) is not None]
@@ -190,6 +199,7 @@ ROUTE_SETTINGS = (
     "write_mode",
     "key_columns",
     "partition_by",
+    "truncate",
 )
 
 

@@ -25,6 +25,7 @@ from rayconnect.formats.settings import (
     ErrorPolicy,
     KeyFormat,
     RecordFormat,
+    TruncateMode,
     ValueFormat,
     WriteMode,
 )
@@ -217,6 +218,10 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     write_mode: WriteMode = "append"
     #: upsert: the key's columns; empty: the record key's fields (``source.key_schema``)
     key_columns: tuple[str, ...] = ()
+    #: upsert with ``source.envelope: debezium``: a truncate event (``op: t``) ``apply``:
+    #: empties the table at its place in the round (docs/guides/upserts.md#truncate);
+    #: ``dead_letter``: a dead letter, the table keeps its rows
+    truncate: TruncateMode = "apply"
     #: write many tables instead of one (docs/guides/routes.md): rules that give each record
     #: its table; the tables are made on the fly as ``<path>/<name>``; ``path`` itself then holds only
     #: the records no rule took (``_dead_letters``)
@@ -304,6 +309,10 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     write_mode: WriteMode = "append"
     #: upsert: the key's columns; empty: the record key's fields (``source.key_schema``)
     key_columns: tuple[str, ...] = ()
+    #: upsert with ``source.envelope: debezium``: a truncate event (``op: t``) ``apply``:
+    #: empties the table at its place in the round (docs/guides/upserts.md#truncate);
+    #: ``dead_letter``: a dead letter, the table keeps its rows
+    truncate: TruncateMode = "apply"
     #: write many tables instead of one (docs/guides/routes.md): rules that give each record
     #: its table; the tables are made on the fly as ``<namespace>.<name>``; ``table`` itself then holds only
     #: the records no rule took
@@ -496,7 +505,7 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
         them (``config.routes``)."""
         fmt = self.source.record_format()
         write_mode, key_columns = self.sink.write_mode, self.sink.key_columns
-        partition_by = self.sink.partition_by
+        partition_by, truncate = self.sink.partition_by, self.sink.truncate
         if route is not None:
             fmt = route.record_format(fmt)
             if route.write_mode is not None:
@@ -506,9 +515,13 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
                 key_columns = self.sink.key_columns
             if route.partition_by is not None:
                 partition_by = route.partition_by
+            if route.truncate is not None:
+                truncate = route.truncate
             check_write_mode(write_mode, key_columns)
         if write_mode == "upsert":
-            fmt = msgspec.structs.replace(fmt, upsert_keys=_upsert_keys(key_columns, fmt))
+            fmt = msgspec.structs.replace(
+                fmt, upsert_keys=_upsert_keys(key_columns, fmt), truncate=truncate
+            )
         require(
             fmt.envelope == "none" or bool(fmt.upsert_keys),
             "source.envelope debezium needs sink.write_mode upsert (change events fold into "

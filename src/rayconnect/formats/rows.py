@@ -22,6 +22,7 @@ from rayconnect.formats.debezium import unwrap
 from rayconnect.formats.settings import KAFKA_PREFIX, RecordFormat
 from rayconnect.formats.upsert_rows import keyed_rows
 from rayconnect.schema import RAW_RECORD_SCHEMA
+from rayconnect.write_modes.fold import LSN_COLUMN, TRUNCATE_COLUMN
 
 _RAW_TO_KAFKA = {
     "cluster": "_kafka_cluster",
@@ -157,7 +158,7 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
         )
     values = raw.column("value").combine_chunks()
     keys, bad = _decode_keys(raw, fmt)
-    values, deletes = _changes(values, fmt, bad)
+    values, deletes, marks = _changes(values, fmt, bad)
     if fmt.max_value_bytes:
         too_long = pc.fill_null(pc.greater(pc.binary_length(values), fmt.max_value_bytes), False)
         for i in pc.indices_nonzero(too_long).to_pylist():
@@ -211,9 +212,10 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
         origin = (
             pc.indices_nonzero(good).to_numpy() if good is not None else np.arange(raw.num_rows)
         )
-        rows, missing = keyed_rows(
-            rows, deletes.filter(good) if good is not None else deletes, fmt.upsert_keys, origin
-        )
+        if good is not None:
+            deletes = deletes.filter(good)
+            marks = {name: column.filter(good) for name, column in marks.items()}
+        rows, missing = keyed_rows(rows, deletes, fmt.upsert_keys, origin, marks)
         bad.update(missing)
     bad = {i: reason for i, reason in bad.items() if reason is not _UNCHANGED}
     if bad and fmt.errors == "stop":
@@ -231,20 +233,29 @@ _UNCHANGED = "\0unchanged"
 
 def _changes(
     values: pa.Array, fmt: RecordFormat, bad: dict[int, str]
-) -> tuple[pa.Array, pa.Array | None]:
-    """An upsert table's values as rows to decode and whether each deletes its key;
-    ``bad`` gains the change events that cannot apply and, as ``_UNCHANGED``, those that
-    change nothing. Append tables: the values as they are, no flags."""
+) -> tuple[pa.Array, pa.Array | None, dict[str, pa.Array]]:
+    """An upsert table's values as rows to decode, whether each deletes its key, and the
+    columns that order truncates (``write_modes.fold``: which are truncates, each event's
+    LSN - only where there are some); ``bad`` gains the change events that cannot apply
+    and, as ``_UNCHANGED``, those that change nothing. Append tables: the values as they
+    are, no flags."""
     if not fmt.upsert_keys:
-        return values, None
+        return values, None, {}
     if fmt.envelope == "none":
-        return values, pc.is_null(values)
-    unwrapped = unwrap(values)
+        return values, pc.is_null(values), {}
+    unwrapped = unwrap(values, apply_truncate=fmt.truncate == "apply")
     for i, reason in unwrapped.bad.items():
         bad.setdefault(i, reason)
     for i in unwrapped.skipped:
         bad.setdefault(i, _UNCHANGED)
-    return unwrapped.rows, unwrapped.delete
+    marks: dict[str, pa.Array] = {}
+    if unwrapped.truncate:
+        truncates = np.zeros(len(values), dtype=bool)
+        truncates[list(unwrapped.truncate)] = True
+        marks[TRUNCATE_COLUMN] = pa.array(truncates)
+    if fmt.truncate == "apply" and unwrapped.lsn.null_count < len(values):
+        marks[LSN_COLUMN] = unwrapped.lsn
+    return unwrapped.rows, unwrapped.delete, marks
 
 
 def _reject(

@@ -22,6 +22,9 @@ ErrorPolicy = Literal["stop", "dead_letter"]
 Envelope = Literal["none", "debezium"]
 #: how a round's rows change a table: appended, or upserted by key (``write_modes``)
 WriteMode = Literal["append", "upsert"]
+#: what an upsert table does with a Debezium truncate event: empties the table
+#: (``write_modes.fold``), or makes it a dead letter (the table keeps its rows)
+TruncateMode = Literal["apply", "dead_letter"]
 
 #: Where dead letters are staged and committed: a Delta table of its own inside the table's
 #: folder. Its leading ``_`` hides it from the main table's vacuum; the main table's log
@@ -74,6 +77,8 @@ class RecordFormat(msgspec.Struct, frozen=True):
     #: an upsert table's key columns (the sink's ``key_columns``); empty: append. Rows then
     #: carry whether they delete their key (``formats.upsert_rows``)
     upsert_keys: tuple[str, ...] = ()
+    #: an upsert table's truncate events (``envelope: debezium``): the sink's ``truncate``
+    truncate: TruncateMode = "apply"
 
     def __post_init__(self) -> None:
         require(

@@ -5,35 +5,47 @@ with plain records, a null value (a tombstone) deletes its key and any other val
 its row. The key columns come from the row (the value, or a change event's ``before`` for a
 delete); where the row has none of a key column - a tombstone has no row at all - from the
 record key's field of the same name (``key_format: json``). A change whose key is still
-incomplete cannot apply to any row: it is a bad record, with that reason.
+incomplete cannot apply to any row: it is a bad record, with that reason - unless it is
+a truncate, which is about no key (``TRUNCATE_COLUMN``, only in a block that has one).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rayconnect.write_modes.fold import DELETE_COLUMN, missing_key
+from rayconnect.write_modes.fold import DELETE_COLUMN, TRUNCATE_COLUMN, missing_key
 
 KEY_COLUMN = "_kafka_key"
 
 
 def keyed_rows(
-    rows: pa.Table, deletes: pa.Array, key_columns: tuple[str, ...], origin: np.ndarray
+    rows: pa.Table,
+    deletes: pa.Array,
+    key_columns: tuple[str, ...],
+    origin: np.ndarray,
+    marks: Mapping[str, pa.Array] = {},
 ) -> tuple[pa.Table, dict[int, str]]:
-    """``rows`` with their key columns completed from the record key and ``DELETE_COLUMN``
-    set from ``deletes`` (one per row); the rows without a whole key removed and returned
-    as bad, by their index in the block (``origin[row]``)."""
+    """``rows`` with their key columns completed from the record key, ``DELETE_COLUMN``
+    set from ``deletes`` (one per row) and the ``marks`` columns added (the truncates,
+    ``TRUNCATE_COLUMN``, need no key); the other rows without a whole key removed and
+    returned as bad, by their index in the block (``origin[row]``)."""
     for name in key_columns:
         rows = _with_key_column(rows, name)
     missing = missing_key(rows, list(key_columns))
     rows = rows.append_column(DELETE_COLUMN, deletes)
-    if not pc.any(missing).as_py():
-        return rows, {}
-    reason = f"key column(s) {list(key_columns)}: not all in the row or the record key"
-    bad = {int(origin[i]): reason for i in pc.indices_nonzero(missing).to_pylist()}
-    rows = rows.filter(pc.invert(missing))
+    for name, column in marks.items():
+        rows = rows.append_column(name, column)
+    if TRUNCATE_COLUMN in marks:
+        missing = pc.and_(missing, pc.invert(marks[TRUNCATE_COLUMN]))
+    bad: dict[int, str] = {}
+    if pc.any(missing).as_py():
+        reason = f"key column(s) {list(key_columns)}: not all in the row or the record key"
+        bad = {int(origin[i]): reason for i in pc.indices_nonzero(missing).to_pylist()}
+        rows = rows.filter(pc.invert(missing))
     untyped = [n for n in key_columns if pa.types.is_null(rows.schema.field(n).type)]
     return rows.drop_columns(untyped), bad  # (a key column no row had says nothing of its type)
 

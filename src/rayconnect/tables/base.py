@@ -25,7 +25,7 @@ from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.protocol.types import DataFile
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables import dead_letters
-from rayconnect.write_modes.fold import DELETE_COLUMN
+from rayconnect.write_modes.fold import CHANGE_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -413,16 +413,19 @@ class TableCommitter(abc.ABC):
         return read, pending
 
     def _footer(self, data_file: DataFile) -> pa.Schema:
-        """The file's columns as the table would hold them (an upsert round's delete flag
-        is the write mode's, never a table column)."""
+        """The file's columns as the table would hold them (an upsert round's delete and
+        truncate flags and LSNs are the write mode's, never table columns)."""
         try:
             schema = pq.read_schema(self.location.path(data_file.path), filesystem=self.filesystem)
         except (OSError, pa.ArrowInvalid) as exc:
             raise SchemaMismatchError(
                 f"{data_file.path}: not a readable Parquet file ({exc})"
             ) from exc
-        flag = schema.get_field_index(DELETE_COLUMN)
-        return schema if flag < 0 else schema.remove(flag)
+        for name in CHANGE_COLUMNS:
+            flag = schema.get_field_index(name)
+            if flag >= 0:
+                schema = schema.remove(flag)
+        return schema
 
     def _check_file(
         self, data_file: DataFile, footer: pa.Schema, table: pa.Schema, pending: pa.Schema

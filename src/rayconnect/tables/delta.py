@@ -23,6 +23,7 @@ commits with disjoint app ids. So:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import uuid
@@ -64,7 +65,6 @@ from rayconnect.tables.delta_txns import TxnVersions
 from rayconnect.tables.files import STAGING_DIR, delta_stats_json
 from rayconnect.tables.upsert import UpsertRound
 from rayconnect.write_modes.delta_merge import merge_round
-from rayconnect.write_modes.fold import Folded
 
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168
@@ -390,7 +390,7 @@ class DeltaCommitter(TableCommitter):
         table's columns (a column the round's rows lack is null: a row is its record)."""
         schema = self._table_arrow_schema(read)
         rows = conform_to_table(upsert.folded.rows, schema).select(schema.names)
-        folded = Folded(rows, upsert.folded.deleted)
+        folded = dataclasses.replace(upsert.folded, rows=rows)
         merge_round(read, folded, upsert.key_columns, commit, NO_LOG_CLEANUP)
 
     def _after_commit(self) -> None:

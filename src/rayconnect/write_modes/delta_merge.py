@@ -16,6 +16,10 @@ Exactly once: the MERGE commits with the round's txn actions (``CommitProperties
 rows and the offsets land in one version; delta-rs's conflict checker fails the commit when a
 concurrent commit set one of those app ids (a rival coordinator's round or epoch claim) or
 rewrote a file this MERGE read (OPTIMIZE, an outside DELETE): one side fails, cleanly.
+
+A round with a truncate (``Folded.truncated``) is no MERGE: every row the table held goes,
+so it is an overwrite - one version that removes every file and adds the round's rows (the
+changes after the truncate, folded), with the same txn actions; nothing of the table is read.
 """
 
 from __future__ import annotations
@@ -40,7 +44,20 @@ def merge_round(
     post_commithook_properties: PostCommitHookProperties | None = None,
 ) -> dict[str, int]:
     """MERGE ``folded`` into ``dt`` (a ``deltalake.DeltaTable``) and commit it with
-    ``commit_properties``; returns delta-rs's merge metrics (rows and files touched)."""
+    ``commit_properties``; returns delta-rs's merge metrics (rows and files touched). A
+    truncating round overwrites the table instead (no metrics)."""
+    if folded.truncated:
+        from deltalake import write_deltalake
+
+        write_deltalake(
+            dt,
+            folded.rows,
+            mode="overwrite",
+            partition_by=dt.metadata().partition_columns or None,
+            commit_properties=commit_properties,
+            post_commithook_properties=post_commithook_properties,
+        )
+        return {}
     source, flag = with_delete_flag(folded)
     on = " AND ".join(f"{_TARGET}.`{c}` = {_SOURCE}.`{c}`" for c in key_columns)
     keep = f"NOT {_SOURCE}.`{flag}`"

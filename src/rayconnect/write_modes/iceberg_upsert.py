@@ -8,6 +8,10 @@ copy-on-write overwrite of the files holding its keys, then an append of the new
 are staged in the committer's transaction, which the catalog swaps in only on exactly the
 metadata it read (no retry, no rebase: ``tables/iceberg.py``), so a concurrent rewrite of one
 of those files or a rival coordinator's commit fails this one, never both landing.
+
+A round with a truncate (``Folded.truncated``) deletes every row instead of the round's keys
+(whole files dropped from the manifests, none read or rewritten), then appends its rows:
+the same one catalog commit.
 """
 
 from __future__ import annotations
@@ -27,7 +31,14 @@ def upsert_round(
     summary: Mapping[str, str],
 ) -> None:
     """Stage ``folded`` in ``tx`` (a pyiceberg ``Transaction``): every key of the round
-    deleted, then the round's rows appended with ``summary`` as the snapshot's summary."""
+    deleted (every row, if the round truncates the table), then the round's rows appended
+    with ``summary`` as the snapshot's summary."""
+    if folded.truncated:
+        from pyiceberg.expressions import AlwaysTrue
+
+        tx.delete(AlwaysTrue(), snapshot_properties=dict(summary))
+        tx.append(folded.rows, snapshot_properties=dict(summary))
+        return
     keys = pa.concat_tables([folded.rows.select(list(key_columns)), folded.deleted])
     if keys.num_rows:
         tx.delete(_match(keys, key_columns), snapshot_properties=dict(summary))

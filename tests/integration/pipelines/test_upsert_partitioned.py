@@ -34,7 +34,9 @@ def _events() -> tuple[list[tuple[int, bytes, bytes | None]], dict[int, dict], d
     """(partition, key, value) of the stream, the rows it leaves, the (partition, offset) ->
     reason of the changes that cannot apply. Keys 0..59 over 2 partitions; each key is
     created, updated twice (the second update moves it to the next region), every third
-    one deleted; ``at`` an ISO time with fractional seconds and an offset."""
+    one deleted; ``at`` an ISO time with fractional seconds and an offset. Each event
+    carries a ``source.lsn`` as Postgres's do (kept beside the row to order truncates; never
+    a column of the table)."""
     out: list[tuple[int, bytes, bytes | None]] = []
     state: dict[int, dict] = {}
     bad: dict[tuple[int, int], str] = {}
@@ -43,6 +45,8 @@ def _events() -> tuple[list[tuple[int, bytes, bytes | None]], dict[int, dict], d
     def send(p: int, key: dict, value: dict | None, reason: str | None = None) -> None:
         if reason:
             bad[(p, sent[p])] = reason
+        if value is not None:
+            value = {**value, "source": {"lsn": 1000 + len(out), "table": "regions"}}
         out.append(
             (p, json.dumps(key).encode(), None if value is None else json.dumps(value).encode())
         )
@@ -154,6 +158,7 @@ def test_updates_move_keys_between_partitions_and_bad_changes_are_dead_letters(
     got = {r["id"]: {c: r[c] for c in ("id", "region", "v", "at")} for r in table.to_pylist()}
     assert got == state
     assert table.schema.field("at").type == pa.timestamp("us", tz="UTC")
+    assert not [c for c in table.column_names if c.startswith("_rayconnect")]
     reasons = {(r["_kafka_partition"], r["_kafka_offset"]): r["reason"] for r in dead.to_pylist()}
     assert reasons.keys() == bad.keys() and len(dead) == len(bad)
     assert all(bad[c] in reasons[c] for c in bad), reasons

@@ -5,6 +5,7 @@ a MERGE built on a version a rival commit moved past fails instead of landing tw
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from rayconnect.write_modes.delta_merge import merge_round
-from rayconnect.write_modes.fold import DELETE_COLUMN, fold
+from rayconnect.write_modes.fold import DELETE_COLUMN, TRUNCATE_COLUMN, Folded, fold
 from rayconnect.write_modes.iceberg_upsert import upsert_round
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -128,6 +129,73 @@ def test_iceberg_rounds_upsert_to_the_streams_final_state_in_one_commit_each(tmp
         current = catalog.load_table("db.t").current_snapshot()
         assert current.summary.additional_properties["rayconnect.round"] == str(n)
     assert _as_dict(catalog.load_table("db.t").scan().to_arrow()) == _expected(rounds)
+
+
+# -- a truncate in a round: the table's rows and the round's changes before it go -------
+
+
+def _truncating_round() -> pa.Table:
+    """A round whose partition 0 truncates the table mid-way: changes before it (partition
+    0 by offset, partition 1 by timestamp) are gone, those after it are the table."""
+    rows = [  # (partition, offset, id, v, delete, timestamp ms, truncate)
+        (0, 10, 1, "gone", False, 100, False),
+        (1, 10, 2, "gone", False, 150, False),
+        (0, 11, None, None, False, 200, True),
+        (1, 11, 3, "kept", False, 250, False),
+        (0, 12, 1, "kept", False, 300, False),
+        (0, 13, 5, None, True, 300, False),  # deletes a key of the table before it: a no-op
+    ]
+    names = ["_kafka_partition", "_kafka_offset", "id", "v", DELETE_COLUMN]
+    types = [pa.int32(), pa.int64(), pa.int64(), pa.string(), pa.bool_()]
+    table = pa.table({n: pa.array([r[i] for r in rows], t) for i, (n, t) in
+                      enumerate(zip(names, types, strict=True))})  # fmt: skip
+    return table.append_column(
+        "_kafka_timestamp", pa.array([r[5] for r in rows], pa.timestamp("ms"))
+    ).append_column(TRUNCATE_COLUMN, pa.array([r[6] for r in rows]))
+
+
+def _folded_truncating_round() -> Folded:
+    """The round folded, its rows in the table's columns (as the committers conform them)."""
+    folded = fold(_truncating_round(), ["id"])
+    assert folded.truncated
+    return replace(folded, rows=folded.rows.select(_initial().column_names))
+
+
+def test_delta_truncating_round_is_one_version_removing_every_file(tmp_path: Path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, _initial())
+    write_deltalake(path, _initial().slice(0, 10).set_column(3, "v", pa.array(["x"] * 10)),
+                    mode="overwrite")  # fmt: skip
+    write_deltalake(path, _initial().slice(10), mode="append")
+    before = DeltaTable(path)
+    version, old_files = before.version(), set(before.file_uris())
+    merge_round(
+        before,
+        _folded_truncating_round(),
+        ["id"],
+        CommitProperties(app_transactions=[Transaction("p/0", 9)]),
+    )
+    after = DeltaTable(path)
+    assert after.version() == version + 1 and after.transaction_version("p/0") == 9
+    assert not (set(after.file_uris()) & old_files)
+    assert _as_dict(after.to_pyarrow_table()) == {1: "kept", 3: "kept"}
+
+
+def test_iceberg_truncating_round_deletes_everything_and_appends_in_one_commit(tmp_path: Path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("c", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", _initial().schema, properties={"format-version": "2"})
+    table.append(_initial())
+    table = catalog.load_table("db.t")
+    with table.transaction() as tx:
+        upsert_round(tx, _folded_truncating_round(), ["id"], {"rayconnect.round": "1"})
+    table = catalog.load_table("db.t")
+    assert _as_dict(table.scan().to_arrow()) == {1: "kept", 3: "kept"}
+    assert table.current_snapshot().summary.additional_properties["rayconnect.round"] == "1"
+    deleted = table.snapshots()[-2].summary
+    assert deleted["deleted-records"] == str(KEYS // 2)
 
 
 # -- partitioned tables: keys that move partition, and rounds pruned by partition --------

@@ -409,3 +409,9 @@ def test_give_up_after_s_in_files_and_the_api_with_its_checks():
     assert api.config.give_up_after_s == 30
     with pytest.raises(ConfigError, match="give_up_after_s"):
         rc.SinkPipeline("p", rc.KafkaSource(meta), rc.DeltaSink("/t"), give_up_after_s=-1)
+
+
+def test_an_upsert_sinks_truncate_setting_is_checked_before_start():
+    e = _error(GOOD.replace("sink: {path: /data/orders}", "sink: {path: /data/o, truncate: drop}"))
+    assert e.path == "$.sink.truncate"
+    assert str(e) == "p.yaml:12: $.sink.truncate: expected one of: apply, dead_letter, got 'drop'"

@@ -50,16 +50,32 @@ def test_tombstones_are_skipped_and_bad_events_are_named():
             {"op": "x", "after": {"id": 1}},
             {"op": "t"},
             {"after": {"id": 1}},
-        ).cast(pa.binary())
+            {"op": "m"},
+        ).cast(pa.binary()),
+        apply_truncate=False,
     )
-    assert out.skipped == frozenset({0})
+    assert out.skipped == frozenset({0}) and out.truncate == frozenset()
     assert out.bad == {
         1: "debezium envelope: op 'd' without 'before'",
         2: "debezium envelope: op 'c' without 'after'",
         3: "debezium envelope: op must be one of c, r, u, d, not 'x'",
-        4: "debezium envelope: op 't' (truncate/message) changes no row by key",
+        4: "debezium envelope: op 't' (truncate/message) changes no row by key "
+        "(truncate: dead_letter)",
         5: "debezium envelope: op must be one of c, r, u, d, not None",
+        6: "debezium envelope: op 'm' (truncate/message) changes no row by key",
     }
+
+
+def test_a_truncate_is_a_change_without_a_row_unless_dead_lettered():
+    events = _values(
+        {"op": "c", "after": {"id": 1}},
+        {"schema": {}, "payload": {"op": "t", "before": None, "after": None}},
+        {"op": "t"},
+    )
+    out = unwrap(events)
+    assert out.truncate == frozenset({1, 2}) and out.bad == {}
+    assert out.rows.to_pylist()[1:] == [None, None]
+    assert out.delete.to_pylist() == [False, False, False]
     garbage = unwrap(pa.array([b"{not json"], pa.binary()))
     assert list(garbage.bad) == [0] and garbage.bad[0].startswith("debezium envelope: ")
     assert garbage.rows.to_pylist() == [None]

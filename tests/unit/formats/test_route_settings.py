@@ -223,3 +223,19 @@ def test_a_rules_compact_and_log_are_its_delta_tables_upkeep_thresholds() -> Non
     assert (shop.compact.min_files, shop.compact.every_s, shop.log.tidy_every_s) == (16, 600, 60)
     assert (other.compact, other.log) == (sink.compact, sink.log)
     assert shop.routes is None and shop.path == "/lake/lake_a"
+
+
+def test_truncate_applies_by_default_and_a_rule_may_dead_letter_it() -> None:
+    cfg = _config(
+        Route("kept", topic="a", truncate="dead_letter"),
+        Route("rest", topic_pattern=".*"),
+        source={"key_format": "json", "key_schema": {"id": "long"}, "include_key": True,
+                "envelope": "debezium"},
+        write_mode="upsert",
+    )  # fmt: skip
+    formats = cfg.route_formats()
+    assert (formats("kept").truncate, formats("rest").truncate) == ("dead_letter", "apply")
+    sink = msgspec.structs.replace(cfg.sink, truncate="dead_letter")
+    assert msgspec.structs.replace(cfg, sink=sink).route_formats()("rest").truncate == (
+        "dead_letter"
+    )

@@ -15,7 +15,7 @@ from rayconnect.errors import ConfigError
 from rayconnect.formats.partitioning import split
 from rayconnect.formats.rows import BadRecordError, decode_block, partition_specs
 from rayconnect.formats.settings import RecordFormat
-from rayconnect.write_modes.fold import DELETE_COLUMN
+from rayconnect.write_modes.fold import DELETE_COLUMN, LSN_COLUMN, TRUNCATE_COLUMN
 
 KEYED = dict(
     value_format="json",
@@ -96,6 +96,56 @@ def test_debezium_events_become_rows_and_deletes_and_tombstones_change_nothing()
         4: "key column(s) ['id']: not all in the row or the record key",
         5: "debezium envelope: op must be one of c, r, u, d, not 'q'",
     }
+
+
+@pytest.mark.parametrize("truncate", ["apply", "dead_letter"])
+def test_a_debezium_truncate_is_a_keyless_change_or_a_dead_letter(truncate: str):
+    events = [
+        {"op": "c", "after": {"id": 1, "v": "a"}},
+        {"op": "t", "before": None, "after": None, "source": {"table": "t"}},
+        {"op": "c", "after": {"id": 2, "v": "b"}},
+    ]
+    fmt = RecordFormat(
+        **dict(KEYED, envelope="debezium"),
+        truncate=truncate,  # type: ignore[arg-type]
+    )
+    block = decode_block(raw([json.dumps(e).encode() for e in events], key=b'{"id":1}'), fmt, None)
+    rows = block.rows.to_pylist()
+    if truncate == "apply":
+        assert [(r["_kafka_offset"], r[TRUNCATE_COLUMN]) for r in rows] == [
+            (0, False),
+            (1, True),
+            (2, False),
+        ]
+        assert rows[1]["v"] is None and block.dead_letters.num_rows == 0
+    else:
+        assert [r["_kafka_offset"] for r in rows] == [0, 2]
+        assert TRUNCATE_COLUMN not in block.rows.column_names
+        assert block.dead_letters.column("reason").to_pylist() == [
+            "debezium envelope: op 't' (truncate/message) changes no row by key "
+            "(truncate: dead_letter)"
+        ]
+
+
+def test_each_events_source_lsn_is_kept_to_order_truncates_unless_dead_lettered():
+    events = [
+        {"op": "c", "after": {"id": 1}, "source": {"lsn": 7, "table": "t"}},
+        {"op": "c", "after": {"id": 2}},
+    ]
+    values = raw([json.dumps(e).encode() for e in events], key=b'{"id":1}')
+    block = decode_block(values, RecordFormat(**dict(KEYED, envelope="debezium")), None)
+    assert block.rows.column(LSN_COLUMN).to_pylist() == [7, None]
+    kept = RecordFormat(**dict(KEYED, envelope="debezium"), truncate="dead_letter")
+    assert LSN_COLUMN not in decode_block(values, kept, None).rows.column_names
+
+
+def test_a_block_of_a_truncate_alone_keeps_no_untyped_key_column():
+    fmt = RecordFormat(
+        value_format="json", envelope="debezium", errors="dead_letter", upsert_keys=("id",)
+    )
+    block = decode_block(raw([b'{"op":"t","before":null,"after":null}']), fmt, None)
+    assert block.rows.column(TRUNCATE_COLUMN).to_pylist() == [True]
+    assert "id" not in block.rows.column_names and block.dead_letters.num_rows == 0
 
 
 def test_append_tables_are_unchanged_by_the_upsert_path():

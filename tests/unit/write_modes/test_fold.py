@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rayconnect.write_modes.fold import DELETE_COLUMN, fold, missing_key
+from rayconnect.write_modes.fold import (
+    DELETE_COLUMN,
+    LSN_COLUMN,
+    TRUNCATE_COLUMN,
+    fold,
+    missing_key,
+)
 
 
 def _changes(rows: list[tuple[int, int, int, str | None]]) -> pa.Table:
@@ -90,3 +96,95 @@ def test_the_fold_equals_applying_every_change_in_order(stream):
     applied.update(folded_rows)
     assert applied == expected
     assert not (set(folded_rows) & deleted)
+
+
+# -- truncate: removes the table's rows and the round's changes before it ---------------
+
+
+def _with_truncates(rows: list[tuple[int, int, int | None, str | None, int, bool]]) -> pa.Table:
+    """(partition, offset, key, value or None for a delete, timestamp ms, truncate)."""
+    return (
+        _changes([r[:4] for r in rows])
+        .append_column("_kafka_timestamp", pa.array([r[4] for r in rows], pa.timestamp("ms")))
+        .append_column(TRUNCATE_COLUMN, pa.array([r[5] for r in rows]))
+    )
+
+
+def test_a_truncate_keeps_only_its_partitions_later_changes_by_offset():
+    folded = fold(
+        _with_truncates(
+            [
+                (0, 1, 1, "before", 10, False),
+                (0, 2, 2, "before", 10, False),
+                (0, 3, None, None, 10, True),  # the truncate: same ms as the changes around it
+                (0, 4, 2, "after", 10, False),
+                (0, 5, 3, None, 10, False),  # a delete after it: nothing left to delete
+            ]
+        ),
+        ["id"],
+    )
+    assert folded.truncated
+    assert _state(folded) == ({2: "after"}, {3})
+    assert TRUNCATE_COLUMN not in folded.rows.column_names
+
+
+def test_other_partitions_are_ordered_against_a_truncate_by_timestamp_ties_kept():
+    folded = fold(
+        _with_truncates(
+            [
+                (1, 7, 11, "earlier", 99, False),  # stamped before the truncate: removed
+                (2, 3, 12, "same-ms", 100, False),  # a tie: kept (it may follow it)
+                (0, 9, None, None, 100, True),
+                (1, 8, 13, "later", 101, False),
+                (0, 2, 14, "old", 150, False),  # its own partition goes by offset: removed
+            ]
+        ),
+        ["id"],
+    )
+    assert folded.truncated
+    assert _state(folded) == ({12: "same-ms", 13: "later"}, set())
+
+
+def test_two_truncates_each_remove_what_precedes_them():
+    folded = fold(
+        _with_truncates(
+            [
+                (0, 1, 1, "a", 10, False),
+                (0, 2, None, None, 11, True),
+                (1, 1, 2, "b", 12, False),
+                (0, 3, None, None, 13, True),
+                (1, 2, 3, "c", 14, False),
+            ]
+        ),
+        ["id"],
+    )
+    assert _state(folded) == ({3: "c"}, set())
+
+
+def test_a_round_of_only_a_truncate_empties_the_table_even_without_key_columns():
+    changes = _with_truncates([(0, 4, None, None, 10, True)]).drop_columns(["id", "v"])
+    folded = fold(changes, ["id"])
+    assert folded.truncated and folded.rows.num_rows == 0 and folded.deleted.num_rows == 0
+    assert fold(_with_truncates([(0, 1, 1, "a", 1, False)]), ["id"]).truncated is False
+
+
+def test_a_truncate_cannot_be_ordered_without_timestamps():
+    changes = _with_truncates([(0, 1, None, None, 1, True)]).drop_columns(["_kafka_timestamp"])
+    with pytest.raises(ValueError, match="_kafka_timestamp"):
+        fold(changes, ["id"])
+
+
+def test_other_partitions_go_by_the_sources_lsn_where_both_events_have_one():
+    changes = _with_truncates(
+        [
+            (1, 1, 21, "lsn-before", 500, False),  # stamped later, but committed before it
+            (0, 5, None, None, 400, True),
+            (1, 2, 22, "lsn-same", 300, False),  # the truncating transaction's own: kept
+            (2, 1, 23, "no-lsn", 399, False),  # no LSN: by its timestamp, before it
+        ]
+    ).append_column(LSN_COLUMN, pa.array([90, 100, 100, None], pa.int64()))
+    folded = fold(changes, ["id"])
+    assert _state(folded) == ({22: "lsn-same"}, set())
+    assert LSN_COLUMN not in folded.rows.column_names
+    untouched = fold(changes.filter(pa.array([True, False, True, True])), ["id"])
+    assert not untouched.truncated and LSN_COLUMN not in untouched.rows.column_names
