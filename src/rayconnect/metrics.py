@@ -20,19 +20,22 @@ its prefix) and tagged with ``pipeline``; per-partition metrics also carry ``clu
 | rayconnect_table_records_written | counter | pipeline, table | coordinator: rows committed to a route table (``sink.routes``) |
 | rayconnect_table_version        | gauge     | pipeline, table | coordinator: a route table's version, as last committed |
 | rayconnect_table_last_commit_time_s | gauge | pipeline, table | coordinator: Unix time of a route table's last commit |
+| rayconnect_table_lag            | gauge     | pipeline, table | coordinator, every ``TABLE_LAG_EVERY_S``: records in Kafka not in a route table yet (the sum over its partitions of high watermark - its own offset; the readers' high watermarks) |
 | rayconnect_outage_s             | gauge     | pipeline        | coordinator: how long the oldest outage under way (broker unreachable, table store failing) has lasted; 0 when none |
 | rayconnect_source_lag_bytes     | gauge     | pipeline, task  | source task: bytes of its source not in Kafka yet (Postgres: WAL behind the slot's confirmed position); 0 when caught up |
 | rayconnect_source_lag_s         | gauge     | pipeline, task  | source task: how old the oldest data not in Kafka yet is (Postgres: since the commit of the last transaction read) |
 
 Lag behind the table, per partition, is ``high_watermark - committed_offset`` (a PromQL
 expression; ``rayconnect status`` shows it computed). With routes, a partition's
-``committed_offset`` is the smallest among its tables; a ``topic``/``topic_pattern`` route's
-table is one per topic, so ``sum by (topic)`` of that difference is its table's lag.
+``committed_offset`` is the smallest among its tables, so a table fed by a field route (one
+partition, several tables) has its own lag only in ``rayconnect_table_lag``: one series per
+table, not per table and partition (that would be 800 more series at 200 tables x 4).
 
 Series (before the tags Ray adds): 5 per partition (records_read, bytes_read,
 high_watermark, read_lag, committed_offset; dead_letter_records only for partitions with
-dead letters), 3 per route table, and ~30 per pipeline (counters, gauges and the two
-histograms' buckets). 200 tables of 4 partitions: 5 x 800 + 3 x 200 + ~30 = ~4,630.
+dead letters), 4 per route table, and ~32 per pipeline (counters, gauges and the two
+histograms' buckets). 200 tables of 4 partitions: 5 x 800 + 4 x 200 + ~32 = ~4,832; measured
+4,832 ``ray_rayconnect_*`` series on a Prometheus scrape (``bench/metric_series.py``; 4,632 before ``table_lag``).
 Nothing is per record, per file or per round.
 
 Metrics are reported by each worker to its node's metrics agent every
@@ -62,6 +65,9 @@ COMMIT_BOUNDARIES = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 # the last value of every gauge this process set is set again every GAUGE_REFRESH_S by one
 # daemon thread: a partition with no new data keeps showing its offsets.
 GAUGE_REFRESH_S = 2.0
+#: how often the coordinator of a routed sink asks its readers for their high watermarks
+#: and sets each table's lag (Ray reports every 10 s by default: more often shows nothing)
+TABLE_LAG_EVERY_S = 10.0
 
 _lock = threading.Lock()
 _metrics: dict[str, Any] = {}
@@ -121,9 +127,8 @@ def _registry() -> dict[str, Any]:
         )
         counter("table_records_written", "Rows committed to a route table", TABLE_TAGS)
         gauge("table_version", "A route table's version, as last committed", TABLE_TAGS)
-        gauge(
-            "table_last_commit_time_s", "Unix time of a route table's last commit", TABLE_TAGS
-        )
+        gauge("table_last_commit_time_s", "Unix time of a route table's last commit", TABLE_TAGS)
+        gauge("table_lag", "Records in Kafka not in a route table yet", TABLE_TAGS)
         gauge("source_lag_bytes", "Bytes of the source not in Kafka yet", TASK_TAGS)
         gauge("source_lag_s", "Seconds the oldest data not in Kafka yet is old", TASK_TAGS)
         _metrics["round_duration_s"] = Histogram(
@@ -235,6 +240,13 @@ class SinkMetrics:
                 self._do("table_records_written", "inc", rows, tags)
             self._do("table_version", "set", version, tags)
             self._do("table_last_commit_time_s", "set", at, tags)
+
+    def table_lag(self, lags: dict[str, int | None]) -> None:
+        """Each route table's lag (``protocol.table_offsets.table_lag``); a table whose lag
+        is not known (None: a reader restarting) keeps its last value."""
+        for name, lag in lags.items():
+            if lag is not None:
+                self._do("table_lag", "set", lag, {"pipeline": self.pipeline, "table": name})
 
     def dead_letters(self, key: str, records: int) -> None:
         """``records`` bad records of partition ``key`` were committed to the dead-letter

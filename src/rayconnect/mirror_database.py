@@ -8,7 +8,8 @@ inserts, updates and deletes at a paced rate on one connection in a thread
 whose outcome the caller then cannot know). ``changed_ms`` in every row is the writer's
 clock at the change: commit -> visible freshness is the time a reader sees the row minus it.
 
-``rows_of(table)`` is ``SELECT *`` of a table and ``lake_rows`` reads a Delta table back;
+``rows_of(table)`` is ``SELECT *`` of a table and ``lake_rows`` reads a lake table back (a
+Delta table under a folder, or an Iceberg route table of an ``IcebergSink``'s catalog);
 ``difference`` compares the two through ``normalize`` (timestamps as UTC ISO strings,
 whichever type each side gave them) and says the first table that differs, or None.
 """
@@ -29,6 +30,9 @@ import psycopg2
 from rayconnect.local_postgres import PostgresServer
 
 Row = dict[str, Any]
+#: where the mirror's tables are: a folder of Delta tables, or the routed Iceberg sink (its
+#: catalog's namespace)
+Lake = Any  # Path | rc.IcebergSink (not imported here: the demo imports this module early)
 
 COLUMNS = "id int PRIMARY KEY, name text, qty int, total bigint, price double precision, ok boolean, at timestamptz, changed_ms bigint"
 KEYS = 400  # per table: inserts, updates and deletes keep hitting the same keys
@@ -225,13 +229,17 @@ class MirrorDatabase:
         return [c.split()[0] for c in COLUMNS.split(", ")]
 
 
-def lake_rows(lake: Path, table: str) -> list[Row]:
-    """The rows of the Delta table ``lake/table`` ([] before its first commit)."""
+def lake_rows(lake: Lake, table: str) -> list[Row]:
+    """The rows of the Delta table ``lake/table``, or of route table ``table`` of the
+    Iceberg sink ``lake`` ([] before its first commit)."""
     from deltalake import DeltaTable
 
+    from rayconnect.config.sink import IcebergSink
     from rayconnect.storage.delta_reads import delta_dataset
     from rayconnect.storage.location import TableLocation
 
+    if isinstance(lake, IcebergSink):
+        return _iceberg_rows(lake, table)
     path = lake / table
     if not (path / "_delta_log").exists():
         return []
@@ -239,7 +247,20 @@ def lake_rows(lake: Path, table: str) -> list[Row]:
     return delta_dataset(DeltaTable(str(path)), location).to_table().to_pylist()
 
 
-def table_difference(db: MirrorDatabase, lake: Path, table: str) -> str | None:
+def _iceberg_rows(sink: Any, table: str) -> list[Row]:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from rayconnect.tables.factory import iceberg_committer
+
+    route = sink.route_table(table)
+    try:
+        found = iceberg_committer(route, "mirror-check", None).catalog().load_table(route.table)
+    except NoSuchTableError:
+        return []
+    return found.scan().to_arrow().to_pylist()
+
+
+def table_difference(db: MirrorDatabase, lake: Lake, table: str) -> str | None:
     """None if the lake table equals ``SELECT *`` of its Postgres table; else how not."""
     cols = db.columns()
     want = normalized(db.rows_of(table), cols)
@@ -259,7 +280,7 @@ def table_difference(db: MirrorDatabase, lake: Path, table: str) -> str | None:
     )
 
 
-def difference(db: MirrorDatabase, lake: Path) -> str | None:
+def difference(db: MirrorDatabase, lake: Lake) -> str | None:
     """None once every lake table equals its Postgres table; else the first difference."""
     for table in db.names:
         if (problem := table_difference(db, lake, table)) is not None:
@@ -267,7 +288,7 @@ def difference(db: MirrorDatabase, lake: Path) -> str | None:
     return None
 
 
-def wait_mirrored(db: MirrorDatabase, lake: Path, timeout_s: float) -> str | None:
+def wait_mirrored(db: MirrorDatabase, lake: Lake, timeout_s: float) -> str | None:
     """Check every 2 s until the lake mirrors the database: None, or the last difference
     seen when ``timeout_s`` ran out."""
     deadline = time.monotonic() + timeout_s
@@ -328,10 +349,13 @@ def mirror_source(
     )
 
 
-def mirror_sink(name: str, bootstrap: str, lake: Path, prefix: str, **settings: Any) -> Any:
+def mirror_sink(
+    name: str, bootstrap: str, lake: Path, prefix: str, iceberg: bool = False, **settings: Any
+) -> Any:
     """The sink half: ONE pipeline whose topic-pattern route upserts each table's change
-    events into ``lake/<table>``, made at the table's first record. ``settings``: the
-    SinkPipeline's (commit_interval_s, spark...)."""
+    events into ``lake/<table>`` (Delta), or with ``iceberg`` into ``<prefix>.<table>`` of
+    the embedded SQL catalog in the warehouse ``lake``; each made at its first record.
+    ``settings``: the SinkPipeline's (commit_interval_s, spark...)."""
     import rayconnect as rc
 
     pattern = topic_pattern(prefix)
@@ -341,5 +365,9 @@ def mirror_sink(name: str, bootstrap: str, lake: Path, prefix: str, **settings: 
         discovery_interval_s=2.0,
     )
     routes = rc.Routes(rules=(rc.Route(table="{1}", topic_pattern=pattern),))
-    sink = rc.DeltaSink(str(lake), write_mode="upsert", key_columns=("id",), routes=routes)
+    upsert: dict[str, Any] = {"write_mode": "upsert", "key_columns": ("id",), "routes": routes}
+    if iceberg:
+        sink: Any = rc.IcebergSink(f"{prefix}.unrouted", warehouse=str(lake), **upsert)
+    else:
+        sink = rc.DeltaSink(str(lake), **upsert)
     return rc.SinkPipeline(name, source, sink, **settings)

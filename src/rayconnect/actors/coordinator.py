@@ -69,7 +69,12 @@ from rayconnect.protocol.housekeeping import (
 from rayconnect.protocol.messages import HostRound, Message
 from rayconnect.protocol.status import PipelineStatus, RoundCounts
 from rayconnect.protocol.upkeep import Job
-from rayconnect.tables.base import TableBrokenError, TableCommitter, check_not_behind
+from rayconnect.tables.base import (
+    TableBrokenError,
+    TableCommitter,
+    TableUpkeep,
+    check_not_behind,
+)
 from rayconnect.tables.table_set import TableSet
 
 log = logging.getLogger(__name__)
@@ -80,7 +85,12 @@ MAX_TICK_S = 0.25
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class CoordinatorActor:
     async def __init__(self, config: SinkPipelineConfig, partitions: list[str]) -> None:  # type: ignore[misc]  # Ray awaits an async actor's __init__
-        from rayconnect.tables.factory import open_committer, open_upkeep, upkeep_schedule
+        from rayconnect.tables.factory import (
+            open_committer,
+            open_upkeep,
+            route_upkeep_schedule,
+            upkeep_schedule,
+        )
 
         self.config = config
         #: with routes: the tables of the routes, each committed by its own committer
@@ -95,8 +105,13 @@ class CoordinatorActor:
         self.upkeep = open_upkeep(config.sink, config.name, config.record_format())
         # one clock for probes, upkeep and outages: the wall clock readers report outages in
         self.housekeeping = Housekeeping(
-            upkeep_schedule(config.sink, time.time()), config.give_up_after_s, time.time()
+            upkeep_schedule(config.sink, time.time()),
+            config.give_up_after_s,
+            time.time(),
+            routes=route_upkeep_schedule(config.sink) if self.tables is not None else None,
         )
+        #: route table -> its upkeep, opened (and its table configured) at its first job
+        self._route_upkeep: dict[str, TableUpkeep] = {}
         self.upkeep_log: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         # one thread per job kind at most (the schedule runs one of each at a time)
         self._upkeep_pool = concurrent.futures.ThreadPoolExecutor(2, "table-upkeep")
@@ -130,6 +145,8 @@ class CoordinatorActor:
         self._main_task = loop.create_task(self._main())
         self._probe_pool = concurrent.futures.ThreadPoolExecutor(1, "table-store-probe")
         self._housekeeping_task = loop.create_task(self._housekeep())
+        if self.tables is not None:
+            self._table_lag_task = loop.create_task(self._export_table_lag())
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -195,6 +212,40 @@ class CoordinatorActor:
             self._do(self.housekeeping.tick(time.time()))
             await asyncio.sleep(MAX_TICK_S)
 
+    async def _export_table_lag(self) -> None:
+        """Set each route table's lag gauge every ``TABLE_LAG_EVERY_S``. The high
+        watermarks are the readers' (they fetch them); the offsets each table's own. Best
+        effort: a reader that does not answer leaves its tables' last value."""
+        from rayconnect.metrics import TABLE_LAG_EVERY_S
+        from rayconnect.protocol.table_offsets import table_lag
+
+        assert self.tables is not None
+        while self.fenced is None and self.gave_up is None:
+            await asyncio.sleep(TABLE_LAG_EVERY_S)
+            hws: dict[str, int | None] = {}
+            try:
+                readers = await asyncio.to_thread(self._readers)  # GCS look-ups: blocking
+                for actor in readers:
+                    report = await asyncio.wait_for(actor.status.remote(), TABLE_LAG_EVERY_S)
+                    for key, p in report.get("partitions", {}).items():
+                        hws[key] = p.get("high_watermark")
+            except Exception as e:  # a reader restarting: try again next time
+                log.debug("coordinator %s: table lag not known: %s", self.config.name, e)
+                continue
+            # copies (each atomic under the GIL): a commit thread may update them meanwhile
+            tables = {name: dict(offsets) for name, offsets in dict(self.tables.offsets).items()}
+            self._metrics.table_lag({name: table_lag(o, hws) for name, o in tables.items()})
+
+    def _readers(self) -> list[Any]:
+        """This pipeline's live reader actors (blocking: GCS look-ups)."""
+        found = []
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            name = a["name"]
+            if a["namespace"] == names.NAMESPACE and name.startswith(f"{self.config.name}/reader/"):
+                with contextlib.suppress(ValueError):  # gone meanwhile
+                    found.append(ray.get_actor(name, namespace=names.NAMESPACE))
+        return found
+
     def _do(self, chores: list[Chore]) -> None:
         """Carry out the housekeeping's chores. Never waits (it is called while an effect
         of the rounds is carried out): IO goes to tasks, and the rounds stop in ``_main``."""
@@ -203,7 +254,7 @@ class CoordinatorActor:
             if isinstance(chore, ProbeStore):
                 loop.create_task(self._probe_store(chore))
             elif isinstance(chore, RunUpkeep):
-                loop.create_task(self._run_upkeep(chore.job))
+                loop.create_task(self._run_upkeep(chore.job, chore.table))
             elif isinstance(chore, StopRounds):
                 self.gave_up = chore.reason
                 self._wake.set()
@@ -404,6 +455,7 @@ class CoordinatorActor:
         )
         if self.tables is not None:
             self._metrics.tables_committed(self.tables.last_round, time.time())
+            self._do(self.housekeeping.tables_committed(self.tables.last_round_files, time.time()))
 
     def _commit_blocking(self, commit: CommitTable) -> int:
         """The round's table version: one table's, or each route table's (``TableSet``)."""
@@ -460,27 +512,48 @@ class CoordinatorActor:
             self._do(self.housekeeping.table_broken(reason, time.time()))
             self._error = self.gave_up
 
-    async def _run_upkeep(self, job: Job) -> None:
-        """One upkeep job in the upkeep thread; its outcome goes back to the schedule."""
+    def _upkeep_of(self, table: str | None) -> TableUpkeep:
+        """The upkeep of route table ``table`` (None: of the sink's own table). Blocking: a
+        route table's is opened, and its table's properties set, at its first job."""
+        if table is None:
+            return self.upkeep
+        upkeep = self._route_upkeep.get(table)
+        if upkeep is None:
+            from rayconnect.tables.factory import open_upkeep
+
+            formats = self.config.route_formats()
+            upkeep = open_upkeep(
+                self.config.sink.route_table(table), self.config.name, formats(table)
+            )
+            upkeep.configure_table()
+            self._route_upkeep[table] = upkeep
+        return upkeep
+
+    def _run_job(self, job: Job, table: str | None) -> dict[str, Any]:
+        upkeep = self._upkeep_of(table)
+        if job is Job.TIDY:
+            return upkeep.tidy()
+        metrics = upkeep.compact()
+        return {
+            k: metrics.get(k) for k in ("numFilesAdded", "numFilesRemoved", "numBatches", "races")
+        }
+
+    async def _run_upkeep(self, job: Job, table: str | None = None) -> None:
+        """One upkeep job (of route table ``table``) in the upkeep thread; its outcome goes
+        back to the schedule."""
         started = time.monotonic()
         loop = asyncio.get_running_loop()
+        where = {} if table is None else {"table": table}
         try:
-            if job is Job.COMPACT:
-                metrics = await loop.run_in_executor(self._upkeep_pool, self.upkeep.compact)
-                result = {
-                    k: metrics.get(k)
-                    for k in ("numFilesAdded", "numFilesRemoved", "numBatches", "races")
-                }
-            else:
-                result = await loop.run_in_executor(self._upkeep_pool, self.upkeep.tidy)
+            result = await loop.run_in_executor(self._upkeep_pool, self._run_job, job, table)
         except Exception as e:
             error = f"{type(e).__name__}: {e}"
             log.warning("coordinator %s: %s failed: %s", self.config.name, job.value, error)
-            self._do(self.housekeeping.upkeep_finished(job, error, time.time()))
-            self.upkeep_log.append({"job": job.value, "ok": False, "error": error})
+            self._do(self.housekeeping.upkeep_finished(job, error, time.time(), table))
+            self.upkeep_log.append({"job": job.value, **where, "ok": False, "error": error})
             return
-        self._do(self.housekeeping.upkeep_finished(job, None, time.time()))
-        result.update(job=job.value, ok=True, s=round(time.monotonic() - started, 3))
+        self._do(self.housekeeping.upkeep_finished(job, None, time.time(), table))
+        result.update(job=job.value, **where, ok=True, s=round(time.monotonic() - started, 3))
         self.upkeep_log.append(result)
         log.info("coordinator %s: upkeep %s", self.config.name, result)
 
@@ -529,6 +602,7 @@ class CoordinatorActor:
             give_up_after_s=self.config.give_up_after_s,
             outages=tuple(self.housekeeping.describe(time.time())),
             upkeep=self.housekeeping.upkeep_status(),
+            upkeep_by_table=self.housekeeping.route_upkeep_status(),
             upkeep_recent=tuple(self.upkeep_log),
             tables=self.tables.table_status() if self.tables is not None else {},
         )

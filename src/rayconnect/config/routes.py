@@ -35,6 +35,7 @@ from rayconnect.formats.settings import (
     ValueFormat,
     WriteMode,
 )
+from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 
 #: What a record that no rule matches does: ``dead_letter`` (kept, with the reason, in the
 #: sink's own table) or ``stop`` (its partition stops, as a bad record with ``errors: stop``).
@@ -98,6 +99,12 @@ class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: this rule's tables' partition columns (as ``sink.partition_by``; ``[]``: none);
     #: unset: the sink's
     partition_by: tuple[str, ...] | None = None
+    #: Delta: when and how this rule's tables are compacted (as ``sink.compact``); unset:
+    #: the sink's. Each table has its own schedule either way (``protocol.upkeep.RouteUpkeep``)
+    compact: CompactSettings | None = None
+    #: Delta: this rule's tables' checkpoints, log retention and tidy interval (as
+    #: ``sink.log``); unset: the sink's
+    log: LogSettings | None = None
     #: upsert: a truncate event ``apply`` or ``dead_letter`` (as ``sink.truncate``); unset:
     #: the sink's
     truncate: TruncateMode | None = None

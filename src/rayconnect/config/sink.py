@@ -249,8 +249,13 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
         return TableLocation.parse(self.path, self.storage_options)
 
     def route_table(self, name: str) -> DeltaSink:
-        """The sink of route table ``name``: this one's settings, at ``<path>/<name>``."""
-        return msgspec.structs.replace(self, path=self.location().join(name), routes=None)
+        """The sink of route table ``name``: this one's settings, at ``<path>/<name>``, with
+        its rule's ``compact`` and ``log`` if it sets them."""
+        upkeep: dict[str, Any] = {}
+        if self.routes is not None and (at := self.routes.rule_of(name)) is not None:
+            rule = self.routes.rules[at]
+            upkeep = {k: v for k in ("compact", "log") if (v := getattr(rule, k)) is not None}
+        return msgspec.structs.replace(self, path=self.location().join(name), routes=None, **upkeep)
 
     def route_location(self, name: str) -> TableLocation:
         """Where route table ``name``'s files go."""

@@ -36,6 +36,7 @@ from rayconnect.errors import (
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.status import PartitionStatus, PipelineStatus, StopResult, WriterStatus
+from rayconnect.protocol.table_offsets import table_lag
 from rayconnect.protocol.types import TopicPartition
 from rayconnect.runtime import (
     Handle,
@@ -293,15 +294,6 @@ def _writer_status(pipeline: str, timeout_s: float) -> WriterStatus:
     )
 
 
-def _table_lag(offsets: dict[str, int], hws: dict[str, int | None]) -> int | None:
-    """Records of a route table's partitions not in it yet (None: a high watermark is
-    not known)."""
-    marks = [hws.get(key) for key in offsets]
-    if any(hw is None for hw in marks):
-        return None
-    return sum(max((hw or 0) - offsets[key], 0) for key, hw in zip(offsets, marks, strict=True))
-
-
 class PipelineHandle(Handle):
     """Watch and stop a running sink pipeline; holds only its name."""
 
@@ -366,7 +358,7 @@ class PipelineHandle(Handle):
             },
             actors=actor_statuses(self.name) if actors else None,
             tables={
-                name: msgspec.structs.replace(table, lag=_table_lag(table.offsets, hws))
+                name: msgspec.structs.replace(table, lag=table_lag(table.offsets, hws))
                 for name, table in status.tables.items()
             },
         )

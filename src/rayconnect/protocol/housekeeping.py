@@ -9,7 +9,9 @@ effects, so tests and the simulation drive them without a table or a clock:
   until it returns; the next one goes out ``probe_every_s`` after the last answer.
 - **Upkeep.** ``protocol.upkeep.UpkeepSchedule`` says which job is due; this machine asks it
   on every tick once the coordinator has recovered (an idle pipeline's table still gets
-  tidied) and emits ``RunUpkeep`` for each. Committed rounds count their files.
+  tidied) and emits ``RunUpkeep`` for each. Committed rounds count their files. A sink with
+  routes has a ``RouteUpkeep`` too: its tables' jobs, one at a time, ``RunUpkeep`` naming
+  the table; each round's commits count each table's files (``tables_committed``).
 - **Give-up.** ``protocol.outages.OutageWatch`` keeps the outages reported - the store
   failing (probes, the actor's claim/commit/reload errors), rounds discarded one after the
   other, a reader's broker - and decides when one has lasted ``give_up_after_s``. Then
@@ -32,7 +34,7 @@ import msgspec
 
 from rayconnect.protocol.machine import IGNORED, MoveTable, TableMachine
 from rayconnect.protocol.outages import Outage, OutageWatch
-from rayconnect.protocol.upkeep import Job, UpkeepSchedule, UpkeepStatus
+from rayconnect.protocol.upkeep import Job, RouteUpkeep, UpkeepSchedule, UpkeepStatus
 
 #: what the outage watch calls the coordinator's own troubles
 TABLE_STORE = "table store"
@@ -49,9 +51,11 @@ class ProbeStore(msgspec.Struct, frozen=True, tag=True):
 
 
 class RunUpkeep(msgspec.Struct, frozen=True, tag=True):
-    """Run upkeep ``job`` beside the rounds, then call ``upkeep_finished``."""
+    """Run upkeep ``job`` beside the rounds - on route table ``table``, or the sink's own
+    table (None) - then call ``upkeep_finished``."""
 
     job: Job
+    table: str | None = None
 
 
 class StopRounds(msgspec.Struct, frozen=True, tag=True):
@@ -77,6 +81,7 @@ class Event(enum.Enum):
     OUTAGE = "outage"  # something failing, or fine again
     ROUND_OUTCOME = "round_outcome"  # a round finished or was discarded
     UPKEEP_FINISHED = "upkeep_finished"
+    TABLES_COMMITTED = "tables_committed"  # a round's commits to route tables
     GIVE_UP = "give_up"  # an outage lasted give_up_after_s, or the table is broken
 
 
@@ -99,6 +104,7 @@ TRANSITIONS: Final = MoveTable[State, Event](
             _E.OUTAGE: _S.RUNNING,
             _E.ROUND_OUTCOME: _S.RUNNING,
             _E.UPKEEP_FINISHED: _S.RUNNING,
+            _E.TABLES_COMMITTED: _S.RUNNING,
             _E.GIVE_UP: _S.GAVE_UP,
         },
         _S.GAVE_UP: {
@@ -108,6 +114,7 @@ TRANSITIONS: Final = MoveTable[State, Event](
             _E.OUTAGE: _S.GAVE_UP,  # still shown in status
             _E.ROUND_OUTCOME: IGNORED,  # IO that was under way
             _E.UPKEEP_FINISHED: _S.GAVE_UP,  # a job that was running
+            _E.TABLES_COMMITTED: IGNORED,  # IO that was under way
             _E.GIVE_UP: IGNORED,  # it stopped once; the first reason stands
         },
     },
@@ -126,9 +133,11 @@ class Housekeeping(TableMachine[State, Event]):
         now: float,
         probe_every_s: float = PROBE_EVERY_S,
         probe_timeout_s: float = PROBE_TIMEOUT_S,
+        routes: RouteUpkeep | None = None,
     ) -> None:
         super().__init__(State.WAITING)
         self.schedule = schedule
+        self.routes = routes
         self.watch = OutageWatch(give_up_after_s)
         self.probe_every_s = probe_every_s
         self.probe_timeout_s = probe_timeout_s
@@ -148,6 +157,10 @@ class Housekeeping(TableMachine[State, Event]):
 
     def upkeep_status(self) -> UpkeepStatus:
         return self.schedule.status()
+
+    def route_upkeep_status(self) -> dict[str, UpkeepStatus]:
+        """Each route table's upkeep (empty without routes)."""
+        return self.routes.status() if self.routes is not None else {}
 
     def next_deadline(self) -> float | None:
         """When ``tick`` has a probe to send or to count as failing, or None (upkeep and
@@ -180,6 +193,8 @@ class Housekeeping(TableMachine[State, Event]):
             self.watch.failing(TABLE_STORE, "no answer", now)
         if self._state is State.RUNNING:
             chores += [RunUpkeep(job) for job in self.schedule.due(now)]
+            if self.routes is not None:
+                chores += [RunUpkeep(j.job, j.table) for j in self.routes.due(now)]
         return chores + self._decide(now)
 
     def probe_finished(self, error: str | None, now: float) -> list[Chore]:
@@ -211,10 +226,27 @@ class Housekeeping(TableMachine[State, Event]):
             return []
         return self._report(ROUNDS, reason or "discarded", now)
 
-    def upkeep_finished(self, job: Job, error: str | None, now: float) -> list[Chore]:
-        """A ``RunUpkeep`` ended: it did its work (``error`` None) or failed."""
+    def tables_committed(self, files: dict[str, int], now: float) -> list[Chore]:
+        """A round committed route tables: table -> the files it added to each."""
+        if not self._fire(Event.TABLES_COMMITTED):
+            return []
+        if self.routes is None:
+            raise ValueError("tables_committed without routes")
+        self.routes.committed(files, now)
+        return []
+
+    def upkeep_finished(
+        self, job: Job, error: str | None, now: float, table: str | None = None
+    ) -> list[Chore]:
+        """A ``RunUpkeep`` (of route table ``table``) ended: it did its work (``error``
+        None) or failed."""
         self._fire(Event.UPKEEP_FINISHED)
-        self.schedule.finished(job, error is None, now, error)
+        if table is None:
+            self.schedule.finished(job, error is None, now, error)
+        elif self.routes is not None:
+            self.routes.finished(table, job, error is None, now, error)
+        else:
+            raise ValueError(f"upkeep of table {table!r} finished without routes")
         return []
 
     def table_broken(self, reason: str, now: float) -> list[Chore]:

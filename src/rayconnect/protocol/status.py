@@ -198,6 +198,8 @@ class PipelineStatus(ByName, msgspec.Struct, frozen=True, kw_only=True):
     outages: tuple[str, ...] = ()
     #: table upkeep so far: compactions, tidies, files since the last compaction
     upkeep: UpkeepStatus | None = None
+    #: with routes: each route table's upkeep, once it was committed by this coordinator
+    upkeep_by_table: dict[str, UpkeepStatus] = {}
     #: what the last upkeep jobs did (each job's own report)
     upkeep_recent: tuple[dict[str, Any], ...] = ()
     #: a sink with routes: route table -> its version, rows, last commit, offsets and lag

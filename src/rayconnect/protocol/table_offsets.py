@@ -57,6 +57,15 @@ class TableRound(msgspec.Struct, frozen=True):
         return self.offsets != self.expected
 
 
+def table_lag(offsets: Mapping[str, int], hws: Mapping[str, int | None]) -> int | None:
+    """Records of a route table's partitions not in it yet: the sum over its ``offsets``
+    of high watermark - its offset (None: a partition's high watermark is not known)."""
+    marks = [hws.get(key) for key in offsets]
+    if any(hw is None for hw in marks):
+        return None
+    return sum(max((hw or 0) - offsets[key], 0) for key, hw in zip(offsets, marks, strict=True))
+
+
 def table_round(
     own: Mapping[str, int],
     partitions: Iterable[str],

@@ -13,6 +13,11 @@ keep the table healthy, run by the coordinator actor beside its rounds (see
   aborted rounds and files compacted away, once older than the sink's
   ``vacuum_retention_hours``.
 
+A sink with routes writes many tables, made on the fly: each gets an ``UpkeepSchedule`` of
+its own at its first commit (``RouteUpkeep``), with its route's thresholds, and ONE job of
+all of them runs at a time - 200 tables compacting side by side would swamp the machine the
+rounds run on - the tables taking turns.
+
 No IO here and time is an input (``now``, any clock): the coordinator's housekeeping machine
 (``protocol.housekeeping``) asks ``due`` on its ticks and reports back with ``finished``; the
 tests drive it without a table.
@@ -21,6 +26,7 @@ tests drive it without a table.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 
 import msgspec
 
@@ -140,8 +146,9 @@ class UpkeepSchedule:
         """The pipeline committed a version adding ``files`` files."""
         self._files += files
 
-    def due(self, now: float) -> list[Job]:
-        """Jobs to start now; they count as running until ``finished``."""
+    def due(self, now: float, at_most: int | None = None) -> list[Job]:
+        """Jobs to start now (no more than ``at_most``: a compaction first); they count as
+        running until ``finished``."""
         jobs: list[Job] = []
         if (
             self.compact.enabled
@@ -153,6 +160,7 @@ class UpkeepSchedule:
             self._counted_at_start = self._files
         if Job.TIDY not in self._running and now - self._last[Job.TIDY] >= self.log.tidy_every_s:
             jobs.append(Job.TIDY)
+        jobs = jobs[:at_most]
         for job in jobs:
             self._running.add(job)
             self._last[job] = now
@@ -187,3 +195,59 @@ class UpkeepSchedule:
             running=tuple(sorted(j.value for j in self._running)),
             last_error=self._error,
         )
+
+
+class TableJob(msgspec.Struct, frozen=True):
+    """An upkeep job of one route table."""
+
+    table: str
+    job: Job
+
+
+class RouteUpkeep:
+    """The upkeep of a routed sink's tables: an ``UpkeepSchedule`` per table, made at its
+    first commit by ``schedule_of(table, now)`` (its route's thresholds; the table's clock
+    starts then), and at most ONE job of them all running at a time. Tables take turns:
+    ``due`` looks at them starting after the last one served, so a table whose jobs are
+    always due cannot keep the others waiting."""
+
+    def __init__(self, schedule_of: Callable[[str, float], UpkeepSchedule]) -> None:
+        self.schedule_of = schedule_of
+        self.schedules: dict[str, UpkeepSchedule] = {}
+        self._running: TableJob | None = None
+        self._last_served: str | None = None
+
+    def committed(self, files: Mapping[str, int], now: float) -> None:
+        """A round committed ``files`` (table -> files it added) to these tables."""
+        for table, n in files.items():
+            if table not in self.schedules:
+                self.schedules[table] = self.schedule_of(table, now)
+            self.schedules[table].committed(n, now)
+
+    def due(self, now: float) -> list[TableJob]:
+        """The one job to start now, if none is running and a table has one due."""
+        if self._running is not None or not self.schedules:
+            return []
+        tables = sorted(self.schedules)
+        if self._last_served is not None:
+            after = [t for t in tables if t > self._last_served]
+            tables = after + [t for t in tables if t <= self._last_served]
+        for table in tables:
+            jobs = self.schedules[table].due(now, at_most=1)
+            if jobs:
+                self._running = TableJob(table, jobs[0])
+                self._last_served = table
+                return [self._running]
+        return []
+
+    def finished(
+        self, table: str, job: Job, ok: bool, now: float, error: str | None = None
+    ) -> None:
+        """The running job ended (as ``UpkeepSchedule.finished``)."""
+        if self._running != TableJob(table, job):
+            raise ValueError(f"{job.value} of {table!r} finished but was not running")
+        self._running = None
+        self.schedules[table].finished(job, ok, now, error)
+
+    def status(self) -> dict[str, UpkeepStatus]:
+        return {table: self.schedules[table].status() for table in sorted(self.schedules)}

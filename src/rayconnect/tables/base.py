@@ -314,6 +314,17 @@ class TableCommitter(abc.ABC):
         self._write(read, VersionWrite(RoundChanges(), {}, metadata, new_epoch))
         return new_epoch
 
+    def adopt_new(
+        self, epoch: int, offsets: Mapping[str, int], files: Sequence[DataFile]
+    ) -> int | None:
+        """A table that does not exist yet, created carrying ``epoch``, the partitions'
+        ``offsets`` and the columns ``files`` bring, in ONE version: what ``ensure_table``,
+        ``adopt_epoch`` and the round's schema version would be (a table made on the fly:
+        ``tables.table_set``). None - nothing done - if the table exists (another
+        coordinator made it first, too), or the format cannot: then ``ensure_table`` and
+        ``adopt_epoch``, with all their checks."""
+        return None
+
     def adopt_epoch(self, epoch: int, offsets: Mapping[str, int]) -> int:
         """Carry ``epoch``, claimed in another table (``tables.table_set``: many tables, one
         claim), and for partitions the table never had, their ``offsets``, in one version of

@@ -27,7 +27,7 @@ import dataclasses
 import math
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -57,6 +57,7 @@ from rayconnect.tables.base import (
     TableBrokenError,
     TableCommitter,
     VersionWrite,
+    new_columns,
 )
 from rayconnect.tables.delta_log import NO_LOG_CLEANUP, DeltaLog, LogState
 from rayconnect.tables.delta_metrics import OPERATION_METRICS, operation_metrics
@@ -164,6 +165,44 @@ class DeltaCommitter(TableCommitter):
                 f"{other}: partitioned by {state.partition_columns}, not {self.partition_by}"
             )
         self._ensured = True
+
+    def adopt_new(
+        self, epoch: int, offsets: Mapping[str, int], files: Sequence[DataFile]
+    ) -> int | None:
+        """The table created with the epoch and offsets as txns of its CREATE (delta-rs
+        writes a create's ``app_transactions``), its schema grown by the files' columns -
+        the checks of ``adopt_epoch`` hold by construction on a table that did not exist.
+        ``mode="ignore"``: a rival that made it first wins, and our version is not in the
+        log (its commit id says so): None, and the caller adopts as usual."""
+        if self.log.state() is not None:
+            return None
+        schema = self.schema
+        rows = [f for f in files if not f.dead_letters]
+        if self.typed and rows:
+            schema = pa.schema(
+                [*schema, *new_columns(schema, {f.path: self._footer(f) for f in rows})]
+            )
+        txns = [Transaction(self.app_id(k), v) for k, v in sorted(offsets.items())]
+        txns.append(Transaction(self.app_id(COORDINATOR_KEY), epoch))
+        commit_id = uuid.uuid4().hex
+        metadata = {
+            "rayconnect.epoch": str(epoch),
+            "rayconnect.adopted": "true",
+            _COMMIT_ID: commit_id,
+        }
+        DeltaTable.create(
+            self.table_path,
+            pa.schema([f.with_nullable(True) for f in schema]),
+            mode="ignore",
+            partition_by=self.partition_by or None,
+            storage_options=self._options,
+            commit_properties=CommitProperties(app_transactions=txns, custom_metadata=metadata),
+        )
+        self.ensure_table()  # the table's checks, on whoever's table it is
+        ours = any(
+            a.get("commitInfo", {}).get(_COMMIT_ID) == commit_id for a in self.log.commit_actions(0)
+        )
+        return 0 if ours else None
 
     def _check_schema(self, table_schema: pa.Schema, error: type[Exception], what: str) -> None:
         """The table's schema must be ours (a typed table's may have grown: evolution)."""

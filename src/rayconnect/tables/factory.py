@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rayconnect.config.sink import DeltaSink, IcebergSink, TableSink
 from rayconnect.formats.settings import RecordFormat
-from rayconnect.protocol.upkeep import CompactSettings, LogSettings, UpkeepSchedule
+from rayconnect.protocol.upkeep import CompactSettings, LogSettings, RouteUpkeep, UpkeepSchedule
 from rayconnect.tables.append import APPEND
 from rayconnect.tables.base import RoundApply, TableCommitter, TableUpkeep
 
@@ -129,8 +129,9 @@ def open_upkeep(
     """Upkeep for ``sink``'s table (no IO yet), with table objects of its own: it runs in a
     thread beside the rounds' committer. A Delta table's: compaction, checkpoints, log
     cleanup, vacuum; an Iceberg table's: vacuum (its committer expires snapshots and merges
-    manifests as it commits). A sink with routes: none yet (its tables are made on the
-    fly; their upkeep is issue 27's point 4)."""
+    manifests as it commits). A sink with routes: none for its own table (its unrouted
+    records, a few); each route table's is ``open_upkeep(sink.route_table(name), ...)``,
+    opened by the coordinator at the table's first job (``route_upkeep_schedule``)."""
     if sink.routes is not None:
         return NoUpkeep()
     if isinstance(sink, IcebergSink):
@@ -167,6 +168,12 @@ class NoUpkeep:
 
 #: how often an Iceberg sink's table is vacuumed (a Delta sink's: ``sink.log.tidy_every_s``)
 VACUUM_EVERY_S = 3600.0
+
+
+def route_upkeep_schedule(sink: TableSink) -> RouteUpkeep:
+    """The upkeep schedules of ``sink``'s route tables: each table's as a sink of its own
+    (``upkeep_schedule``), with its rule's ``compact``/``log`` (``route_table``)."""
+    return RouteUpkeep(lambda name, now: upkeep_schedule(sink.route_table(name), now))
 
 
 def upkeep_schedule(sink: TableSink, now: float) -> UpkeepSchedule:

@@ -92,6 +92,8 @@ class TableSet:
         self._last_commit: dict[str, float] = {}  # Unix time of its last commit
         #: the tables the last round committed: name -> (version, rows)
         self.last_round: dict[str, tuple[int, int]] = {}
+        #: and the files it added to each (their upkeep counts them)
+        self.last_round_files: dict[str, int] = {}
         #: tables read or committed side by side: Delta tables are independent; Iceberg
         #: ones share a catalog (its SQL database), so one at a time
         self._threads = 1 if isinstance(sink, IcebergSink) else READ_THREADS
@@ -195,9 +197,13 @@ class TableSet:
             self.committer(name)
 
         def adopt(name: str) -> int:  # 2: epoch and new partitions, before any rows
-            committer = self.tables[name]
+            committer, introduce = self.tables[name], rounds[name].introduce
+            # a new table: made carrying them (and its first files' columns), one version
+            made = committer.adopt_new(commit.epoch, introduce, by_table[name])
+            if made is not None:
+                return made
             committer.ensure_table()
-            return committer.adopt_epoch(commit.epoch, rounds[name].introduce)
+            return committer.adopt_epoch(commit.epoch, introduce)
 
         adopted, failure = _landed(adopt, adopting, self._threads)
         for name, version in adopted:
@@ -211,7 +217,7 @@ class TableSet:
             self.own.add_dead_letters(unrouted, moved, self.location, self.own.filesystem)
         metadata = commit.metadata.as_table_metadata()
 
-        def commit_one(name: str) -> tuple[int, int] | None:  # 4: (version, rows)
+        def commit_one(name: str) -> tuple[int, int, int] | None:  # 4: (version, rows, files)
             plan, committer = rounds[name], self.committer(name)
             files = without_rows_below(
                 by_table[name], plan.floors, committer.location, committer.filesystem
@@ -219,7 +225,7 @@ class TableSet:
             if not files and not plan.moves:
                 return None
             version = committer.commit(files, plan.offsets, plan.expected, metadata, commit.epoch)
-            return version, sum(f.records for f in files if not f.dead_letters)
+            return version, sum(f.records for f in files if not f.dead_letters), len(files)
 
         names = list(rounds)
         for name in names:
@@ -233,7 +239,8 @@ class TableSet:
             rest, failure = _landed(commit_one, names[1:], self._threads)
             landed += rest
         now = time.time()
-        self.last_round = {name: done for name, done in landed if done is not None}
+        self.last_round = {name: done[:2] for name, done in landed if done is not None}
+        self.last_round_files = {name: done[2] for name, done in landed if done is not None}
         for name, done in landed:
             if done is not None:
                 self._versions[name] = done[0]

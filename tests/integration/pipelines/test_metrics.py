@@ -1,18 +1,21 @@
 """rayconnect's metrics reach Ray's Prometheus endpoint with the values recorded and the
-pipeline/cluster/topic/partition tags (and nothing else of ours as a tag)."""
+pipeline/cluster/topic/partition (a route table's: pipeline/table) tags, and nothing else of
+ours as a tag."""
 
 from __future__ import annotations
 
 import re
-import shutil
-import socket
-import tempfile
+import sys
 import time
 import urllib.request
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import ray
+
+sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))
+from metric_series import ray_exporting_metrics  # noqa: E402 - bench/ is not a package
 
 
 def scrape(port: int) -> dict[str, dict[tuple, float]]:
@@ -25,7 +28,7 @@ def scrape(port: int) -> dict[str, dict[tuple, float]]:
             labels = tuple(
                 kv
                 for kv in sorted(re.findall(r'(\w+)="([^"]*)"', m[2] or ""))
-                if kv[0] in ("pipeline", "cluster", "topic", "partition", "task", "le")
+                if kv[0] in ("pipeline", "cluster", "topic", "partition", "task", "table", "le")
             )
             name = m[1].removesuffix("_total")
             out[name][labels] = out[name].get(labels, 0.0) + float(m[3])
@@ -58,6 +61,9 @@ class Recorder:
         )
         m.rounds(CoordinatorStatus(**{**base, "rounds_committed": 2, "rounds_discarded": 1}))
         m.rounds(CoordinatorStatus(**{**base, "rounds_committed": 3, "rounds_discarded": 1}))
+        m.tables_committed({"lake.a": (4, 30)}, 1_700_000_000.0)
+        m.table_lag({"lake.a": 9, "lake.b": None})  # b: a reader restarting, not known
+        m.table_lag({"lake.a": 3, "lake.b": 5})
         source = SourceMetrics("mx", 0)  # a source task's actor sets it every few seconds
         source.lag(4096, 1.5)
         source.lag(160, 0.25)
@@ -66,25 +72,12 @@ class Recorder:
 
 @pytest.mark.timeout(120)
 def test_metrics_reach_prometheus_with_their_values_and_tags():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    temp_dir = tempfile.mkdtemp(prefix="rc-m-", dir="/tmp")
-    if ray.is_initialized():  # an earlier module's Ray: this test needs its own export port
-        ray.shutdown()
-    ray.init(
-        namespace="rayconnect-metrics-test",
-        num_cpus=1,
-        include_dashboard=True,
-        _temp_dir=temp_dir,
-        _metrics_export_port=port,
-        _system_config={"metrics_report_interval_ms": 1000},
-        log_to_driver=False,
-    )
     p0 = (("cluster", "c0"), ("partition", "0"), ("pipeline", "mx"), ("topic", "orders"))
     p1 = (("cluster", "c0"), ("partition", "1"), ("pipeline", "mx"), ("topic", "orders"))
     pipe = (("pipeline", "mx"),)
     task0 = (("pipeline", "mx"), ("task", "0"))
+    table_a = (("pipeline", "mx"), ("table", "lake.a"))
+    table_b = (("pipeline", "mx"), ("table", "lake.b"))
     expected = {
         "ray_rayconnect_records_read": {p0: 150, p1: 7},
         "ray_rayconnect_bytes_read": {p0: 6000, p1: 280},
@@ -96,12 +89,16 @@ def test_metrics_reach_prometheus_with_their_values_and_tags():
         "ray_rayconnect_rounds_discarded": {pipe: 1},
         "ray_rayconnect_dead_letter_records": {p1: 2},
         "ray_rayconnect_outage_s": {pipe: 12.5},
+        "ray_rayconnect_table_records_written": {table_a: 30},
+        "ray_rayconnect_table_version": {table_a: 4},
+        "ray_rayconnect_table_last_commit_time_s": {table_a: 1_700_000_000.0},
+        "ray_rayconnect_table_lag": {table_a: 3, table_b: 5},
         "ray_rayconnect_source_lag_bytes": {task0: 160},
         "ray_rayconnect_source_lag_s": {task0: 0.25},
         "ray_rayconnect_round_duration_s_count": {pipe: 1},
         "ray_rayconnect_commit_latency_s_count": {pipe: 1},
     }
-    try:
+    with ray_exporting_metrics("rayconnect-metrics-test") as port:
         recorder = Recorder.remote()  # stays alive: its gauges must stay visible
         ray.get(recorder.record.remote(), timeout=60)
         # Exported once a report interval: poll until every value arrived (or time is up),
@@ -120,6 +117,3 @@ def test_metrics_reach_prometheus_with_their_values_and_tags():
         buckets = m["ray_rayconnect_round_duration_s_bucket"]
         assert buckets[(("le", "5.0"), *pipe)] == 1
         assert buckets[(("le", "2.0"), *pipe)] == 0
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)

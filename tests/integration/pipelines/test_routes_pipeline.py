@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -218,6 +219,64 @@ def _check_table_status(pipeline: rc.SinkPipeline, status: rc.PipelineStatus, na
     assert extra.rows_since_start == 25 and extra.last_commit_at is not None
 
 
+#: a rule's own compaction thresholds: at 2 files, as soon as they are there
+EAGER = rc.CompactSettings(min_files=2, every_s=0.0)
+
+
+def _compacted(tables: list[str]):  # noqa: ANN202 - a wait_for predicate
+    """Each of ``tables`` compacted at least once by the pipeline's upkeep."""
+
+    def done(s) -> bool:  # noqa: ANN001
+        upkeep = s["upkeep_by_table"]
+        return all(t in upkeep and upkeep[t].compactions >= 1 for t in tables)
+
+    return done
+
+
+def _lag_gauges(pipeline: str) -> dict[str, float]:
+    """Table -> the ``rayconnect_table_lag`` the coordinator's process last set."""
+
+    def read(_actor: object) -> dict[str, float]:
+        from rayconnect import metrics
+
+        return {
+            dict(tags)["table"]: value
+            for (metric, tags), value in metrics._gauges.items()
+            if metric == "table_lag"
+        }
+
+    coordinator = ray.get_actor(actor_names.coordinator(pipeline), namespace=actor_names.NAMESPACE)
+    return ray.get(coordinator.__ray_call__.remote(read), timeout=30)
+
+
+def _until(read, want, timeout_s: float):  # noqa: ANN001, ANN202
+    """``read()`` polled every second until it returns ``want`` or ``timeout_s`` passed: the
+    last value read."""
+    deadline = time.monotonic() + timeout_s
+    while (got := read()) != want and time.monotonic() < deadline:
+        time.sleep(1.0)
+    return got
+
+
+def _check_compacted(sink: rc.DeltaSink, name: str) -> None:
+    """The route table ``name`` was compacted (an OPTIMIZE in its log), and the compaction
+    changed no row: the table's rows just before it and just after it are the same."""
+    path = sink.route_table(name).path
+    history = DeltaTable(path).history()
+    optimized = sorted(h["version"] for h in history if h["operation"] == "OPTIMIZE")
+    assert optimized, f"{name}: no OPTIMIZE in {[h['operation'] for h in history]}"
+    v = optimized[0]
+    metrics = next(h for h in history if h["version"] == v)["operationMetrics"]
+    assert metrics["numFilesRemoved"] > metrics["numFilesAdded"] >= 1
+
+    def rows(version: int) -> pl.DataFrame:
+        df = pl.from_arrow(DeltaTable(path, version=version).to_pyarrow_table())
+        return df.select(sorted(df.columns)).sort("_kafka_partition", "_kafka_offset")
+
+    before, after = rows(v - 1), rows(v)
+    assert after.height == before.height > 0 and after.equals(before)
+
+
 @pytest.mark.timeout(420)
 def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_through_a_death(
     ray_session, kafka_broker, tmp_path: Path
@@ -227,6 +286,7 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
     their own settings (``Mirrored``); the coordinator dies after committing the first
     table of a round."""
     shop = ["shop.public.users", "shop.public.orders", "shop.public.items"]
+    shop_short = ("users", "orders", "items", "extra")
     names = [*shop, "misc", "cdc"]
     topics = Topics(kafka_broker.bootstrap_servers, [*names, *Mirrored.topic_names()])
     cdc_tables = ["c_users", "c_orders", "c_items"]
@@ -239,7 +299,8 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
     routes = rc.Routes(
         (
             *mirrored.routes,  # (before the field rule: "{value}" can make any name)
-            rc.Route("lake_{1}", topic_pattern=r"shop\.public\.(.*)"),
+            # its tables compact at 2 files (the sink's 64: the field route's never do here)
+            rc.Route("lake_{1}", topic_pattern=r"shop\.public\.(.*)", compact=EAGER),
             rc.Route("{value}", field="source.table"),
         )
     )
@@ -280,13 +341,27 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
             [*names, *Mirrored.topic_names(), "shop.public.extra"],
         )
         status = handle.wait_for(topics.caught_up(), timeout_s=120)
+        # two more rounds into the shop tables: their files count from the coordinator's
+        # restart, and at 2 each is compacted (on the sink's 64 the cdc tables never are)
+        for first in (200, 210):
+            for n, t in enumerate(shop):
+                topics.send(t, [{"id": i, "n": n} for i in range(first, first + 4)])
+            status = handle.wait_for(topics.caught_up(), timeout_s=120)
+        upkept = handle.wait_for(_compacted([f"lake_{t}" for t in shop_short[:3]]), 120)
+        # every table's lag gauge, as the coordinator last set it (every 10 s): caught up
+        lags = _until(lambda: _lag_gauges("routed"), dict.fromkeys(upkept["tables"], 0), 40)
+        assert lags == dict.fromkeys(upkept["tables"], 0)
     finally:
         FAULT_MARKER.unlink(missing_ok=True)
         handle.stop(commit=False)
 
     assert status["epoch"] > before["epoch"]  # the coordinator did die and came back
     assert status["offsets"] == topics.offsets()
-    shop_short = ("users", "orders", "items", "extra")
+    for short in shop_short[:3]:
+        _check_compacted(sink, f"lake_{short}")
+    # the field route's tables (the sink's 64 files) have schedules of their own, not due
+    cdc_upkeep = {t: u.compactions for t, u in upkept["upkeep_by_table"].items() if t in cdc_tables}
+    assert cdc_upkeep and set(cdc_upkeep.values()) == {0}
     for short in shop_short:
         topic = f"shop.public.{short}"
         rows = _rows(sink, f"lake_{short}")

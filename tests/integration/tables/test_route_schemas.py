@@ -113,6 +113,11 @@ def test_twenty_tables_adopted_and_committed_side_by_side_and_a_failure_keeps_th
     assert tables.committed_offsets() == {}
     keys = {f"c/s.{i:02d}/0": 0 for i in range(20)}
     tables.commit_round(_round(sink, epoch, 1, keys, 5))
+    for i in range(20):  # a table's first round: made carrying the epoch and offsets, rows
+        first = DeltaTable(sink.route_table(f"t_{i:02d}").path)
+        ops = [h["operation"] for h in sorted(first.history(), key=lambda h: h["version"])]
+        assert ops == ["CREATE TABLE", "WRITE"] and "id" in first.schema().to_arrow().names
+        assert first.transaction_version(f"p/c/s.{i:02d}/0") == 5
     tables.commit_round(_round(sink, epoch, 2, dict.fromkeys(keys, 5), 3))
     status = tables.table_status()
     assert sorted(status) == [f"t_{i:02d}" for i in range(20)]

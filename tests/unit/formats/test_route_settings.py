@@ -206,6 +206,25 @@ def test_iceberg_route_tables_keep_their_partition_values_in_files() -> None:
     assert (fmt.partition_by, fmt.partition_values_in_files) == (("d=day(ts)",), True)
 
 
+def test_a_rules_compact_and_log_are_its_delta_tables_upkeep_thresholds() -> None:
+    """A rule's ``compact``/``log`` (from a pipeline file's mapping too) are its tables';
+    other rules' tables keep the sink's."""
+    rule = msgspec.convert(
+        {
+            "table": "lake_{1}",
+            "topic_pattern": r"shop\.public\.(.*)",
+            "compact": {"min_files": 16, "every_s": 600},
+            "log": {"tidy_every_s": 60, "log_retention_hours": 1},
+        },
+        Route,
+    )
+    sink = DeltaSink("/lake", routes=Routes((rule, Route("{value}", field="source.table"))))
+    shop, other = sink.route_table("lake_a"), sink.route_table("c_users")
+    assert (shop.compact.min_files, shop.compact.every_s, shop.log.tidy_every_s) == (16, 600, 60)
+    assert (other.compact, other.log) == (sink.compact, sink.log)
+    assert shop.routes is None and shop.path == "/lake/lake_a"
+
+
 def test_truncate_applies_by_default_and_a_rule_may_dead_letter_it() -> None:
     cfg = _config(
         Route("kept", topic="a", truncate="dead_letter"),
