@@ -213,8 +213,9 @@ class Participant(TableMachine[State, Event]):
         self._ahead: ReadAhead | None = None
         self._reader_at: int | None = None
         self._committed: int | None = None
-        #: True when a dropped batch leaves us unsure where the reader is: seek before trusting
-        #: ``_reader_at`` again (else a quiet partition could sit on unread records forever).
+        #: True when a dropped batch, or steering found or attached while the position was
+        #: unknown, leaves us unsure where the reader is: seek before trusting ``_reader_at``
+        #: again (else a quiet partition could sit on unread records forever).
         self._reader_lost = False
         self._gap_seek: int | None = None
         #: records and bytes read since the partition last reached its high watermark, over
@@ -370,8 +371,14 @@ class Participant(TableMachine[State, Event]):
         return [*start, Resume()] if start and self.is_reading else start
 
     def _reader_start(self) -> list[Steer]:
-        """Where the reader must deliver from, if known."""
-        return [] if self._reader_at is None else [Seek(self._reader_at)]
+        """Where the reader must deliver from, if known. Unknown (a starting position still
+        being resolved, whose seek may be the steering that was lost): whoever learns the
+        position must seek the reader there (``_reader_lost``), or a resumed reader would
+        read from nowhere for ever."""
+        if self._reader_at is None:
+            self._reader_lost = True
+            return []
+        return [Seek(self._reader_at)]
 
     # -- handlers --------------------------------------------------------------------------
 
@@ -558,7 +565,9 @@ class Participant(TableMachine[State, Event]):
             return []
         assert txn is not None
         txn.resolve(offset)
-        effects: Ready = [self._seek(offset)] if self._reader_lost else []
+        effects: Ready = []
+        if self._reader_lost:  # the reader's steering was lost or it attached meanwhile
+            effects = [self._seek(offset), Resume()] if self.is_reading else [self._seek(offset)]
         self._reader_at = offset
         return effects + (self._maybe_report() if self._state is State.ENDING else [])
 

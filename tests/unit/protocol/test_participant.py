@@ -73,8 +73,9 @@ def test_no_table_offset_seeks_by_policy_and_waits_for_the_resolved_offset() -> 
     p = writing(offset=None)
     assert p.state is State.WRITING and p.position is None
     assert feed(p, 0, 3) == []  # dropped: the start is unknown
-    # the dropped batch moved the reader: seek again once the offset is known
-    assert p.position_resolved(0, now=0.0) == [Seek(0)]
+    # the dropped batch moved the reader: seek again once the offset is known (and resume:
+    # the same path serves a reader that attached, paused, while the offset was unknown)
+    assert p.position_resolved(0, now=0.0) == [Seek(0), Resume()]
     assert feed(p, 0, 3) == []
     [flush] = p.step(EndCommit(1, 1), now=1.0)
     [send] = p.flushed(flush.flush_id, [FILE], now=1.0)  # type: ignore[union-attr]

@@ -764,6 +764,23 @@ PipelineSim.TestCase.settings = settings(
 TestPipelineSimulation = PipelineSim.TestCase
 
 
+def test_a_reader_found_before_its_starting_position_is_resolved_is_seeked_there() -> None:
+    """Found by the simulation (2026-11-27): a fresh host's machine gets START for a partition
+    the table never committed (SeekToPolicy + Resume), that steering is lost while the
+    reader lookup is under way, and the lookup answers before the policy offset does. The
+    found steering could only Resume (no position yet); the resolved offset must then Seek,
+    else the reader is resumed at no position and the partition never commits."""
+    sim = PipelineSim()
+    sim.init(n=2)
+    sim.produce(count=1, k=1)
+    sim.crash(k=0, kind="participant")
+    sim.deliver_message(coordinator=0, i=0)
+    sim.produce(count=1, k=0)
+    sim.steer_reader(k=0, outcome=0)
+    sim.teardown()  # raises "not live" without the seek
+    assert sim.table.txn == {"c1/t/0": 1, "c1/t/1": 1}
+
+
 def test_a_stop_commits_every_record_read_before_it() -> None:
     """The stop's last round, in a calm world: ended at once, committed, then ``Stopped``."""
     sim = PipelineSim()
