@@ -62,6 +62,11 @@ def as_table(data: pa.Table | pa.RecordBatch) -> pa.Table:
     return data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
 
 
+def ref_of(block: Block) -> Any:
+    """The object a block is (a ref) or lies in (``Rows``)."""
+    return block.ref if isinstance(block, Rows) else block
+
+
 def resolve(
     blocks: Sequence[Block],
     fetched: dict[Any, pa.Table] | None = None,
@@ -71,7 +76,7 @@ def resolve(
     object is fetched once, all in one ``fetch``; ``fetched`` keeps what was fetched for later
     calls (a Spark task resolving its blocks batch by batch)."""
     fetched = {} if fetched is None else fetched
-    refs = [b.ref if isinstance(b, Rows) else b for b in blocks]
+    refs = [ref_of(b) for b in blocks]
     missing = list(dict.fromkeys(r for r in refs if r not in fetched))
     if missing:
         fetched.update(zip(missing, (as_table(d) for d in fetch(missing)), strict=True))

@@ -30,6 +30,7 @@ import itertools
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,7 @@ from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, typed_for
 from rayconnect.formats.transform import RECORDS_VIEW, records_schema, row_keys
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.spark_bridge.blocks import Block, resolve
+from rayconnect.spark_bridge.blocks import Block, ref_of, resolve
 from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.files import STAGING_DIR, describe_file
 
@@ -472,8 +473,15 @@ class _Blocks:
             indexes = batch.column(0).to_pylist()
             holder = self.holder() if holder is None else holder
             handles: list[Any] = ray.get(holder.get.remote(self.write_id, indexes))
-            tables = resolve(handles, fetched)
-            for index, block in zip(indexes, tables, strict=True):
+            # fetched as the blocks come, and let go once no later block of the batch
+            # slices it: one object in memory at a time, not every object of the batch
+            uses = Counter(ref_of(h) for h in handles)
+            for index, handle in zip(indexes, handles, strict=True):
+                (block,) = resolve([handle], fetched)
+                ref = ref_of(handle)
+                uses[ref] -= 1
+                if uses[ref] == 0:
+                    del fetched[ref]
                 yield index, _conform(block, self.schema, index)
 
     def holder(self) -> ray.actor.ActorHandle:
