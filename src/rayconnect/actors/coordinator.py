@@ -69,7 +69,6 @@ from rayconnect.protocol.housekeeping import (
 from rayconnect.protocol.messages import HostRound, Message
 from rayconnect.protocol.status import PipelineStatus, RoundCounts
 from rayconnect.protocol.upkeep import Job
-from rayconnect.runtime import get_actor, pipeline_actor_names
 from rayconnect.tables.base import (
     TableBrokenError,
     TableCommitter,
@@ -239,8 +238,13 @@ class CoordinatorActor:
 
     def _readers(self) -> list[Any]:
         """This pipeline's live reader actors (blocking: GCS look-ups)."""
-        found = (get_actor(n) for n in pipeline_actor_names(self.config.name, "reader"))
-        return [actor for actor in found if actor is not None]  # None: gone meanwhile
+        found = []
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            name = a["name"]
+            if a["namespace"] == names.NAMESPACE and name.startswith(f"{self.config.name}/reader/"):
+                with contextlib.suppress(ValueError):  # gone meanwhile
+                    found.append(ray.get_actor(name, namespace=names.NAMESPACE))
+        return found
 
     def _do(self, chores: list[Chore]) -> None:
         """Carry out the housekeeping's chores. Never waits (it is called while an effect
