@@ -65,12 +65,12 @@ from fixtures.processes import pids_of  # noqa: E402
 from ray_tmp import cleaned_ray_tmp  # noqa: E402
 
 import rayconnect as rc  # noqa: E402
+from rayconnect.actors.directory import pipeline_actor_names  # noqa: E402
 from rayconnect.cli import chaos  # noqa: E402
 from rayconnect.kafka.admin import create_topic, demo_value, high_watermarks  # noqa: E402
 from rayconnect.kafka.broker_storage import on_s3  # noqa: E402
 from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
 from rayconnect.kafka.read_back import read_topic  # noqa: E402
-from rayconnect.runtime import pipeline_actor_names  # noqa: E402
 from rayconnect.source_tasks.generator import sequences  # noqa: E402
 from rayconnect.storage.embedded_s3 import EmbeddedS3  # noqa: E402
 

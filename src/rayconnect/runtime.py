@@ -16,11 +16,9 @@ from typing import Any
 import ray
 
 from rayconnect.actors import names
+from rayconnect.actors.directory import pipeline_actor_names
 from rayconnect.errors import RayUnavailableError
 from rayconnect.protocol.status import ActorStatus
-
-#: Where a sink pipeline's roles sort in listings: the order ``stop`` ends them in.
-_ROLE_ORDER = {"enumerator": 0, "coordinator": 1, "reader": 2, "participants": 3, "writer": 4}
 
 
 def ensure_ray(address: str | None = None, *, own_session: bool = False) -> None:
@@ -66,37 +64,6 @@ def connect(address: str | None) -> None:
             ensure_ray(address or "auto")
         except (ConnectionError, RuntimeError) as e:  # ray.init finds no cluster
             raise RayUnavailableError(str(e)) from None
-
-
-def get_actor(name: str) -> Any | None:
-    """The live named actor, or None."""
-    try:
-        return ray.get_actor(name, namespace=names.NAMESPACE)
-    except ValueError:
-        return None
-
-
-def pipeline_actor_names(pipeline: str, role: str | None = None) -> list[str]:
-    """Every live named actor of a pipeline (only ``role``'s if given), in stop order:
-    enumerator, coordinator, readers, participants, writer; source tasks by index."""
-    found = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == names.NAMESPACE and names.pipeline_of(a["name"]) == pipeline
-    ]
-    if role is not None:
-        found = [n for n in found if names.role_of(n) == role]
-    return sorted(found, key=_listing_key)
-
-
-def _listing_key(name: str) -> tuple[int, str, int]:
-    role = names.role_of(name) or ""
-    last = name.rsplit("/", 1)[1]
-    return (
-        _ROLE_ORDER.get(role, 9),
-        name if not last.isdigit() else name.rsplit("/", 1)[0],
-        int(last) if last.isdigit() else 0,
-    )
 
 
 def task_actor_names(pipeline: str) -> list[str]:

@@ -41,7 +41,7 @@ from typing import Any
 
 import ray
 
-from rayconnect.actors import names
+from rayconnect.actors import directory, names
 from rayconnect.config.sink import SinkPipelineConfig
 from rayconnect.metrics import SinkMetrics
 from rayconnect.protocol.coordinator import Coordinator
@@ -224,7 +224,9 @@ class CoordinatorActor:
             await asyncio.sleep(TABLE_LAG_EVERY_S)
             hws: dict[str, int | None] = {}
             try:
-                readers = await asyncio.to_thread(self._readers)  # GCS look-ups: blocking
+                readers = await asyncio.to_thread(  # GCS look-ups: blocking
+                    directory.pipeline_actors, self.config.name, "reader"
+                )
                 for actor in readers:
                     report = await asyncio.wait_for(actor.status.remote(), TABLE_LAG_EVERY_S)
                     for key, p in report.get("partitions", {}).items():
@@ -235,16 +237,6 @@ class CoordinatorActor:
             # copies (each atomic under the GIL): a commit thread may update them meanwhile
             tables = {name: dict(offsets) for name, offsets in dict(self.tables.offsets).items()}
             self._metrics.table_lag({name: table_lag(o, hws) for name, o in tables.items()})
-
-    def _readers(self) -> list[Any]:
-        """This pipeline's live reader actors (blocking: GCS look-ups)."""
-        found = []
-        for a in ray.util.list_named_actors(all_namespaces=True):
-            name = a["name"]
-            if a["namespace"] == names.NAMESPACE and name.startswith(f"{self.config.name}/reader/"):
-                with contextlib.suppress(ValueError):  # gone meanwhile
-                    found.append(ray.get_actor(name, namespace=names.NAMESPACE))
-        return found
 
     def _do(self, chores: list[Chore]) -> None:
         """Carry out the housekeeping's chores. Never waits (it is called while an effect

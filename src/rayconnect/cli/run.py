@@ -373,8 +373,9 @@ def start_source(config, address: str | None = None):
     between reading the file and watching: build the task (ConfigError), refuse a name that
     runs already (PipelineAlreadyRunningError), then ``rc.SourcePipeline.start``."""
     from rayconnect.actors import names
+    from rayconnect.actors.directory import get_actor
     from rayconnect.pipelines.source import SourcePipeline
-    from rayconnect.runtime import get_actor, task_actor_names
+    from rayconnect.runtime import task_actor_names
 
     pipeline = SourcePipeline.from_config(config)  # imports and builds the task: before Ray
     pipeline.task.check()  # the source reachable and usable (ConfigError naming the setting)
@@ -525,7 +526,8 @@ def kill_source(name: str) -> None:
     start fences and aborts them; read_committed consumers never see them)."""
     import ray
 
-    from rayconnect.runtime import get_actor, task_actor_names
+    from rayconnect.actors.directory import get_actor
+    from rayconnect.runtime import task_actor_names
 
     for actor_name in task_actor_names(name):
         actor = get_actor(actor_name)

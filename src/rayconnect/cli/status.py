@@ -25,7 +25,8 @@ from rayconnect.runtime import connect
 def pipeline_kind(name: str) -> str | None:
     """``"sink"``, ``"source"`` or None (no such pipeline runs)."""
     from rayconnect.actors import names
-    from rayconnect.runtime import get_actor, task_actor_names
+    from rayconnect.actors.directory import get_actor
+    from rayconnect.runtime import task_actor_names
 
     if get_actor(names.coordinator(name)) is not None:
         return "sink"
@@ -252,7 +253,7 @@ def list_command(args) -> int:
     import ray
 
     from rayconnect.actors import names
-    from rayconnect.runtime import get_actor
+    from rayconnect.actors.directory import get_actor
 
     if (code := _connect_or_exit(args.address)) is not None:
         return code
@@ -324,8 +325,8 @@ def _source_row(pipeline: str) -> dict[str, Any]:
 
 def stop_command(args) -> int:
     from rayconnect.actors import names
+    from rayconnect.actors.directory import get_actor, pipeline_actor_names
     from rayconnect.pipelines.sink import PipelineHandle
-    from rayconnect.runtime import get_actor, pipeline_actor_names
 
     if (code := _connect_or_exit(args.address)) is not None:
         return code

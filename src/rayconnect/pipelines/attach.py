@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from rayconnect.actors import names
+from rayconnect.actors.directory import get_actor
 from rayconnect.errors import PipelineNotFoundError
 from rayconnect.pipelines.sink import PipelineHandle
 from rayconnect.pipelines.source import SourcePipelineHandle
-from rayconnect.runtime import ensure_ray, get_actor, task_actor_names
+from rayconnect.runtime import ensure_ray, task_actor_names
 
 
 def attach(name: str, *, address: str | None = None) -> PipelineHandle | SourcePipelineHandle:

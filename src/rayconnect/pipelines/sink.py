@@ -17,6 +17,7 @@ import msgspec
 import ray
 
 from rayconnect.actors import names
+from rayconnect.actors.directory import get_actor, pipeline_actor_names
 from rayconnect.aio import run_sync
 from rayconnect.config.placement import Placement
 from rayconnect.config.sink import (
@@ -38,13 +39,7 @@ from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.status import PartitionStatus, PipelineStatus, StopResult, WriterStatus
 from rayconnect.protocol.table_offsets import table_lag
 from rayconnect.protocol.types import TopicPartition
-from rayconnect.runtime import (
-    Handle,
-    actor_statuses,
-    ensure_ray,
-    get_actor,
-    pipeline_actor_names,
-)
+from rayconnect.runtime import Handle, actor_statuses, ensure_ray
 from rayconnect.tables.factory import open_committer
 
 log = logging.getLogger(__name__)

@@ -26,6 +26,7 @@ import ray
 
 from rayconnect import ray_internals
 from rayconnect.actors import names
+from rayconnect.actors.directory import get_actor
 from rayconnect.aio import run_sync
 from rayconnect.config.source import (
     ExactlyOnce,
@@ -42,7 +43,7 @@ from rayconnect.errors import (
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.source_status import SourcePipelineStatus, SourceTaskReport, summed
 from rayconnect.protocol.source_task import Boundary
-from rayconnect.runtime import Handle, ensure_ray, get_actor, task_actor_names
+from rayconnect.runtime import Handle, ensure_ray, task_actor_names
 from rayconnect.source_tasks.base import SourceTask
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from sink_checks import Produced, kill_landed_in_round, open_round_with_data, ta
 
 import rayconnect as rc
 from rayconnect.actors import names
+from rayconnect.actors.directory import pipeline_actor_names
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
-from rayconnect.runtime import pipeline_actor_names
 
 CLUSTER = sink_checks.CLUSTER
 TOPICS = 4
