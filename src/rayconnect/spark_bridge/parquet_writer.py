@@ -56,6 +56,7 @@ from rayconnect.formats.transform import RECORDS_VIEW, records_schema, row_keys
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.blocks import Block, ref_of, resolve
+from rayconnect.spark_bridge.row_groups import RowGroupFile
 from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.tables.files import STAGING_DIR, describe_file
 
@@ -353,7 +354,7 @@ class _TaskFiles:
         self.written: list[tuple[int, str]] = []
         #: the current group's (or share's) open files, by table partition folder
         #: ("" unpartitioned), with the path each one has from the staging folder
-        self.current: dict[str, tuple[pq.ParquetWriter, str]] = {}
+        self.current: dict[str, tuple[RowGroupFile, str]] = {}
         self.in_file: set[tuple[int, str]] = set()  # (group, path) rows already written
         self.dead: list[pa.Table] = []
         self.last_group: int | None = None
@@ -369,7 +370,7 @@ class _TaskFiles:
 
     def _open(
         self, group: int, file_schema: pa.Schema, rel_root: str, folder: str = ""
-    ) -> tuple[pq.ParquetWriter, str]:
+    ) -> tuple[RowGroupFile, str]:
         n = len(self.written)
         if folder:  # Hive folders only: readers parse every name=value of the path
             rel = f"{rel_root}/{folder}/part-{self.attempt}-g{group}-{n}.parquet"
@@ -380,7 +381,7 @@ class _TaskFiles:
         opts = self.options if not self.typed else _parquet_options(file_schema)
         writer = pq.ParquetWriter(path, file_schema, filesystem=self.filesystem, **opts)
         staged = rel_root == self.staging_rel
-        return writer, rel[len(self.staging_rel) + 1 :] if staged else rel
+        return RowGroupFile(writer), rel[len(self.staging_rel) + 1 :] if staged else rel
 
     def _holds(self, group: int, rel: str) -> None:
         if (group, rel) not in self.in_file:
@@ -398,8 +399,10 @@ class _TaskFiles:
             rows = pa.concat_tables(self.dead)
             self.dead.clear()
             w, rel = self._open(group, rows.schema, f"{DEAD_LETTER_DIR}/{self.staging_rel}")
-            with w:
-                w.write_table(rows)
+            try:
+                w.write(rows)
+            finally:
+                w.close()
             self._holds(group, rel)
 
     def add(self, group: int, rows: pa.Table, dead: pa.Table | None = None) -> None:
@@ -424,7 +427,7 @@ class _TaskFiles:
                 opened = self.current[folder] = self._open(
                     group, part.schema, self.staging_rel, folder
                 )
-            opened[0].write_table(part)
+            opened[0].write(part)
             self._holds(group, opened[1])
 
     def finish(self) -> list[tuple[int, str]]:
