@@ -20,6 +20,13 @@ rewrote a file this MERGE read (OPTIMIZE, an outside DELETE): one side fails, cl
 A round with a truncate (``Folded.truncated``) is no MERGE: every row the table held goes,
 so it is an overwrite - one version that removes every file and adds the round's rows (the
 changes after the truncate, folded), with the same txn actions; nothing of the table is read.
+A round with per-partition truncates (``Folded.truncated_partitions``) is the round's MERGE
+with one more clause: a table row no change of the round matches is deleted if it came
+from one of those partitions (its ``_kafka_*`` columns; a matched one is the round's to
+update or delete anyway). That clause reads every file (no early filter can skip a file by
+what the round does not hold), so such a round costs the table; truncates are rare. A
+MERGE that changes nothing commits nothing, as a delete that matches nothing would - so it
+is a MERGE, not a DELETE of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rayconnect.write_modes.fold import Folded
+from rayconnect.protocol.types import TopicPartition
+from rayconnect.write_modes.fold import PARTITION_COLUMNS, Folded
 from rayconnect.write_modes.rows import with_delete_flag
 
 if TYPE_CHECKING:
@@ -77,4 +85,25 @@ def merge_round(
         .when_matched_update_all(keep, except_cols=[flag])
         .when_not_matched_insert_all(keep, except_cols=[flag])
     )
+    if folded.truncated_partitions:
+        merger = merger.when_not_matched_by_source_delete(
+            _from_partitions(folded.truncated_partitions)
+        )
     return dict(merger.execute())
+
+
+def _from_partitions(partitions: frozenset[TopicPartition]) -> str:
+    """A predicate on the target's rows: from one of ``partitions`` (by its
+    ``PARTITION_COLUMNS``; cluster ids and topics are letters, digits, '.', '_', '-':
+    nothing to escape in a SQL string)."""
+    return " OR ".join(
+        "("
+        + " AND ".join(
+            f"{_TARGET}.`{column}` = {value!r}"
+            for column, value in zip(
+                PARTITION_COLUMNS, (tp.cluster, tp.topic, tp.partition), strict=True
+            )
+        )
+        + ")"
+        for tp in sorted(partitions)
+    )
