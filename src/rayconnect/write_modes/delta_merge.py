@@ -24,9 +24,12 @@ A round with per-partition truncates (``Folded.truncated_partitions``) is the ro
 with one more clause: a table row no change of the round matches is deleted if it came
 from one of those partitions (its ``_kafka_*`` columns; a matched one is the round's to
 update or delete anyway). That clause reads every file (no early filter can skip a file by
-what the round does not hold), so such a round costs the table; truncates are rare. A
-MERGE that changes nothing commits nothing, as a delete that matches nothing would - so it
-is a MERGE, not a DELETE of its own.
+what the round does not hold), so such a round costs the table; truncates are rare.
+
+delta-rs commits no version for a MERGE (or a DELETE) that changes no file - a partition's
+truncate with none of its rows left, deletes of keys the table does not hold - so such a
+MERGE is followed by a version of the round's txn actions alone: every round lands its
+offsets.
 """
 
 from __future__ import annotations
@@ -89,7 +92,19 @@ def merge_round(
         merger = merger.when_not_matched_by_source_delete(
             _from_partitions(folded.truncated_partitions)
         )
-    return dict(merger.execute())
+    metrics = dict(merger.execute())
+    if not (metrics.get("num_target_files_added") or metrics.get("num_target_files_removed")):
+        # delta-rs commits no version for a MERGE that changes no file (a truncate of a
+        # partition with no rows left, deletes of absent keys): the round's txn actions
+        # must land all the same, in a version of no files
+        dt.create_write_transaction(
+            [],
+            "append",
+            folded.rows.schema,
+            commit_properties=commit_properties,
+            post_commithook_properties=post_commithook_properties,
+        )
+    return metrics
 
 
 def _from_partitions(partitions: frozenset[TopicPartition]) -> str:

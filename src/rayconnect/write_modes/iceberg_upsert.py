@@ -51,7 +51,7 @@ def upsert_round(
 
         match = Or(*matches) if len(matches) > 1 else matches[0]
         tx.delete(match, snapshot_properties=dict(summary))
-    if folded.rows.num_rows or not matches:
+    if folded.rows.num_rows or not keys.num_rows:  # (a snapshot with the summary, always)
         tx.append(folded.rows, snapshot_properties=dict(summary))
 
 

@@ -232,7 +232,8 @@ def _marked_table(rows: list[Marked]) -> pa.Table:
 
 
 #: rounds read unevenly: partition 0 of t truncates in round 1, partition 1 (behind) in
-#: round 2 - a round of only its truncate - and partition 3 in round 3; 2 never does
+#: round 2 - a round of only its truncate - and partition 3 in round 3; 2 never does.
+#: Round 4 changes no row (the table still gets a version, a commit, with its offsets)
 MARKED_ROUNDS: list[list[Marked]] = [
     [
         ("t", 0, 1000, 0, "before", False, False),
@@ -248,18 +249,20 @@ MARKED_ROUNDS: list[list[Marked]] = [
         ("t", 3, 1001, 3, "after", False, False),
         ("t", 2, 1000, 2, None, True, False),
     ],
+    # partition 1 truncated again, nothing of it left: the round changes no row
+    [("t", 1, 1002, None, None, False, True), ("t", 2, 1001, 998, None, True, False)],
 ]
 
 
 def _marked_expected(rounds: int) -> dict[int, str]:
     """The table after the first ``rounds`` of MARKED_ROUNDS, by the rules' definition."""
     state = {i: f"v{i}" for i in range(420)}
-    gone = {1: {0}, 2: {0, 1}, 3: {0, 1, 3}}[rounds]
+    gone = {1: {0}, 2: {0, 1}, 3: {0, 1, 3}, 4: {0, 1, 3}}[rounds]
     state = {i: v for i, v in state.items() if i >= 400 or i % 4 not in gone}
     state |= {4: "after", 400: "u-same-partition-number"}
     if rounds == 1:
         state[1] = "p1-not-yet-truncated"
-    if rounds == 3:
+    if rounds >= 3:
         state.pop(2)
         state[3] = "after"
     return state
@@ -306,7 +309,9 @@ def test_iceberg_partition_truncates_remove_only_their_partitions_rows_one_commi
             upsert_round(tx, _folded_marked(n), ["id"], {"rayconnect.round": str(n + 1)})
         table = catalog.load_table("db.t")
         summary = table.current_snapshot().summary.additional_properties
-        assert summary["rayconnect.round"] == str(n + 1)
+        # (round 4 deletes nothing: pyiceberg makes no snapshot of it - the committer's
+        # offsets are in a table property, set in the same transaction)
+        assert summary["rayconnect.round"] == str(min(n + 1, 3))
         assert _as_dict(table.scan().to_arrow()) == _marked_expected(n + 1)
 
 
