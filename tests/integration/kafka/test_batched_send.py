@@ -31,7 +31,7 @@ async def test_an_every_partition_record_is_one_copy_per_partition_in_the_transa
     p = producer(bootstrap, "batched-send-test")
     await p.start()
     try:
-        marker = Outgoing("t", None, None, b"truncate", PARTITION_TRUNCATE_HEADERS, True)
+        marker = Outgoing("t", None, None, b"truncate", list(PARTITION_TRUNCATE_HEADERS), True)
         before = [Outgoing("t", n, None, b"before", None) for n in range(3)]
         after = [Outgoing("t", n, None, b"after", None) for n in range(3)]
         for commit in (False, True):
