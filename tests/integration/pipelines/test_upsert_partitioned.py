@@ -175,6 +175,8 @@ def _created(k: int, v: str) -> tuple[bytes, bytes]:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # ~60 s (a pipeline of its own); the rule on real tables, round by round,
+# is in tests/integration/tables/test_upsert_apply.py (CI), end to end the database mirror
 def test_a_truncate_per_partition_is_exact_when_one_partition_is_read_a_round_late(
     ray_session, kafka_broker, tmp_path: Path
 ) -> None:
