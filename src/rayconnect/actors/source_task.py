@@ -326,7 +326,11 @@ class TaskRunner:
                 reason = str(e) or type(e).__name__
                 failure = _SendFailed(effect.poll_id, index, Failure.BAD_RECORD, reason)
                 break
-            ready.append(Outgoing(record.topic, record.partition, key, value, headers))
+            ready.append(
+                Outgoing(
+                    record.topic, record.partition, key, value, headers, record.every_partition
+                )
+            )
         try:
             batches = await send_batched(self.producer, ready)
         except Exception as e:

@@ -21,8 +21,9 @@ from rayconnect.formats.base import Decoded, ValueDecoder
 from rayconnect.formats.debezium import unwrap
 from rayconnect.formats.settings import KAFKA_PREFIX, RecordFormat
 from rayconnect.formats.upsert_rows import keyed_rows
+from rayconnect.protocol.truncate_marker import TruncateScope, scope_of
 from rayconnect.schema import RAW_RECORD_SCHEMA
-from rayconnect.write_modes.fold import LSN_COLUMN, TRUNCATE_COLUMN
+from rayconnect.write_modes.fold import LSN_COLUMN, PARTITION_TRUNCATE_COLUMN, TRUNCATE_COLUMN
 
 _RAW_TO_KAFKA = {
     "cluster": "_kafka_cluster",
@@ -158,7 +159,7 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
         )
     values = raw.column("value").combine_chunks()
     keys, bad = _decode_keys(raw, fmt)
-    values, deletes, marks = _changes(values, fmt, bad)
+    values, deletes, marks = _changes(values, raw.column("headers"), fmt, bad)
     if fmt.max_value_bytes:
         too_long = pc.fill_null(pc.greater(pc.binary_length(values), fmt.max_value_bytes), False)
         for i in pc.indices_nonzero(too_long).to_pylist():
@@ -232,13 +233,14 @@ _UNCHANGED = "\0unchanged"
 
 
 def _changes(
-    values: pa.Array, fmt: RecordFormat, bad: dict[int, str]
+    values: pa.Array, headers: pa.ChunkedArray, fmt: RecordFormat, bad: dict[int, str]
 ) -> tuple[pa.Array, pa.Array | None, dict[str, pa.Array]]:
     """An upsert table's values as rows to decode, whether each deletes its key, and the
-    columns that order truncates (``write_modes.fold``: which are truncates, each event's
-    LSN - only where there are some); ``bad`` gains the change events that cannot apply
-    and, as ``_UNCHANGED``, those that change nothing. Append tables: the values as they
-    are, no flags."""
+    columns that order truncates (``write_modes.fold``: which are truncates of the whole
+    table, which of their partition's rows - by the event's headers, ``TruncateScope`` -
+    and each event's LSN; only where there are some); ``bad`` gains the change events that
+    cannot apply and, as ``_UNCHANGED``, those that change nothing. Append tables: the
+    values as they are, no flags."""
     if not fmt.upsert_keys:
         return values, None, {}
     if fmt.envelope == "none":
@@ -250,9 +252,16 @@ def _changes(
         bad.setdefault(i, _UNCHANGED)
     marks: dict[str, pa.Array] = {}
     if unwrapped.truncate:
-        truncates = np.zeros(len(values), dtype=bool)
-        truncates[list(unwrapped.truncate)] = True
-        marks[TRUNCATE_COLUMN] = pa.array(truncates)
+        columns = {
+            TruncateScope.TABLE: TRUNCATE_COLUMN,
+            TruncateScope.PARTITION: PARTITION_TRUNCATE_COLUMN,
+        }
+        flags = {scope: np.zeros(len(values), dtype=bool) for scope in columns}
+        for i in unwrapped.truncate:  # (few: only the truncates' headers are read)
+            flags[scope_of(headers[i].as_py())][i] = True
+        for scope, name in columns.items():
+            if flags[scope].any():
+                marks[name] = pa.array(flags[scope])
     if fmt.truncate == "apply" and unwrapped.lsn.null_count < len(values):
         marks[LSN_COLUMN] = unwrapped.lsn
     return unwrapped.rows, unwrapped.delete, marks

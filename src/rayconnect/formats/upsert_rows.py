@@ -6,7 +6,7 @@ its row. The key columns come from the row (the value, or a change event's ``bef
 delete); where the row has none of a key column - a tombstone has no row at all - from the
 record key's field of the same name (``key_format: json``). A change whose key is still
 incomplete cannot apply to any row: it is a bad record, with that reason - unless it is
-a truncate, which is about no key (``TRUNCATE_COLUMN``, only in a block that has one).
+a truncate, which is about no key (``TRUNCATE_COLUMNS``, only in a block that has one).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rayconnect.write_modes.fold import DELETE_COLUMN, TRUNCATE_COLUMN, missing_key
+from rayconnect.write_modes.fold import DELETE_COLUMN, TRUNCATE_COLUMNS, missing_key
 
 KEY_COLUMN = "_kafka_key"
 
@@ -31,7 +31,7 @@ def keyed_rows(
 ) -> tuple[pa.Table, dict[int, str]]:
     """``rows`` with their key columns completed from the record key, ``DELETE_COLUMN``
     set from ``deletes`` (one per row) and the ``marks`` columns added (the truncates,
-    ``TRUNCATE_COLUMN``, need no key); the other rows without a whole key removed and
+    ``TRUNCATE_COLUMNS``, need no key); the other rows without a whole key removed and
     returned as bad, by their index in the block (``origin[row]``)."""
     for name in key_columns:
         rows = _with_key_column(rows, name)
@@ -39,8 +39,9 @@ def keyed_rows(
     rows = rows.append_column(DELETE_COLUMN, deletes)
     for name, column in marks.items():
         rows = rows.append_column(name, column)
-    if TRUNCATE_COLUMN in marks:
-        missing = pc.and_(missing, pc.invert(marks[TRUNCATE_COLUMN]))
+    for name in TRUNCATE_COLUMNS:
+        if name in marks:
+            missing = pc.and_(missing, pc.invert(marks[name]))
     bad: dict[int, str] = {}
     if pc.any(missing).as_py():
         reason = f"key column(s) {list(key_columns)}: not all in the row or the record key"

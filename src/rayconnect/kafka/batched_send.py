@@ -10,7 +10,9 @@ numpy, the same hash as aiokafka's ``DefaultPartitioner`` and Java's), appended 
 Record order per partition is kept: batches of one partition go out in the order filled.
 
 Keyless records without a partition all go to one partition per call (chosen at random
-among the available ones, like Kafka's sticky partitioner), not one at random each.
+among the available ones, like Kafka's sticky partitioner), not one at random each. A
+record for ``every_partition`` is appended to a batch of each partition the topic has
+(per the producer's metadata, as it is sent): a copy in each, in the same transaction.
 """
 
 from __future__ import annotations
@@ -32,13 +34,15 @@ Headers = Sequence[tuple[str, bytes | None]]
 
 
 class Outgoing(msgspec.Struct, frozen=True, array_like=True):
-    """One record ready for a batch: bytes, and its partition if the task chose one."""
+    """One record ready for a batch: bytes, and its partition if the task chose one (or
+    ``every_partition``: a copy for each)."""
 
     topic: str
     partition: int | None
     key: bytes | None
     value: bytes | None
     headers: Headers | None = None
+    every_partition: bool = False
 
 
 class SentBatch(msgspec.Struct, frozen=True):
@@ -101,23 +105,29 @@ async def send_batched(producer: Any, records: Sequence[Outgoing]) -> list[SentB
     for topic in {r.topic for r in records}:
         await producer.client._wait_on_metadata(topic)
         partitions[topic] = sorted(metadata.partitions_for_topic(topic))
-    chosen: list[int] = []
-    keyed = [r.key for r in records if r.partition is None and r.key is not None]
+    chosen: list[tuple[int, int]] = []  # (record, partition), a record's copies in a row
+    keyed = [
+        r.key
+        for r in records
+        if r.partition is None and r.key is not None and not r.every_partition
+    ]
     hashes = iter((murmur2(keyed) & np.uint32(0x7FFFFFFF)).tolist()) if keyed else iter(())
     sticky: dict[str, int] = {}
-    for r in records:
+    for i, r in enumerate(records):
         of_topic = partitions[r.topic]
-        if r.partition is not None:
+        if r.every_partition:
+            chosen += [(i, p) for p in of_topic]
+        elif r.partition is not None:
             if r.partition not in of_topic:
                 raise ValueError(f"topic {r.topic!r} has no partition {r.partition}")
-            chosen.append(r.partition)
+            chosen.append((i, r.partition))
         elif r.key is not None:
-            chosen.append(of_topic[next(hashes) % len(of_topic)])
+            chosen.append((i, of_topic[next(hashes) % len(of_topic)]))
         else:
             if r.topic not in sticky:
                 available = list(metadata.available_partitions_for_topic(r.topic))
                 sticky[r.topic] = random.choice(available or of_topic)
-            chosen.append(sticky[r.topic])
+            chosen.append((i, sticky[r.topic]))
     open_batches: dict[tuple[str, int], tuple[Any, list[int]]] = {}
     sent: list[SentBatch] = []
 
@@ -127,7 +137,8 @@ async def send_batched(producer: Any, records: Sequence[Outgoing]) -> list[SentB
         future = await producer.send_batch(builder, tp[0], partition=tp[1])
         sent.append(SentBatch(future, members))
 
-    for i, (r, partition) in enumerate(zip(records, chosen, strict=True)):
+    for i, partition in chosen:
+        r = records[i]
         tp = (r.topic, partition)
         while True:
             batch = open_batches.get(tp)

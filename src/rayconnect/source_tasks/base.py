@@ -36,7 +36,11 @@ class SourceRecord(msgspec.Struct, frozen=True):
 
     ``value``/``key``: bytes as is, str as UTF-8, anything else as JSON. ``partition`` None
     lets the producer's partitioner choose (by key). ``source_partition``/``source_offset``
-    are JSON-able; records without a source partition commit no offset.
+    are JSON-able; records without a source partition commit no offset. ``every_partition``:
+    one copy goes to each partition the topic has when it is sent, in the same transaction
+    (``partition`` then None) - a marker every reader of the topic meets in its own
+    partition's order, as the Postgres source's truncate events (``commit_record`` is
+    called for each copy).
     """
 
     topic: str
@@ -46,6 +50,7 @@ class SourceRecord(msgspec.Struct, frozen=True):
     partition: int | None = None
     source_partition: Any = None
     source_offset: Any = None
+    every_partition: bool = False
 
 
 class RecordMetadata(msgspec.Struct, frozen=True):
@@ -93,6 +98,7 @@ def encode_record(record: Any) -> Encoded:
         and type(record.key) in _RAW
         and not record.headers
         and (record.partition is None or (type(record.partition) is int and record.partition >= 0))
+        and not record.every_partition
         and type(record.topic) is str
         and _topic_problem(record.topic) is None
     ):
@@ -106,6 +112,8 @@ def encode_record(record: Any) -> Encoded:
         and (not isinstance(record.partition, int) or record.partition < 0)
     ):
         problem = f"partition must be None or an int >= 0, not {record.partition!r}"
+    if problem is None and record.every_partition and record.partition is not None:
+        problem = f"every_partition with partition {record.partition!r}: give one of them"
     try:
         value, key = to_bytes(record.value), to_bytes(record.key)
     except (TypeError, msgspec.EncodeError) as e:

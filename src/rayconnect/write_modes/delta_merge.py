@@ -20,6 +20,16 @@ rewrote a file this MERGE read (OPTIMIZE, an outside DELETE): one side fails, cl
 A round with a truncate (``Folded.truncated``) is no MERGE: every row the table held goes,
 so it is an overwrite - one version that removes every file and adds the round's rows (the
 changes after the truncate, folded), with the same txn actions; nothing of the table is read.
+A round with per-partition truncates (``Folded.truncated_partitions``) is the round's MERGE
+with one more clause: a table row no change of the round matches is deleted if it came
+from one of those partitions (its ``_kafka_*`` columns; a matched one is the round's to
+update or delete anyway). That clause reads every file (no early filter can skip a file by
+what the round does not hold), so such a round costs the table; truncates are rare.
+
+delta-rs commits no version for a MERGE (or a DELETE) that changes no file - a partition's
+truncate with none of its rows left, deletes of keys the table does not hold - so such a
+MERGE is followed by a version of the round's txn actions alone: every round lands its
+offsets.
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rayconnect.write_modes.fold import Folded
+from rayconnect.protocol.types import TopicPartition
+from rayconnect.write_modes.fold import PARTITION_COLUMNS, Folded
 from rayconnect.write_modes.rows import with_delete_flag
 
 if TYPE_CHECKING:
@@ -77,4 +88,37 @@ def merge_round(
         .when_matched_update_all(keep, except_cols=[flag])
         .when_not_matched_insert_all(keep, except_cols=[flag])
     )
-    return dict(merger.execute())
+    if folded.truncated_partitions:
+        merger = merger.when_not_matched_by_source_delete(
+            _from_partitions(folded.truncated_partitions)
+        )
+    metrics = dict(merger.execute())
+    if not (metrics.get("num_target_files_added") or metrics.get("num_target_files_removed")):
+        # delta-rs commits no version for a MERGE that changes no file (a truncate of a
+        # partition with no rows left, deletes of absent keys): the round's txn actions
+        # must land all the same, in a version of no files
+        dt.create_write_transaction(
+            [],
+            "append",
+            folded.rows.schema,
+            commit_properties=commit_properties,
+            post_commithook_properties=post_commithook_properties,
+        )
+    return metrics
+
+
+def _from_partitions(partitions: frozenset[TopicPartition]) -> str:
+    """A predicate on the target's rows: from one of ``partitions`` (by its
+    ``PARTITION_COLUMNS``; cluster ids and topics are letters, digits, '.', '_', '-':
+    nothing to escape in a SQL string)."""
+    return " OR ".join(
+        "("
+        + " AND ".join(
+            f"{_TARGET}.`{column}` = {value!r}"
+            for column, value in zip(
+                PARTITION_COLUMNS, (tp.cluster, tp.topic, tp.partition), strict=True
+            )
+        )
+        + ")"
+        for tp in sorted(partitions)
+    )

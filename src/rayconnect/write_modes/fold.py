@@ -21,7 +21,15 @@ is the source's position where both events carry one (``LSN_COLUMN``, Postgres's
 has a lower LSN and every later one a higher), else the record timestamp. A tie (the same
 LSN: the truncating transaction's own changes, as rayconnect's source gives the commit's
 LSN; the same millisecond) keeps the change rather than lose one that may follow the
-truncate. docs/guides/upserts.md#truncate says what a reader sees across rounds.
+truncate. That order does not reach across rounds (docs/guides/upserts.md#truncate).
+
+rayconnect's Postgres source writes a truncate as one copy per partition of the topic
+(``protocol.truncate_marker``; ``PARTITION_TRUNCATE_COLUMN`` true): the copy in a partition
+removes the rows that partition brought - the table's (``Folded.truncated_partitions``:
+its ``_kafka_cluster``/``_kafka_topic``/``_kafka_partition``) and the round's before it in
+offset order - and nothing of other partitions, whose own copies do that for them in
+whichever round they are read. A key always hashes to one partition, so this is exact
+across rounds with no order between partitions at all.
 """
 
 from __future__ import annotations
@@ -32,17 +40,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rayconnect.protocol.types import TopicPartition
+
 #: the column that says whether a change deletes its key (true) or writes its row (false)
 DELETE_COLUMN = "_rayconnect_delete"
 #: the column that marks a truncate of the whole table (present only in a block that has one)
 TRUNCATE_COLUMN = "_rayconnect_truncate"
+#: the column that marks a truncate of the rows of its own partition (likewise)
+PARTITION_TRUNCATE_COLUMN = "_rayconnect_truncate_partition"
+#: the truncate columns: a truncate row is about no key
+TRUNCATE_COLUMNS = (TRUNCATE_COLUMN, PARTITION_TRUNCATE_COLUMN)
 #: the change event's source position (Debezium's ``source.lsn``), to order a truncate
 #: against other partitions' changes; null where an event has none
 LSN_COLUMN = "_rayconnect_lsn"
 #: the columns of a round's changes that are the write mode's, never the table's
-CHANGE_COLUMNS = (DELETE_COLUMN, TRUNCATE_COLUMN, LSN_COLUMN)
+CHANGE_COLUMNS = (DELETE_COLUMN, *TRUNCATE_COLUMNS, LSN_COLUMN)
 
+_CLUSTER = "_kafka_cluster"
+_TOPIC = "_kafka_topic"
 _PARTITION = "_kafka_partition"
+#: the columns that say which partition a row of the table came from (what a partition's
+#: truncate removes by)
+PARTITION_COLUMNS = (_CLUSTER, _TOPIC, _PARTITION)
 _OFFSET = "_kafka_offset"
 _TIMESTAMP = "_kafka_timestamp"
 
@@ -52,18 +71,23 @@ class Folded:
     """A round's changes, one per key: ``rows`` to write (without the delete column) and
     ``deleted`` the key columns of the keys to remove. A key is in at most one of them.
     ``truncated``: the round truncates the table first - every row it held goes, then
-    ``rows`` are written (``deleted`` then changes nothing)."""
+    ``rows`` are written (``deleted`` then changes nothing). Else ``truncated_partitions``:
+    the table's rows that came from these partitions go first (by their ``_kafka_*``
+    columns), then ``rows`` are written and ``deleted`` removed."""
 
     rows: pa.Table
     deleted: pa.Table
     truncated: bool = False
+    truncated_partitions: frozenset[TopicPartition] = frozenset()
 
 
 def fold(changes: pa.Table, key_columns: list[str]) -> Folded:
     """The last change of each key in ``changes`` (which has the key columns, the
     ``_kafka_partition``/``_kafka_offset`` coordinates and ``DELETE_COLUMN``)."""
-    changes, truncated = after_truncate(changes)
-    if truncated and changes.num_rows == 0:  # (a block of truncates alone may lack the keys)
+    changes, truncated, partitions = after_truncate(changes)
+    if (
+        truncated or partitions
+    ) and changes.num_rows == 0:  # (a block of truncates alone may lack the keys)
         for name in key_columns:
             if name not in changes.column_names:
                 changes = changes.append_column(name, pa.nulls(0))
@@ -72,7 +96,7 @@ def fold(changes: pa.Table, key_columns: list[str]) -> Folded:
     if missing:
         raise ValueError(f"cannot fold changes without the columns {missing}")
     if changes.num_rows == 0:
-        return _split(changes, key_columns, truncated)
+        return _split(changes, key_columns, truncated, partitions)
     order = np.lexsort(
         (
             changes.column(_OFFSET).to_numpy(zero_copy_only=False),
@@ -84,19 +108,54 @@ def fold(changes: pa.Table, key_columns: list[str]) -> Folded:
     )
     last = ranked.group_by(key_columns, use_threads=False).aggregate([("__rank", "max")])
     rows = np.sort(last.column("__rank_max").to_numpy())  # the rank is the row in ``ranked``
-    return _split(ranked.take(pa.array(rows)).drop_columns(["__rank"]), key_columns, truncated)
+    winners = ranked.take(pa.array(rows)).drop_columns(["__rank"])
+    return _split(winners, key_columns, truncated, partitions)
 
 
-def after_truncate(changes: pa.Table) -> tuple[pa.Table, bool]:
-    """The changes a truncate in ``changes`` leaves (none that a truncate follows: the
-    module's rule), without the truncates and the ordering columns; and whether there was
-    one."""
-    marks = [c for c in (TRUNCATE_COLUMN, LSN_COLUMN) if c in changes.column_names]
-    if TRUNCATE_COLUMN not in marks:
-        return changes.drop_columns(marks), False
-    flags = pc.fill_null(changes.column(TRUNCATE_COLUMN), False).to_numpy(zero_copy_only=False)
+def after_truncate(changes: pa.Table) -> tuple[pa.Table, bool, frozenset[TopicPartition]]:
+    """The changes the truncates in ``changes`` leave (the module's rules), without the
+    truncates and the ordering columns; whether one truncated the whole table; and, if
+    none did, the partitions whose rows the table drops."""
+    marks = [c for c in (*TRUNCATE_COLUMNS, LSN_COLUMN) if c in changes.column_names]
+    flags = _flags(changes, TRUNCATE_COLUMN)
+    removed, partitions = _before_partition_truncates(changes)
+    if flags.any():
+        removed |= _before_table_truncates(changes, flags)
+    kept = changes.filter(pa.array(~removed)) if removed.any() else changes
+    truncated = bool(flags.any())
+    return kept.drop_columns(marks), truncated, frozenset() if truncated else partitions
+
+
+def _flags(changes: pa.Table, name: str) -> np.ndarray:
+    if name not in changes.column_names:
+        return np.zeros(changes.num_rows, dtype=bool)
+    return pc.fill_null(changes.column(name), False).to_numpy(zero_copy_only=False)
+
+
+def _before_partition_truncates(changes: pa.Table) -> tuple[np.ndarray, frozenset[TopicPartition]]:
+    """The per-partition truncates and the changes before them in their own partition
+    (offset order); and those partitions."""
+    flags = _flags(changes, PARTITION_TRUNCATE_COLUMN)
+    removed = flags.copy()
     if not flags.any():
-        return changes.drop_columns(marks), False
+        return removed, frozenset()
+    needed = [c for c in (*PARTITION_COLUMNS, _OFFSET) if c not in changes.column_names]
+    if needed:
+        raise ValueError(f"cannot place a partition's truncate without the columns {needed}")
+    cluster, topic, partition, offset = (
+        changes.column(c).to_numpy(zero_copy_only=False) for c in (*PARTITION_COLUMNS, _OFFSET)
+    )
+    partitions = set()
+    for t in np.flatnonzero(flags):
+        same = (cluster == cluster[t]) & (topic == topic[t]) & (partition == partition[t])
+        removed |= same & (offset < offset[t])
+        partitions.add(TopicPartition(str(cluster[t]), str(topic[t]), int(partition[t])))
+    return removed, frozenset(partitions)
+
+
+def _before_table_truncates(changes: pa.Table, flags: np.ndarray) -> np.ndarray:
+    """The whole-table truncates (``flags``) and the changes before them: the module's
+    order (offset in their partition; else LSN, else timestamp)."""
     if _TIMESTAMP not in changes.column_names:
         raise ValueError(f"cannot order a truncate without the column {_TIMESTAMP!r}")
     partition = changes.column(_PARTITION).to_numpy(zero_copy_only=False)
@@ -104,7 +163,7 @@ def after_truncate(changes: pa.Table) -> tuple[pa.Table, bool]:
     stamp = pc.cast(changes.column(_TIMESTAMP), pa.int64()).to_numpy(zero_copy_only=False)
     lsn = (
         changes.column(LSN_COLUMN)
-        if LSN_COLUMN in marks
+        if LSN_COLUMN in changes.column_names
         else pa.nulls(changes.num_rows, pa.int64())
     )
     has_lsn = pc.is_valid(lsn).to_numpy(zero_copy_only=False)
@@ -114,7 +173,7 @@ def after_truncate(changes: pa.Table) -> tuple[pa.Table, bool]:
         by_lsn = has_lsn & has_lsn[t]
         earlier = np.where(by_lsn, lsn_values < lsn_values[t], stamp < stamp[t])
         removed |= np.where(partition == partition[t], offset < offset[t], earlier)
-    return changes.filter(pa.array(~removed)).drop_columns(marks), True
+    return removed
 
 
 def missing_key(changes: pa.Table, key_columns: list[str]) -> pa.BooleanArray:
@@ -126,10 +185,16 @@ def missing_key(changes: pa.Table, key_columns: list[str]) -> pa.BooleanArray:
     return mask
 
 
-def _split(winners: pa.Table, key_columns: list[str], truncated: bool) -> Folded:
+def _split(
+    winners: pa.Table,
+    key_columns: list[str],
+    truncated: bool,
+    partitions: frozenset[TopicPartition],
+) -> Folded:
     deletes = pc.fill_null(winners.column(DELETE_COLUMN), False)
     return Folded(
         rows=winners.filter(pc.invert(deletes)).drop_columns([DELETE_COLUMN]),
         deleted=winners.filter(deletes).select(key_columns),
         truncated=truncated,
+        truncated_partitions=partitions,
     )

@@ -11,7 +11,9 @@ of those files or a rival coordinator's commit fails this one, never both landin
 
 A round with a truncate (``Folded.truncated``) deletes every row instead of the round's keys
 (whole files dropped from the manifests, none read or rewritten), then appends its rows:
-the same one catalog commit.
+the same one catalog commit. A round with per-partition truncates
+(``Folded.truncated_partitions``) deletes, with its keys, every row from those partitions
+(their ``_kafka_*`` columns) in the same DELETE.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from rayconnect.write_modes.fold import Folded
+from rayconnect.protocol.types import TopicPartition
+from rayconnect.write_modes.fold import PARTITION_COLUMNS, Folded
 
 
 def upsert_round(
@@ -40,10 +43,29 @@ def upsert_round(
         tx.append(folded.rows, snapshot_properties=dict(summary))
         return
     keys = pa.concat_tables([folded.rows.select(list(key_columns)), folded.deleted])
-    if keys.num_rows:
-        tx.delete(_match(keys, key_columns), snapshot_properties=dict(summary))
-    if folded.rows.num_rows or not keys.num_rows:
+    matches = [_match(keys, key_columns)] if keys.num_rows else []
+    if folded.truncated_partitions:
+        matches.append(_match(_of_partitions(folded.truncated_partitions), PARTITION_COLUMNS))
+    if matches:
+        from pyiceberg.expressions import Or
+
+        match = Or(*matches) if len(matches) > 1 else matches[0]
+        tx.delete(match, snapshot_properties=dict(summary))
+    if folded.rows.num_rows or not keys.num_rows:  # (a snapshot with the summary, always)
         tx.append(folded.rows, snapshot_properties=dict(summary))
+
+
+def _of_partitions(partitions: frozenset[TopicPartition]) -> pa.Table:
+    """The partitions as values of the table's ``PARTITION_COLUMNS``, one row each."""
+    ordered = sorted(partitions)
+    cluster, topic, partition = PARTITION_COLUMNS
+    return pa.table(
+        {
+            cluster: [tp.cluster for tp in ordered],
+            topic: [tp.topic for tp in ordered],
+            partition: pa.array([tp.partition for tp in ordered], pa.int32()),
+        }
+    )
 
 
 def _match(keys: pa.Table, key_columns: Sequence[str]) -> Any:

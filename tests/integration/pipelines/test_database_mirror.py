@@ -9,13 +9,15 @@ mid-stream (one alone, one followed by inserts in the same transaction), the bro
 the pipelines is restarted (tansu on S3 storage, SIGTERM and start: the source commits only
 what the broker confirmed it stored, see test_source_outages) and so is Postgres; at the end
 every lake table equals ``SELECT *`` of its Postgres table, row for row - the truncated ones
-emptied in the lake too, not dead letters. Into Delta tables in the default run; into
+emptied in the lake too, not dead letters - and each truncated table's topic holds exactly
+one marked truncate event in each of its partitions, through the source's kills. Into Delta tables in the default run; into
 Iceberg tables (the embedded SQL catalog: commits one table at a time) in the ``slow``
 group.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import ray
 from rayconnect.actors import names
 from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.kafka.embedded import EmbeddedBroker
+from rayconnect.kafka.read_back import read_to_high_watermarks
 from rayconnect.local_postgres import PostgresServer
 from rayconnect.mirror_database import MirrorDatabase, mirror_sink, mirror_source, wait_mirrored
 
@@ -78,10 +81,25 @@ def test_a_database_of_20_tables_mirrored_through_kills_of_both_sides(
         assert wait_mirrored(db, pipeline.config.sink if iceberg else lake, 240) is None
         if not iceberg:  # the truncates were applied, not dead-lettered: no dead letter at all
             assert not any((lake / t / DEAD_LETTER_DIR / "_delta_log").exists() for t in db.names)
+        marker = [("rayconnect.truncate", b"partition")]
+        for table in ("t03", "t07"):  # one copy per partition, exactly once
+            assert asyncio.run(_truncates(bootstrap, f"db.public.{table}")) == {
+                0: [marker],
+                1: [marker],
+            }
     finally:
         db.stop()
         sink.stop(commit=False)
         src.stop(release=True)
+
+
+async def _truncates(bootstrap: str, topic: str) -> dict[int, list[list]]:
+    """Partition -> the headers of each truncate event (op t) it holds, read_committed."""
+    found: dict[int, list[list]] = {}
+    async for r in read_to_high_watermarks(bootstrap, topic):
+        if r.value is not None and b'"op":"t"' in r.value:
+            found.setdefault(r.partition, []).append(list(r.headers))
+    return found
 
 
 def _one_of(prefix: str) -> str:

@@ -193,8 +193,9 @@ def test_a_truncate_is_an_event_per_table_or_a_counted_skip(
     postgres: PostgresServer, mode: str
 ) -> None:
     """``TRUNCATE acct, other`` between inserts: with ``truncate: event`` (the default) a
-    Debezium truncate event per table (op t, no key -> partition 0, no row) in its place in
-    the stream; with ``skip`` nothing, but counted in the task's metrics."""
+    Debezium truncate event per table (op t, no key, no row) in its place in the stream,
+    for every partition of its topic and marked as a partition's truncate; with ``skip``
+    nothing, but counted in the task's metrics."""
     postgres.psql(
         "CREATE TABLE acct (id int PRIMARY KEY, v int); CREATE TABLE other (id int PRIMARY KEY)"
     )
@@ -224,16 +225,19 @@ def test_a_truncate_is_an_event_per_table_or_a_counted_skip(
     for r in records:
         event = json.loads(r.value)
         key = None if r.key is None else json.loads(r.key)
-        seen.append((r.topic, event["op"], key, r.partition, event["before"], event["after"]))
+        copies = (r.partition, r.every_partition, tuple(r.headers))
+        seen.append((r.topic, event["op"], key, copies, event["before"], event["after"]))
         assert event["source"]["table"] == r.topic.rsplit(".", 1)[1]
     acct, other = "pg.public.acct", "pg.public.other"
+    keyed = (None, False, ())
     rows = [
-        (acct, "c", {"id": 1}, None, None, {"id": 1, "v": 10}),
-        (acct, "c", {"id": 2}, None, None, {"id": 2, "v": 20}),
-        (other, "c", {"id": 7}, None, None, {"id": 7}),
+        (acct, "c", {"id": 1}, keyed, None, {"id": 1, "v": 10}),
+        (acct, "c", {"id": 2}, keyed, None, {"id": 2, "v": 20}),
+        (other, "c", {"id": 7}, keyed, None, {"id": 7}),
     ]
-    truncates = [(acct, "t", None, 0, None, None), (other, "t", None, 0, None, None)]
-    last = [(acct, "c", {"id": 3}, None, None, {"id": 3, "v": 30})]
+    marked = (None, True, (("rayconnect.truncate", b"partition"),))
+    truncates = [(acct, "t", None, marked, None, None), (other, "t", None, marked, None, None)]
+    last = [(acct, "c", {"id": 3}, keyed, None, {"id": 3, "v": 30})]
     if mode == "event":
         assert seen == rows + truncates + last
         assert metrics["truncates_skipped"] == 0

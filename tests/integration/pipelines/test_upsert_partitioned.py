@@ -162,3 +162,90 @@ def test_updates_move_keys_between_partitions_and_bad_changes_are_dead_letters(
     reasons = {(r["_kafka_partition"], r["_kafka_offset"]): r["reason"] for r in dead.to_pylist()}
     assert reasons.keys() == bad.keys() and len(dead) == len(bad)
     assert all(bad[c] in reasons[c] for c in bad), reasons
+
+
+# -- a truncate per partition, its partitions read a round apart -------------------------
+
+TRUNCATE = b'{"op": "t", "before": null, "after": null, "source": {"table": "t"}}'
+
+
+def _created(k: int, v: str) -> tuple[bytes, bytes]:
+    event = {"op": "c", "before": None, "after": {"id": k, "v": v}, "source": {"table": "t"}}
+    return json.dumps({"id": k}).encode(), json.dumps(event).encode()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.slow  # ~60 s (a pipeline of its own); the rule on real tables, round by round,
+# is in tests/integration/tables/test_upsert_apply.py (CI), end to end the database mirror
+def test_a_truncate_per_partition_is_exact_when_one_partition_is_read_a_round_late(
+    ray_session, kafka_broker, tmp_path: Path
+) -> None:
+    """A TRUNCATE as rayconnect's Postgres source writes it (a marked copy in each
+    partition), with partition 1's part of the history reaching the sink a round after
+    partition 0's - as when its reader is behind: key 11 (partition 1) was inserted before
+    the TRUNCATE, keys 2, 10 (partition 0) and 13 (partition 1) after it. The table ends as
+    the database: {2, 10, 13}. (A single whole-table truncate on partition 0 would end
+    with key 11 too: it would reach the table after the truncate did.)"""
+    bootstrap, name = kafka_broker.bootstrap_servers, "upsert-truncx"
+    asyncio.run(create_topic(bootstrap, name, 2))
+    sent = [0, 0]
+    marker = [("rayconnect.truncate", b"partition")]
+
+    def produce(records: list[tuple[int, bytes | None, bytes, list]]) -> dict[str, int]:
+        async def go() -> None:
+            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+            await producer.start()
+            try:
+                for p, key, value, headers in records:
+                    await producer.send_and_wait(name, value, key=key, partition=p, headers=headers)
+                    sent[p] += 1
+            finally:
+                await producer.stop()
+
+        asyncio.run(go())
+        return {f"{CLUSTER}/{name}/{p}": n for p, n in enumerate(sent) if n}
+
+    def created(p: int, k: int, v: str) -> tuple[int, bytes, bytes, list]:
+        return (p, *_created(k, v), [])
+
+    path = str(tmp_path / "t")
+    source = rc.KafkaSource(
+        sink_checks.static_meta(bootstrap, [name]),
+        value_format="json",
+        value_schema={"id": "long", "v": "string"},
+        key_format="json",
+        key_schema={"id": "long"},
+        include_key=True,
+        errors="dead_letter",
+        envelope="debezium",
+    )
+    handle = rc.SinkPipeline(
+        name, source, rc.DeltaSink(path, write_mode="upsert"), commit_interval_s=1
+    ).start()
+
+    def table() -> dict[int, str]:
+        rows = DeltaTable(path).to_pyarrow_table()
+        assert not [c for c in rows.column_names if c.startswith("_rayconnect")]
+        return dict(zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True))
+
+    try:
+        want = produce([created(k % 2, k, "old") for k in range(10)])
+        handle.wait_for(lambda s: s["offsets"] == want, timeout_s=120)
+        assert table() == dict.fromkeys(range(10), "old")
+        # partition 0's part: its truncate, then keys 10 and 2 created after it
+        want = produce([(0, None, TRUNCATE, marker), created(0, 10, "after"),
+                        created(0, 2, "after")])  # fmt: skip
+        handle.wait_for(lambda s: s["offsets"] == want, timeout_s=60)
+        # partition 1 is not truncated yet: its rows are as far as its reader got
+        assert table() == {1: "old", 3: "old", 5: "old", 7: "old", 9: "old", 2: "after",
+                           10: "after"}  # fmt: skip
+        # partition 1's part, a round late: key 11 before its truncate, key 13 after it
+        want = produce([created(1, 11, "before"), (1, None, TRUNCATE, marker),
+                        created(1, 13, "after")])  # fmt: skip
+        handle.wait_for(lambda s: s["offsets"] == want, timeout_s=60)
+        assert table() == {2: "after", 10: "after", 13: "after"}
+    finally:
+        handle.stop(commit=False)
+    assert not Path(path, DEAD_LETTER_DIR).exists() or not len(
+        DeltaTable(str(Path(path, DEAD_LETTER_DIR))).to_pyarrow_table()
+    )

@@ -17,7 +17,13 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from rayconnect.write_modes.delta_merge import merge_round
-from rayconnect.write_modes.fold import DELETE_COLUMN, TRUNCATE_COLUMN, Folded, fold
+from rayconnect.write_modes.fold import (
+    DELETE_COLUMN,
+    PARTITION_TRUNCATE_COLUMN,
+    TRUNCATE_COLUMN,
+    Folded,
+    fold,
+)
 from rayconnect.write_modes.iceberg_upsert import upsert_round
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -196,6 +202,117 @@ def test_iceberg_truncating_round_deletes_everything_and_appends_in_one_commit(t
     assert table.current_snapshot().summary.additional_properties["rayconnect.round"] == "1"
     deleted = table.snapshots()[-2].summary
     assert deleted["deleted-records"] == str(KEYS // 2)
+
+
+# -- per-partition truncates: only the rows of the truncate's partition go --------------
+
+#: (topic, partition, offset, id, v, delete, per-partition truncate) of cluster "c"
+Marked = tuple[str, int, int, int | None, str | None, bool, bool]
+_MARKED_NAMES = ["_kafka_cluster", "_kafka_topic", "_kafka_partition", "_kafka_offset", "id", "v"]
+_MARKED_TYPES = [pa.string(), pa.string(), pa.int32(), pa.int64(), pa.int64(), pa.string()]
+
+
+def _marked_initial() -> pa.Table:
+    """400 rows of topic t (partition id % 4) and 20 of topic u (partition 0)."""
+    rows = [("t", i % 4, i, i, f"v{i}") for i in range(400)]
+    rows += [("u", 0, i, i, f"v{i}") for i in range(400, 420)]
+    return _marked_table([(*r, False, False) for r in rows]).drop_columns(
+        [DELETE_COLUMN, PARTITION_TRUNCATE_COLUMN]
+    )
+
+
+def _marked_table(rows: list[Marked]) -> pa.Table:
+    columns = {
+        name: pa.array([("c", *r)[i] for r in rows], t)
+        for i, (name, t) in enumerate(zip(_MARKED_NAMES, _MARKED_TYPES, strict=True))
+    }
+    columns[DELETE_COLUMN] = pa.array([r[5] for r in rows])
+    columns[PARTITION_TRUNCATE_COLUMN] = pa.array([r[6] for r in rows])
+    return pa.table(columns)
+
+
+#: rounds read unevenly: partition 0 of t truncates in round 1, partition 1 (behind) in
+#: round 2 - a round of only its truncate - and partition 3 in round 3; 2 never does.
+#: Round 4 changes no row (the table still gets a version, a commit, with its offsets)
+MARKED_ROUNDS: list[list[Marked]] = [
+    [
+        ("t", 0, 1000, 0, "before", False, False),
+        ("t", 0, 1001, None, None, False, True),
+        ("t", 0, 1002, 4, "after", False, False),
+        ("t", 0, 1003, 8, None, True, False),  # deletes a row the truncate took: a no-op
+        ("t", 1, 1000, 1, "p1-not-yet-truncated", False, False),
+        ("u", 0, 1000, 400, "u-same-partition-number", False, False),
+    ],
+    [("t", 1, 1001, None, None, False, True)],
+    [
+        ("t", 3, 1000, None, None, False, True),
+        ("t", 3, 1001, 3, "after", False, False),
+        ("t", 2, 1000, 2, None, True, False),
+    ],
+    # partition 1 truncated again, nothing of it left: the round changes no row
+    [("t", 1, 1002, None, None, False, True), ("t", 2, 1001, 998, None, True, False)],
+]
+
+
+def _marked_expected(rounds: int) -> dict[int, str]:
+    """The table after the first ``rounds`` of MARKED_ROUNDS, by the rules' definition."""
+    state = {i: f"v{i}" for i in range(420)}
+    gone = {1: {0}, 2: {0, 1}, 3: {0, 1, 3}, 4: {0, 1, 3}}[rounds]
+    state = {i: v for i, v in state.items() if i >= 400 or i % 4 not in gone}
+    state |= {4: "after", 400: "u-same-partition-number"}
+    if rounds == 1:
+        state[1] = "p1-not-yet-truncated"
+    if rounds >= 3:
+        state.pop(2)
+        state[3] = "after"
+    return state
+
+
+def _folded_marked(n: int) -> Folded:
+    folded = fold(_marked_table(MARKED_ROUNDS[n]), ["id"])
+    assert not folded.truncated and len(folded.truncated_partitions) == 1
+    return replace(folded, rows=folded.rows.select(_MARKED_NAMES))
+
+
+def test_delta_partition_truncates_remove_only_their_partitions_rows_one_version_a_round(
+    tmp_path: Path,
+):
+    path = str(tmp_path / "t")
+    initial = _marked_initial()
+    for start in range(0, initial.num_rows, 150):  # several files: the truncates span them
+        write_deltalake(path, initial.slice(start, 150), mode="append")
+    version = DeltaTable(path).version()
+    for n in range(len(MARKED_ROUNDS)):
+        txns = [Transaction("p/0", n + 1)]
+        merge_round(
+            DeltaTable(path), _folded_marked(n), ["id"], CommitProperties(app_transactions=txns)
+        )
+        after = DeltaTable(path)
+        assert after.version() == version + n + 1 and after.transaction_version("p/0") == n + 1
+        assert _as_dict(after.to_pyarrow_table()) == _marked_expected(n + 1)
+
+
+def test_iceberg_partition_truncates_remove_only_their_partitions_rows_one_commit_a_round(
+    tmp_path: Path,
+):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("c", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("db")
+    initial = _marked_initial()
+    table = catalog.create_table("db.t", initial.schema, properties={"format-version": "2"})
+    for start in range(0, initial.num_rows, 150):
+        table.append(initial.slice(start, 150))
+    for n in range(len(MARKED_ROUNDS)):
+        table = catalog.load_table("db.t")
+        with table.transaction() as tx:
+            upsert_round(tx, _folded_marked(n), ["id"], {"rayconnect.round": str(n + 1)})
+        table = catalog.load_table("db.t")
+        summary = table.current_snapshot().summary.additional_properties
+        # (round 4 deletes nothing: pyiceberg makes no snapshot of it - the committer's
+        # offsets are in a table property, set in the same transaction)
+        assert summary["rayconnect.round"] == str(min(n + 1, 3))
+        assert _as_dict(table.scan().to_arrow()) == _marked_expected(n + 1)
 
 
 # -- partitioned tables: keys that move partition, and rounds pruned by partition --------

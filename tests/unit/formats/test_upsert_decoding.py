@@ -15,7 +15,13 @@ from rayconnect.errors import ConfigError
 from rayconnect.formats.partitioning import split
 from rayconnect.formats.rows import BadRecordError, decode_block, partition_specs
 from rayconnect.formats.settings import RecordFormat
-from rayconnect.write_modes.fold import DELETE_COLUMN, LSN_COLUMN, TRUNCATE_COLUMN
+from rayconnect.protocol.truncate_marker import PARTITION_TRUNCATE_HEADERS, TRUNCATE_HEADER
+from rayconnect.write_modes.fold import (
+    DELETE_COLUMN,
+    LSN_COLUMN,
+    PARTITION_TRUNCATE_COLUMN,
+    TRUNCATE_COLUMN,
+)
 
 KEYED = dict(
     value_format="json",
@@ -125,6 +131,27 @@ def test_a_debezium_truncate_is_a_keyless_change_or_a_dead_letter(truncate: str)
             "debezium envelope: op 't' (truncate/message) changes no row by key "
             "(truncate: dead_letter)"
         ]
+
+
+def test_a_truncate_with_rayconnects_header_truncates_its_partition_other_headers_the_table():
+    truncate = b'{"op":"t","before":null,"after":null,"source":{"lsn":9}}'
+    values = raw([truncate, truncate, truncate, b'{"op":"c","after":{"id":1}}'], key=b'{"id":1}')
+    marker = [{"key": k, "value": v} for k, v in PARTITION_TRUNCATE_HEADERS]
+    headers = [marker, [{"key": TRUNCATE_HEADER, "value": b"other"}], [], marker[:0]]
+    values = values.set_column(
+        values.column_names.index("headers"),
+        values.schema.field("headers"),
+        pa.array(headers, values.schema.field("headers").type),
+    )
+    block = decode_block(values, RecordFormat(**dict(KEYED, envelope="debezium")), None)
+    rows = block.rows
+    assert rows.column(PARTITION_TRUNCATE_COLUMN).to_pylist() == [True, False, False, False]
+    assert rows.column(TRUNCATE_COLUMN).to_pylist() == [False, True, True, False]
+    assert block.dead_letters.num_rows == 0
+    only_marker = decode_block(
+        values.slice(0, 1), RecordFormat(**dict(KEYED, envelope="debezium")), None
+    )
+    assert TRUNCATE_COLUMN not in only_marker.rows.column_names
 
 
 def test_each_events_source_lsn_is_kept_to_order_truncates_unless_dead_lettered():

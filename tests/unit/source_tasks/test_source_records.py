@@ -19,6 +19,7 @@ def test_a_good_record_encodes_value_key_and_headers() -> None:
     record = rc.SourceRecord("t", {"a": 1}, key="k", headers=[("h", b"v")], source_offset=3)
     assert encode_record(record) == (b'{"a":1}', b"k", [("h", b"v")])
     assert encode_record(rc.SourceRecord("t", b"raw")) == (b"raw", None, None)
+    assert encode_record(rc.SourceRecord("t", b"raw", every_partition=True)) == (b"raw", None, None)
 
 
 @pytest.mark.parametrize(
@@ -29,6 +30,7 @@ def test_a_good_record_encodes_value_key_and_headers() -> None:
         (rc.SourceRecord("t", "v", key={1, object()}), "cannot encode as JSON"),
         (rc.SourceRecord("t", "v", headers=[("h", "not bytes")]), "a header must be"),
         (rc.SourceRecord("t", "v", partition=-1), "partition must be"),
+        (rc.SourceRecord("t", "v", partition=1, every_partition=True), "give one of them"),
         ({"topic": "t", "value": 1}, "not a rayconnect.SourceRecord"),
     ],
 )

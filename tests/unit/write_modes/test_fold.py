@@ -8,10 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rayconnect.protocol.types import TopicPartition
 from rayconnect.write_modes.fold import (
     DELETE_COLUMN,
     LSN_COLUMN,
+    PARTITION_TRUNCATE_COLUMN,
     TRUNCATE_COLUMN,
+    Folded,
     fold,
     missing_key,
 )
@@ -188,3 +191,158 @@ def test_other_partitions_go_by_the_sources_lsn_where_both_events_have_one():
     assert LSN_COLUMN not in folded.rows.column_names
     untouched = fold(changes.filter(pa.array([True, False, True, True])), ["id"])
     assert not untouched.truncated and LSN_COLUMN not in untouched.rows.column_names
+
+
+# -- per-partition truncates (rayconnect's Postgres source: one marked copy per partition) --
+
+Change = tuple[int, int, int | None, str | None, bool]  # partition, offset, key, value, marker
+
+
+def _marked(rows: list[Change], topic: str = "t") -> pa.Table:
+    """(partition, offset, key, value or None for a delete, per-partition truncate), of
+    cluster "c" and ``topic``; no timestamps: a partition's truncate needs no order
+    between partitions."""
+    return (
+        _changes([r[:4] for r in rows])
+        .append_column("_kafka_cluster", pa.array(["c"] * len(rows)))
+        .append_column("_kafka_topic", pa.array([topic] * len(rows)))
+        .append_column(PARTITION_TRUNCATE_COLUMN, pa.array([r[4] for r in rows]))
+    )
+
+
+def _apply(table: dict[int, tuple[int, str]], folded: Folded) -> dict[int, tuple[int, str]]:
+    """What the appliers do with a folded round (write_modes.delta_merge/iceberg_upsert), on
+    a table of key -> (partition, value) - every row is of cluster "c", topic "t"."""
+    if folded.truncated:
+        table = {}
+    gone = {tp.partition for tp in folded.truncated_partitions}
+    table = {k: row for k, row in table.items() if row[0] not in gone}
+    for key in folded.deleted.column("id").to_pylist():
+        table.pop(key, None)
+    for row in folded.rows.select(["id", "_kafka_partition", "v"]).to_pylist():
+        table[row["id"]] = (row["_kafka_partition"], row["v"])
+    return table
+
+
+def test_a_partitions_truncate_removes_its_partitions_rows_and_its_earlier_changes_only():
+    folded = fold(
+        _marked(
+            [
+                (0, 1, 2, "p0-before", False),
+                (1, 1, 1, "p1-before", False),  # another partition: untouched
+                (0, 2, None, None, True),
+                (0, 3, 4, "p0-after", False),
+                (1, 2, 3, "p1-after", False),
+            ]
+        ),
+        ["id"],
+    )
+    assert not folded.truncated
+    assert folded.truncated_partitions == frozenset({TopicPartition("c", "t", 0)})
+    assert _state(folded) == ({1: "p1-before", 3: "p1-after", 4: "p0-after"}, set())
+    assert PARTITION_TRUNCATE_COLUMN not in folded.rows.column_names
+    table = {5: (0, "old-p0"), 6: (1, "old-p1")}
+    assert _apply(table, folded) == {
+        6: (1, "old-p1"),
+        1: (1, "p1-before"),  # (its partition's own truncate is still to come)
+        3: (1, "p1-after"),
+        4: (0, "p0-after"),
+    }
+
+
+def test_a_partitions_truncate_names_its_topic_and_a_later_delete_still_applies():
+    changes = pa.concat_tables(
+        [
+            _marked([(0, 1, 1, "t-before", False), (0, 2, None, None, True)], topic="t"),
+            _marked([(0, 1, 2, "u-same-partition", False)], topic="u"),  # another topic
+            _marked([(0, 3, 3, None, False)], topic="t"),  # a delete after the truncate
+        ]
+    )
+    folded = fold(changes, ["id"])
+    assert folded.truncated_partitions == frozenset({TopicPartition("c", "t", 0)})
+    assert _state(folded) == ({2: "u-same-partition"}, {3})
+
+
+def test_a_partition_behind_by_a_round_ends_exact_either_way():
+    """The case a single truncate event cannot get right (docs/guides/upserts.md): in
+    Postgres, key 3 (partition 1) is inserted, then the table truncated, then keys 4
+    (partition 0) and 5 (partition 1) inserted. Whichever partition is read a round
+    later, the table ends as Postgres: {4, 5}."""
+    table = {1: (0, "old"), 2: (1, "old")}
+    p0 = [(0, 10, None, None, True), (0, 11, 4, "after", False)]
+    p1 = [(1, 20, 3, "before", False), (1, 21, None, None, True), (1, 22, 5, "after", False)]
+    for first, second in ((p0, p1), (p1, p0)):
+        state = _apply(table, fold(_marked(first), ["id"]))
+        state = _apply(state, fold(_marked(second), ["id"]))
+        assert state == {4: (0, "after"), 5: (1, "after")}
+
+
+def test_a_whole_table_truncate_beside_partition_truncates_empties_the_table():
+    changes = (
+        _marked(
+            [
+                (0, 1, 1, "a", False),
+                (0, 2, None, None, True),
+                (2, 1, None, None, False),  # a truncate without the marker (Debezium's)
+                (1, 5, 2, "b", False),  # stamped after it
+            ]
+        )
+        .append_column("_kafka_timestamp", pa.array([1, 2, 2, 3], pa.timestamp("ms")))
+        .append_column(TRUNCATE_COLUMN, pa.array([False, False, True, False]))
+    )
+    folded = fold(changes, ["id"])
+    assert folded.truncated and folded.truncated_partitions == frozenset()
+    assert _state(folded) == ({2: "b"}, set())
+    assert TRUNCATE_COLUMN not in folded.rows.column_names
+
+
+def test_a_round_of_only_partition_truncates_without_key_columns():
+    changes = _marked([(0, 4, None, None, True), (3, 9, None, None, True)])
+    folded = fold(changes.drop_columns(["id", "v"]), ["id"])
+    assert folded.rows.num_rows == 0 and folded.deleted.num_rows == 0
+    assert folded.truncated_partitions == {TopicPartition("c", "t", 0), TopicPartition("c", "t", 3)}
+    with pytest.raises(ValueError, match="_kafka_topic"):
+        fold(changes.drop_columns(["_kafka_topic"]), ["id"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    history=st.lists(
+        st.one_of(
+            st.tuples(st.integers(0, 7), st.sampled_from(["a", "b", None])),  # None: delete
+            st.just(("truncate", None)),
+        ),
+        max_size=40,
+    ),
+    cuts=st.lists(st.lists(st.integers(0, 50), min_size=3, max_size=3), max_size=4),
+)
+def test_rounds_read_unevenly_end_as_the_history_with_partition_truncates(history, cuts):
+    """A Postgres history over 8 keys in 3 partitions (key % 3), a TRUNCATE a copy in each;
+    read in rounds that end anywhere in each partition (a reader ahead, one behind): the
+    table ends as the history does."""
+    partitions: list[list[Change]] = [[], [], []]
+    truth: dict[int, str] = {}
+    for key, value in history:
+        if key == "truncate":
+            truth.clear()
+            for p, records in enumerate(partitions):
+                records.append((p, len(records), None, None, True))
+            continue
+        p = key % 3
+        partitions[p].append((p, len(partitions[p]), key, value, False))
+        if value is None:
+            truth.pop(key, None)
+        else:
+            truth[key] = value
+    table: dict[int, tuple[int, str]] = {}
+    read = [0, 0, 0]
+    for cut in [*cuts, [50, 50, 50]]:  # the last round reads every partition to its end
+        ends = [
+            min(max(r, c), len(partitions[p]))
+            for p, (r, c) in enumerate(zip(read, cut, strict=True))
+        ]
+        round_ = [x for p in range(3) for x in partitions[p][read[p] : ends[p]]]
+        read = ends
+        if round_:
+            table = _apply(table, fold(_marked(round_), ["id"]))
+    assert {k: v for k, (_, v) in table.items()} == truth

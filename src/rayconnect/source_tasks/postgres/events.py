@@ -13,7 +13,10 @@ would claim the value was cleared. An update that changes the primary key is, as
 Debezium, a delete of the old key (and its tombstone) followed by a create of the new one,
 so a compacted topic or an upsert sink forgets the old key. Tables without a primary key
 (REPLICA IDENTITY FULL) have key null and all their records go to Kafka partition 0, which
-keeps them in commit order.
+keeps them in commit order. A truncate (``op: t``, no key, no row) goes to every partition
+of the table's topic, one copy each in the transaction, marked with the header
+``rayconnect.truncate: partition`` (``protocol.truncate_marker``): each partition's readers
+meet it in that partition's order, which makes a sink's truncate exact per partition.
 
 Events are written as JSON bytes directly (``values``: each column's text to its JSON
 text); no Python value per column.
@@ -26,6 +29,7 @@ from typing import Any
 
 import msgspec
 
+from rayconnect.protocol.truncate_marker import PARTITION_TRUNCATE_HEADERS
 from rayconnect.source_tasks.base import SourceRecord
 from rayconnect.source_tasks.postgres.pgoutput import Cell, Column
 from rayconnect.source_tasks.postgres.values import json_encoder
@@ -185,6 +189,17 @@ class EventBuilder:
             )
         )  # fmt: skip
         topic = self.topic(shape)
+        if op == "t":
+            return [
+                SourceRecord(
+                    topic,
+                    value,
+                    headers=PARTITION_TRUNCATE_HEADERS,
+                    every_partition=True,
+                    source_partition=source_partition,
+                    source_offset=offset,
+                )
+            ]
         record = SourceRecord(
             topic,
             value,

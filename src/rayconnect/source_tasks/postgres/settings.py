@@ -37,9 +37,10 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     or when the stream has nothing more. ``unavailable_value``: what ``after`` holds for a
         TOASTed value an update did not change and Postgres did not send (REPLICA IDENTITY FULL
         sends it). ``truncate``: what a ``TRUNCATE`` of a captured table becomes - ``event``, a
-        Debezium truncate event (``op: t``, no key, no row) per table in the table's topic, in
-        its place in the transaction; ``skip``, nothing (counted as ``truncates_skipped`` and
-        logged): Debezium's default, for readers that cannot take ``op: t``."""
+        Debezium truncate event (``op: t``, no key, no row) per table in each partition of the
+        table's topic (header ``rayconnect.truncate: partition``), in its place in the
+        transaction; ``skip``, nothing (counted as ``truncates_skipped`` and logged):
+        Debezium's default, for readers that cannot take ``op: t``."""
 
     dsn: str
     slot: str
