@@ -439,7 +439,9 @@ class CoordinatorActor:
         try:
             version = await asyncio.wait_for(asyncio.shield(running), timeout_s)
         except Exception as e:
-            timed_out = isinstance(e, TimeoutError)
+            # wait_for's own timeout, not a TimeoutError the commit raised (a socket's)
+            raised = running.exception() if running.done() and not running.cancelled() else None
+            timed_out = isinstance(e, TimeoutError) and e is not raised
             reason = f"{type(e).__name__}: " + (
                 f"no answer within write_timeout_s={timeout_s:g} s" if timed_out else str(e)
             )
