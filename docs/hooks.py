@@ -132,6 +132,11 @@ STATUS_REFERENCE = [
     ("WriterStatus", "rayconnect.protocol.status:WriterStatus", "`status.writer`"),
     ("UpkeepStatus", "rayconnect.protocol.upkeep:UpkeepStatus", "`status.upkeep`"),
     (
+        "CommitOutcome",
+        "rayconnect.protocol.commit_outcome:CommitOutcome",
+        "`status.last_failed_commit`",
+    ),
+    (
         "ActorStatus",
         "rayconnect.protocol.status:ActorStatus",
         "`status.actors` (with `handle.status(actors=True)`; `rayconnect status` asks for them)",

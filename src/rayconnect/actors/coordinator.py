@@ -5,7 +5,10 @@ in the table - from then on no older coordinator can commit (I3) - reads the com
 offsets (I2) and lets the machine send the first START. Table IO (commit, reload, vacuum) runs
 in a worker thread so messages keep flowing while delta-rs or pyiceberg works; a commit that does not
 return within ``write_timeout_s`` is reported as failed, and the machine reloads the table
-rather than guess whether it landed.
+rather than guess whether it landed. That read also says how the failed commit ended -
+committed after all, refused as fenced, not committed - in one log line and in status
+(``protocol.commit_outcome``); a timed-out commit's thread that returns later logs how it
+ended too.
 
 Outages outside Ray are waited out and shown in status (``outages``): the table's store
 failing is seen here - a light probe (``storage.check``, one attempt) every 2 s, claim,
@@ -33,6 +36,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import statistics
 import time
@@ -44,6 +48,7 @@ import ray
 from rayconnect.actors import directory, names
 from rayconnect.config.sink import SinkPipelineConfig
 from rayconnect.metrics import SinkMetrics
+from rayconnect.protocol.commit_outcome import CommitOutcome, FailedCommit, judge, late_line
 from rayconnect.protocol.coordinator import Coordinator
 from rayconnect.protocol.effects import (
     Broadcast,
@@ -132,6 +137,11 @@ class CoordinatorActor:
         #: partition -> bad records in the dead-letter table (read with the offsets)
         self.dead_letters: dict[str, int] = {}
         self.fenced: str | None = None
+        #: the commit that failed or timed out, until the table read after it says how it ended
+        self._failed_commit: FailedCommit | None = None
+        #: the thread of a commit that timed out, while it runs on
+        self._late_commit: asyncio.Future[int] | None = None
+        self.last_failed_commit: CommitOutcome | None = None
         self._metrics = SinkMetrics(config.name)  # dashboard metrics (rayconnect.metrics)
         self._recovered = asyncio.Event()
         self._stopped = asyncio.Event()  # the machine's Stopped: a stop asked for is done
@@ -415,16 +425,33 @@ class CoordinatorActor:
 
     async def _commit(self, commit: CommitTable) -> None:
         started = time.monotonic()
+        timeout_s = self.config.commit.write_timeout_s
+        # shielded: a commit that times out runs on in its thread, and says how it ended
+        running = asyncio.get_running_loop().run_in_executor(None, self._commit_blocking, commit)
         try:
-            version = await asyncio.wait_for(
-                asyncio.to_thread(self._commit_blocking, commit),
-                self.config.commit.write_timeout_s,
-            )
+            version = await asyncio.wait_for(asyncio.shield(running), timeout_s)
         except Exception as e:
-            reason = f"{type(e).__name__}: {e}"
+            # wait_for's own timeout, not a TimeoutError the commit raised (a socket's)
+            raised = running.exception() if running.done() and not running.cancelled() else None
+            timed_out = isinstance(e, TimeoutError) and e is not raised
+            reason = f"{type(e).__name__}: " + (
+                f"no answer within write_timeout_s={timeout_s:g} s" if timed_out else str(e)
+            )
             if isinstance(e, TableBrokenError):
                 await self._stop_broken(reason)
                 return
+            failed = FailedCommit(
+                epoch=commit.epoch,
+                txn_id=commit.txn_id,
+                expected=dict(commit.expected),
+                offsets=dict(commit.offsets),
+                error=reason,
+                timed_out=timed_out,
+            )
+            self._failed_commit = failed
+            if timed_out:
+                self._late_commit = running
+                running.add_done_callback(functools.partial(self._late_return, failed, started))
             log.warning("coordinator %s: commit failed: %s", self.config.name, reason)
             self._store(f"commit failed: {reason}")
             await self._apply(lambda: self.machine.commit_failed(reason, time.monotonic()))
@@ -448,6 +475,22 @@ class CoordinatorActor:
         if self.tables is not None:
             self._metrics.tables_committed(self.tables.last_round, time.time())
             self._do(self.housekeeping.tables_committed(self.tables.last_round_files, time.time()))
+
+    def _late_return(
+        self, failed: FailedCommit, started: float, running: asyncio.Future[int]
+    ) -> None:
+        """A commit that timed out returned after all: say how it ended."""
+        if self._late_commit is running:
+            self._late_commit = None
+        if running.cancelled():
+            return
+        error = running.exception()
+        version = running.result() if error is None else None
+        seconds = time.monotonic() - started
+        reason = None if error is None else f"{type(error).__name__}: {error}"
+        log.warning(
+            "coordinator %s: %s", self.config.name, late_line(failed, seconds, version, reason)
+        )
 
     def _commit_blocking(self, commit: CommitTable) -> int:
         """The round's table version: one table's, or each route table's (``TableSet``)."""
@@ -480,9 +523,20 @@ class CoordinatorActor:
         self._error = None
         self._store(None)
         self.table_version = version
+        self._tell_failed_commit(offsets, epoch)
         await self._apply(
             lambda: self.machine.table_reloaded(offsets, time.monotonic(), table_epoch=epoch)
         )
+
+    def _tell_failed_commit(self, offsets: dict[str, int], epoch: int) -> None:
+        """After a failed commit, the table read says how it ended: one line, and status."""
+        failed, self._failed_commit = self._failed_commit, None
+        if failed is None:  # a reload after a round that committed nothing
+            return
+        late = self._late_commit
+        running = late is not None and not late.done()
+        self.last_failed_commit = outcome = judge(failed, offsets, epoch, running)
+        log.warning("coordinator %s: %s", self.config.name, outcome.line())
 
     def _read_dead_letters(self) -> None:
         """Totals of the dead-letter table (what earlier incarnations committed too), so the
@@ -590,6 +644,7 @@ class CoordinatorActor:
             last_error=machine.last_error,
             error=self._error,
             fenced=self.fenced,
+            last_failed_commit=self.last_failed_commit,
             gave_up=self.gave_up,
             give_up_after_s=self.config.give_up_after_s,
             outages=tuple(self.housekeeping.describe(time.time())),

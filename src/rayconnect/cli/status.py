@@ -85,6 +85,8 @@ def render_status(s: PipelineStatus | SourcePipelineStatus) -> str:
     for label in ("gave_up", "fenced", "error", "last_error"):
         if value := getattr(s, label):
             lines.append(f"{label}: {value}")
+    if failed := s.last_failed_commit:
+        lines.append(f"last failed commit: {failed.line()}")
     lines += [f"outage: {o}" for o in s.outages]
     if upkeep := s.upkeep:
         lines.append(

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from rayconnect.protocol.commit_outcome import CommitOutcome
 from rayconnect.protocol.upkeep import UpkeepStatus
 
 
@@ -190,6 +191,9 @@ class PipelineStatus(ByName, msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     #: why this coordinator stopped: a newer epoch claimed the table
     fenced: str | None = None
+    #: how the last commit that failed or timed out ended (committed after all, refused as
+    #: fenced, not committed), as the table read after it showed; None: none failed
+    last_failed_commit: CommitOutcome | None = None
     #: why the pipeline gave up (an outage that lasted ``give_up_after_s``, a broken table)
     gave_up: str | None = None
     #: the setting: seconds of one outage before the pipeline gives up

@@ -10,13 +10,16 @@ Faults (what the kernel allows, shared/notes/network.md): a slow link (``tbf``),
 cut (a blackhole route), a partition between the coordinator's node and the readers' node
 that heals after 30 s, and every worker node cut from the head long enough for Ray to
 declare them dead: a new coordinator claims the table on the head while the old pipeline
-lives on, whole, on the far side - its coordinator must say it was fenced, and nothing be
-duplicated. In the ``slow`` group: the slow link, the one-way cut, a link down past Ray's
+lives on, whole, on the far side, committing a trickle of records round after round - until
+its next commit is refused by the table's epoch fence (its own log says so, the refused
+round is not in the table), and nothing is duplicated. In the ``slow`` group: the slow link, the one-way cut, a link down past Ray's
 node timeout and the coordinator's node alone cut from the head.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +35,9 @@ from rayconnect.cli import chaos
 NAME = "hosts"
 TOPIC = "orders"
 PARTITIONS = 4
+#: A round of at most this many rows is written by the writer itself, more by a Spark job:
+#: the 2000-record bursts go to Spark, the trickle behind the whole cut is written here.
+WRITE_HERE_MAX_ROWS = 500
 #: fault -> seconds from its end (the heal) until every produced record was committed.
 RECOVERY: dict[str, float] = {}
 
@@ -53,7 +59,11 @@ def running(hosts_cluster, store_broker, hosts_table) -> Iterator[Running]:
         commit_interval_s=1,
         write_timeout_s=20,
         spark=rc.SparkSettings(
-            executors=1, executor_memory="512MB", executor_wait_s=60, executor_lost_s=30
+            executors=1,
+            executor_memory="512MB",
+            executor_wait_s=60,
+            executor_lost_s=30,
+            write_here_max_rows=WRITE_HERE_MAX_ROWS,
         ),
         placement=ROLES_ON_HOSTS,
     ).start(timeout_s=240)
@@ -216,19 +226,16 @@ def test_a_whole_pipeline_cut_off_from_the_head_is_fenced_by_its_successor(
     """Every worker node cut from the head (and the driver) at once, still reaching each
     other and the store: Ray declares them dead (~15 s) and restarts every actor on the
     head, where the new coordinator claims the table with a newer epoch. Behind the cut the
-    old pipeline is whole - coordinator, readers, participants, writer, Spark - and its
-    coordinator keeps running rounds, which must come to nothing: its own log must say it
-    was fenced by the new epoch (it learns so by reading the table), and the table's history
-    has no version of the old epoch after the claim. Then the cut heals (the cut raylets
+    old pipeline is whole - coordinator, readers, participants, writer - and keeps reading
+    what the test produces meanwhile (a trickle: rounds far below ``write_here_max_rows``,
+    which the old writer writes in its own process; a Spark job behind the cut fails with
+    ``OwnerDiedError``) and committing it, round after round, until the claim. Its next
+    commit is refused by the table's fence: its own log must say so (``txn N of epoch E:
+    the commit failed (StaleEpochError: ...) and was refused as fenced (table epoch E+1);
+    stopping: epoch E fenced by epoch E+1``), that round must not be in the table, and no
+    version of the old epoch may follow the claim. Then the cut heals (the cut raylets
     learn they were declared dead and exit), the nodes are started again, and the table
-    holds every record exactly once.
-
-    What the zombie does not reach is a commit: a node cut from the head writes no files
-    (Spark's Python workers are Ray drivers; the old writer's Spark job failed with
-    ``OwnerDiedError`` for the readers' blocks in both runs whose logs were read), so its
-    rounds are lost, and the reload after one finds the newer epoch. A commit refused by the
-    table's fence is tested on the table (tests/integration/storage/test_s3_tables.py,
-    spark_bridge/test_delta_committer.py). (Last in the module; after the slow group's
+    holds every record exactly once. (Last in the module; after the slow group's
     ``control`` cut, whichever nodes are alive are cut.)"""
     net, sink = hosts_cluster.net, running.sink
     epoch = running.handle.status()["epoch"]
@@ -236,30 +243,37 @@ def test_a_whole_pipeline_cut_off_from_the_head_is_fenced_by_its_successor(
     placed = hosts_cluster.actors(NAME)
     workers = list(hosts_cluster.cpus)
     assert placed[f"{NAME}/coordinator"] in workers, placed  # on a worker node, cut below
+    refusal = re.compile(
+        rf"txn (\d+) of epoch {epoch}: the commit (?:failed|timed out) \((\w+): .*\) and was "
+        rf"refused as fenced \(table epoch (\d+)\); stopping: epoch {epoch} fenced by epoch \3$"
+    )
     for name in workers:
         net[name].cut_from_root()
     cut_at, cut_wall = time.monotonic(), time.time()
     try:
-        running.produced.more(2000)  # records for the zombie's rounds (the broker is reachable)
-        # Ray ends a worker cut off from the GCS after 120 s here (SYSTEM_CONFIG): everything
-        # must happen before.
-        _wait(lambda: set(hosts_cluster.alive_nodes()) == {"head"}, cut_at + 45, "nodes dead")
-        RECOVERY["all cut: nodes declared dead"] = time.monotonic() - cut_at
-        claimed = _wait(
-            lambda: _claim_after(sink, epoch),
-            cut_at + 75,
-            "a new claim",
-            lambda: f"actors {hosts_cluster.actors(NAME)}",
-        )
-        RECOVERY["all cut: new coordinator claimed"] = time.monotonic() - cut_at
-        fenced = _wait(
-            lambda: _log_lines(hosts_cluster, zombie, f"epoch {epoch} fenced by epoch "),
-            cut_at + 110,
-            f"the old coordinator (pid {zombie}) fenced",
-            lambda: "its log ends:\n" + "\n".join(_log_lines(hosts_cluster, zombie, "")[-20:]),
-        )
+        # records for the zombie's rounds (the broker is reachable): a trickle, so that it
+        # has a round to commit whenever the claim comes
+        with _Trickle(running.produced, TRICKLE_RECORDS, TRICKLE_EVERY_S):
+            # Ray ends a worker cut off from the GCS after 120 s here (SYSTEM_CONFIG):
+            # everything must happen before.
+            _wait(lambda: set(hosts_cluster.alive_nodes()) == {"head"}, cut_at + 45, "dead")
+            RECOVERY["all cut: nodes declared dead"] = time.monotonic() - cut_at
+            claimed = _wait(
+                lambda: _claim_after(sink, epoch),
+                cut_at + 75,
+                "a new claim",
+                lambda: f"actors {hosts_cluster.actors(NAME)}",
+            )
+            RECOVERY["all cut: new coordinator claimed"] = time.monotonic() - cut_at
+            refused = _wait(
+                lambda: _log_lines(hosts_cluster, zombie, " and was refused as fenced "),
+                cut_at + 110,
+                f"the old coordinator's (pid {zombie}) commit refused",
+                lambda: "its log ends:\n" + "\n".join(_log_lines(hosts_cluster, zombie, "")[-20:]),
+            )
+            RECOVERY["all cut: old coordinator's commit refused"] = time.monotonic() - cut_at
+        fenced = _log_lines(hosts_cluster, zombie, f"epoch {epoch} fenced by epoch ")
         tried = _log_lines(hosts_cluster, zombie, "commit failed:")
-        RECOVERY["all cut: old coordinator fenced"] = time.monotonic() - cut_at
     finally:
         net.heal()
     healed_at = time.monotonic()
@@ -278,12 +292,53 @@ def test_a_whole_pipeline_cut_off_from_the_head_is_fenced_by_its_successor(
         h for h in history if h["version"] > claimed["version"]
         and h.get("rayconnect.epoch") == str(epoch)
     ]  # fmt: skip
-    assert late == []  # nothing of the old epoch after the claim
     print(
         f"\nold coordinator pid {zombie}, epoch {epoch}: {len(zombie_after_cut)} rounds "
         f"committed behind the cut before the claim (version {claimed['version']}); its "
-        f"commits refused: {tried or 'none tried'}; then: {fenced[0].strip()}"
+        f"commits that failed: {tried}; {refused[-1].strip()}; then: {fenced}"
     )
+    assert zombie_after_cut, "the old pipeline committed nothing behind the cut"
+    found = refusal.search(refused[-1].strip())
+    assert found, refused
+    txn, error, newer = int(found[1]), found[2], int(found[3])
+    # the table's epoch fence: a newer epoch read before the write, or (the claim landing
+    # between the read and the write) the claim's version conflicting with it
+    assert newer > epoch and error in ("StaleEpochError", "CommitConflictError"), refused
+    assert [h for h in history if (h.get("rayconnect.epoch"), h.get("rayconnect.txn_id"))
+            == (str(epoch), str(txn))] == []  # fmt: skip  # the refused round is not in it
+    assert late == []  # nothing of the old epoch after the claim
+    assert fenced, "the old coordinator did not stop as fenced"
+
+
+#: The trickle behind the whole cut: records per produce and seconds between them.
+TRICKLE_RECORDS, TRICKLE_EVERY_S = 20, 0.5
+
+
+class _Trickle:
+    """``produced.more(records)`` every ``every_s`` in a thread, while inside ``with``."""
+
+    def __init__(self, produced: Produced, records: int, every_s: float) -> None:
+        self.produced, self.records, self.every_s = produced, records, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trickle", daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.every_s):
+                self.produced.more(self.records)
+        except BaseException as e:  # the test fails with it on leaving
+            self.error = e
+
+    def __enter__(self) -> _Trickle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        if self.error is not None and exc[0] is None:
+            raise AssertionError(f"the trickle producer failed: {self.error!r}")
 
 
 def _claim_after(sink: rc.DeltaSink, epoch: int) -> dict[str, Any] | None:

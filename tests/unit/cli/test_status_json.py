@@ -10,6 +10,7 @@ import pytest
 from status_sample import pipeline_status
 
 from rayconnect.cli.status import render_status, status_json
+from rayconnect.protocol.commit_outcome import FailedCommit, judge
 from rayconnect.protocol.status import (
     PartitionStatus,
     PipelineStatus,
@@ -164,3 +165,26 @@ def test_route_tables_are_typed_round_trip_and_the_most_lagging_are_listed() -> 
     shown = [line.split()[0] for line in lines[head + 2 : head + 2 + TABLES_SHOWN]]
     assert shown[:5] == ["t_006", "t_013", "t_020", "t_027", "t_005"]
     assert len(shown) == TABLES_SHOWN and lines[head + 2 + TABLES_SHOWN] == ""
+
+
+def test_how_the_last_failed_commit_ended_round_trips_and_is_printed() -> None:
+    failed = judge(
+        FailedCommit(
+            epoch=3,
+            txn_id=8,
+            expected={"east/orders/0": 400},
+            offsets={"east/orders/0": 500},
+            error="TimeoutError: no answer within write_timeout_s=60 s",
+            timed_out=True,
+        ),
+        {"east/orders/0": 500},
+        table_epoch=3,
+    )
+    status = msgspec.structs.replace(_status(), last_failed_commit=failed)
+    assert decode(encode(status)) == status
+    assert json.loads(encode(status))["last_failed_commit"]["ended"] == "committed after all"
+    assert (
+        "last failed commit: txn 8 of epoch 3: the commit timed out (TimeoutError: no answer "
+        "within write_timeout_s=60 s) and was committed after all (table epoch 3); its records "
+        "stay; the next round starts after them"
+    ) in render_status(status).splitlines()
