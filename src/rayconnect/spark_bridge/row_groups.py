@@ -9,8 +9,11 @@ plans and reads per row group. So pieces are gathered and written as one row gro
 they reach ``ROW_GROUP_ROWS`` rows or ``ROW_GROUP_BYTES`` bytes, and at close.
 
 The pieces gathered are Arrow tables the caller already holds (slices of the fetched data, or
-rows decoded from them): gathering keeps them alive until their row group is written, which
-the byte bound keeps small.
+rows decoded from them): gathering keeps them alive until their row group is written. The
+byte bound counts the slices; the objects they slice (one per host per poll) stay alive with
+them - at most the objects of the write's own flushes, which the writer's process holds all
+at once anyway when it writes without Spark, and which a Spark task used to let go of one
+by one.
 """
 
 from __future__ import annotations
