@@ -109,12 +109,13 @@ def merge_round(
 
 def _from_partitions(partitions: frozenset[TopicPartition]) -> str:
     """A predicate on the target's rows: from one of ``partitions`` (by its
-    ``PARTITION_COLUMNS``; cluster ids and topics are letters, digits, '.', '_', '-':
-    nothing to escape in a SQL string)."""
+    ``PARTITION_COLUMNS``). Topics are letters, digits, '.', '_', '-', but a cluster id is
+    whatever the pipeline's metadata calls it: strings are SQL literals with quotes doubled
+    (Python's repr would quote ``o'k`` with double quotes, an identifier in SQL)."""
     return " OR ".join(
         "("
         + " AND ".join(
-            f"{_TARGET}.`{column}` = {value!r}"
+            f"{_TARGET}.`{column}` = {_sql_literal(value)}"
             for column, value in zip(
                 PARTITION_COLUMNS, (tp.cluster, tp.topic, tp.partition), strict=True
             )
@@ -122,3 +123,9 @@ def _from_partitions(partitions: frozenset[TopicPartition]) -> str:
         + ")"
         for tp in sorted(partitions)
     )
+
+
+def _sql_literal(value: object) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"

@@ -206,7 +206,10 @@ def test_iceberg_truncating_round_deletes_everything_and_appends_in_one_commit(t
 
 # -- per-partition truncates: only the rows of the truncate's partition go --------------
 
-#: (topic, partition, offset, id, v, delete, per-partition truncate) of cluster "c"
+#: the rows' cluster id: a quote in it (a cluster id is the user's name; the Delta
+#: predicate quotes it as a SQL literal)
+CLUSTER = "o'c"
+#: (topic, partition, offset, id, v, delete, per-partition truncate) of cluster CLUSTER
 Marked = tuple[str, int, int, int | None, str | None, bool, bool]
 _MARKED_NAMES = ["_kafka_cluster", "_kafka_topic", "_kafka_partition", "_kafka_offset", "id", "v"]
 _MARKED_TYPES = [pa.string(), pa.string(), pa.int32(), pa.int64(), pa.int64(), pa.string()]
@@ -223,7 +226,7 @@ def _marked_initial() -> pa.Table:
 
 def _marked_table(rows: list[Marked]) -> pa.Table:
     columns = {
-        name: pa.array([("c", *r)[i] for r in rows], t)
+        name: pa.array([(CLUSTER, *r)[i] for r in rows], t)
         for i, (name, t) in enumerate(zip(_MARKED_NAMES, _MARKED_TYPES, strict=True))
     }
     columns[DELETE_COLUMN] = pa.array([r[5] for r in rows])
