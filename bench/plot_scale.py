@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/plot_scale.py    # writes results/speed-28/scale.png
 
-Runs nothing: it reads scenario (h) at 8, 64 and 256 partitions (`results/hosts-defaults/`,
-2026-11-25, quiet) and at 1,024 (`results/speed-28/h-1024-row-groups/`, 2026-11-27, quiet),
+Runs nothing: it reads scenario (h) at 8, 64 and 256 partitions (`results/speed-28/h-8-256/`)
+and at 1,024 (`results/speed-28/h-1024-row-groups/`), both 2026-11-27 on the quiet machine,
 and the coordinator alone at 8 ... 10,000 partitions (`results/coordinator/`, and the
 per-host wire's quiet run in `results/hosts-rounds/quiet-per-host`). Left: records/s of the
 raw fetch, the baseline and rayconnect's defaults. Right: a round's START->ACK in the
@@ -26,7 +26,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def _h_points() -> dict[int, dict]:
     points: dict[int, dict] = {}
     # (folder, whether its clock started when start() was called)
-    for folder, from_called in (("hosts-defaults", False), ("speed-28/h-1024-row-groups", True)):
+    for folder, from_called in (
+        ("speed-28/h-8-256", True),
+        ("speed-28/h-1024-row-groups", True),
+    ):
         doc = json.loads((RESULTS / folder / "results.json").read_text())
         h = doc.get("scenarios", doc).get("h", doc)
         for n, point in h["points"].items():
@@ -36,9 +39,8 @@ def _h_points() -> dict[int, dict]:
 
 
 def _from_ready(rc: dict) -> float:
-    """records/s from ``start()`` returning: the clock of the 2026-11-25 runs. Runs since
-    2026-11-27 count from ``start()`` called and give ``startup_s``: taken off here so the
-    points share one clock."""
+    """records/s from ``start()`` returning (the clock before 2026-11-27): runs since count
+    from ``start()`` called and give ``startup_s``, taken off here."""
     if rc["from_called"]:
         return rc["records"] / (rc["seconds"] - rc["startup_s"])
     return rc["records_per_s"]
@@ -52,9 +54,15 @@ def main() -> None:
         left.plot(parts, [points[p][who]["records_per_s"] for p in parts], style, label=who)
     left.plot(
         parts,
-        [_from_ready(points[p]["rayconnect"]) for p in parts],
+        [points[p]["rayconnect"]["records_per_s"] for p in parts],
         "C0-o",
-        label="rayconnect (clock from start() returning)",
+        label="rayconnect (clock from start() called)",
+    )
+    left.plot(
+        parts,
+        [_from_ready(points[p]["rayconnect"]) for p in parts],
+        "C0:",
+        label="rayconnect, its start-up left out",
     )
     left.set(
         xscale="log",
