@@ -75,20 +75,17 @@ def main() -> None:
 
     rounds = [points[p]["rayconnect"]["round_s_median"] * 1000 for p in parts]
     right.plot(parts, rounds, "C0-o", label="pipeline: round START->ACK median (h)")
-    alone = json.loads((RESULTS / "coordinator" / "coordinator_alone.json").read_text())["rows"]
-    right.plot(
-        [r["partitions"] for r in alone],
-        [r["round_cpu_ms_median"] for r in alone],
-        "C2-s",
-        label="coordinator alone: CPU a round (40 hosts)",
-    )
-    quiet = json.loads((RESULTS / "hosts-rounds" / "quiet-per-host").read_text())["rows"]
-    right.plot(
-        [r["partitions"] for r in quiet],
-        [r["round_cpu_ms_median"] for r in quiet],
-        "C3^",
-        label="coordinator alone, per-host wire, quiet",
-    )
+    for source, style, label in (
+        ("coordinator/coordinator_alone.json", "C2-s", "coordinator alone: CPU a round (40 hosts)"),
+        ("hosts-rounds/quiet-per-host", "C3^", "coordinator alone, per-host wire, quiet"),
+    ):
+        rows = json.loads((RESULTS / source).read_text())["rows"]
+        right.plot(
+            [r["partitions"] for r in rows],
+            [r["round_cpu_ms_median"] for r in rows],
+            style,
+            label=label,
+        )
     right.axhline(50, color="C3", lw=0.8, ls=":", label="target: 50 ms at 10,000")
     right.set(
         xscale="log",
