@@ -228,12 +228,18 @@ def test_a_write_made_here_has_the_files_of_a_spark_job(
         ]
     )
     assert here.job_ids == [] and jobs_delta(writer, before) == (1, 1)
-    for group_here, group_spark, block in zip(here.files, spark, blocks, strict=True):
+    # The writer is an async actor: calls may start out of submission order, so which of
+    # the two flushes of partition 0 shares partition 1's file differs from run to run in
+    # the Spark job; how many files are shared, and by how many partitions, does not.
+    assert sorted(len(f.shared_by) for g in here.files for f in g) == sorted(
+        len(f.shared_by) for g in spark for f in g
+    )
+    for files in (here.files, spark):  # partition 1 rides with one flush of partition 0
+        paths = [{f.path for f in group} for group in files]
+        assert len(paths[1] & (paths[0] | paths[2])) == 1 and not paths[0] & paths[2]
+    for group_here, block in zip(here.files, blocks, strict=True):
         rows = read_files(tmp_path / "here", group_here)
         assert key_set(rows) >= key_set(block)
-        assert sorted(len(f.shared_by) for f in group_here) == sorted(
-            len(f.shared_by) for f in group_spark
-        )
         for f in group_here:
             in_file = key_set(read_files(tmp_path / "here", [f]))
             named = {int(k.rsplit("/", 1)[1]) for k in f.shared_by} or {
@@ -242,7 +248,6 @@ def test_a_write_made_here_has_the_files_of_a_spark_job(
             assert {part for _, part, _ in in_file} == named
             assert f.records == len(in_file) and f.path.startswith(f"{STAGING_DIR}/")
             assert pq.read_schema(tmp_path / "here" / f.path).equals(RAW_RECORD_SCHEMA)
-    assert not {f.path for f in here.files[0]} & {f.path for f in here.files[2]}
     assert {len(f.shared_by) for f in here.files[1]} == {2}  # partitions 0 and 1 of host-0
     bad = records(0, 0, 10).set_column(2, "partition", pa.array([0] * 10, pa.int64()))
     with pytest.raises(InputSchemaError, match="partition"):
