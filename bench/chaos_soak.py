@@ -259,7 +259,11 @@ class Soak:
             commit_interval_s=2,
             write_timeout_s=20,
             spark=rc.SparkSettings(
-                executors=1, executor_memory="512MB", executor_wait_s=90, executor_lost_s=30
+                executors=1,
+                executor_memory="512MB",
+                executor_wait_s=90,
+                executor_lost_s=30,
+                start="with_pipeline",  # the soak's kills and node losses reach Spark too
             ),
             placement=ROLES_ON_HOSTS,
         ).start(timeout_s=300)

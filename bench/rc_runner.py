@@ -26,6 +26,10 @@ import rayconnect as rc
 from rayconnect import ray_internals
 from rayconnect.actors import names
 
+#: Spark settings laid over every contender's (``run.py --spark-start``): the same scenarios,
+#: baseline and ceiling again, with one setting changed
+SPARK_OVERRIDES: dict[str, Any] = {}
+
 
 def pipeline(
     name: str, bootstrap: str, topic: str, table: str | rc.IcebergSink, **settings: Any
@@ -33,8 +37,9 @@ def pipeline(
     source_opts = settings.pop("source", {})
     storage_options = settings.pop("storage_options", {})
     sink_opts = settings.pop("sink", {})  # e.g. write_mode="upsert"
-    if isinstance(settings.get("spark"), dict):  # e.g. {"write_here_max_rows": 100000}
-        settings["spark"] = rc.SparkSettings(**settings["spark"])
+    spark = settings.get("spark") or {}  # e.g. {"write_here_max_rows": 100000}
+    if isinstance(spark, dict) and (spark or SPARK_OVERRIDES):
+        settings["spark"] = rc.SparkSettings(**(spark | SPARK_OVERRIDES))
     ensure_session_latest(ray_internals.session_dir())
     meta = rc.StaticMetadataService(
         (rc.KafkaStream(topic, {"local": rc.ClusterMetadata(bootstrap, (topic,))}),)

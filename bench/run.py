@@ -348,6 +348,7 @@ def scenario_b(cfg: dict, workdir: str) -> dict:
 
     def wanted(contender: str) -> bool:
         return only is None or contender in only
+
     with Broker() as broker:
         bs = broker.bootstrap_servers
 
@@ -1184,7 +1185,17 @@ def main() -> None:
         default=None,
         help="scenario h: partitions_per_host for rayconnect (default: rayconnect's default)",
     )
+    ap.add_argument(
+        "--spark-start",
+        choices=("with_pipeline", "when_needed"),
+        default=None,
+        help="spark.start for every rayconnect contender (default: rayconnect's default)",
+    )
     args = ap.parse_args()
+    if args.spark_start:
+        import rc_runner
+
+        rc_runner.SPARK_OVERRIDES["start"] = args.spark_start
     cfg = QUICK if args.quick else FULL
     if args.h_partitions:
         cfg = cfg | {"h_only": [int(p) for p in args.h_partitions.split(",")]}

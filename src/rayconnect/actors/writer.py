@@ -9,10 +9,13 @@ A thin shell around ``spark_bridge.parquet_writer.write_groups``. What it adds:
   participant host hands all its partitions' flushes of a moment in one ``write_parts``
   call (a request per part, an answer per part: a bad part fails alone).
 - **Warm start.** Starting RayDP takes ~15 s and the first write ~11 s more (JIT, class
-  loading). Both happen at start-up, before ``ready()`` returns, not inside the first round.
+  loading). Both happen before Spark takes its first round, not inside it.
+- **Spark when needed.** With ``spark.start: when_needed`` (the default) Spark is not
+  started until writes made in this process keep it busy (``start_policy.BusyWindow``); a
+  transform's pipeline starts it at once (Spark SQL runs the transform).
 - **Writes before Spark is up, and small writes, without Spark.** Until Spark has started
-  (20-30 s), every write is made in this process with Arrow's Parquet writer
-  (``parquet_writer.write_groups_here``: the files a Spark task would write), so the
+  (20-30 s after it is asked to), every write is made in this process with Arrow's Parquet
+  writer (``parquet_writer.write_groups_here``: the files a Spark task would write), so the
   pipeline reads and commits while Spark starts; a transform's writes wait for Spark. Once
   Spark is up, a write of at most ``SparkSettings.write_here_max_rows`` rows is made so too:
   milliseconds instead of a 0.3-0.7 s Spark job (the ``latency`` profile).
@@ -73,6 +76,7 @@ from rayconnect.spark_bridge.parquet_writer import (
     write_groups_here,
 )
 from rayconnect.spark_bridge.session import registered_executors, start_spark, stop_spark
+from rayconnect.spark_bridge.start_policy import BusyWindow
 from rayconnect.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
@@ -163,6 +167,10 @@ class WriterActor:
         self._executor_wait_s = spark.executor_wait_s
         self._executor_lost_s = spark.executor_lost_s
         self._here_max_rows = spark.write_here_max_rows
+        #: Spark starts with the pipeline, or once writes made here keep this process busy
+        self._busy: BusyWindow | None = None
+        if spark.start == "when_needed" and not self._needs_spark_sql():
+            self._busy = BusyWindow(spark.busy_window_s, spark.start_when_busy)
         # writes made here run beside the Spark thread (which may still be starting Spark)
         self._here_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="write")
         self._reservation: Reservation | None = None
@@ -186,6 +194,8 @@ class WriterActor:
             "executors_started_with": None,
             "executors": None,
             "problem": None,
+            "spark_start": spark.start,
+            "spark_started_because": None,  # when_needed: why Spark was started
             "spark_start_s": None,
             "warm_up_s": None,
             "warm_up_failed": None,  # why the warm-up writes failed (the start goes on)
@@ -276,18 +286,31 @@ class WriterActor:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
 
-    def _ensure_started(self) -> asyncio.Task[None]:
-        if self._start_task is None:
+    def _needs_spark_sql(self) -> bool:
+        """A transform's writes run Spark SQL: nothing writes them without Spark."""
+        return self._format is not None and self._format.transform_schema is not None
+
+    def _ensure_draining(self) -> None:
+        if self._drain_task is None:
             self._wakeup = asyncio.Event()
+            self._drain_task = asyncio.ensure_future(self._drain_loop())
+        if self._busy is None:  # Spark starts with the pipeline
+            self._ensure_spark()
+
+    def _ensure_spark(self) -> asyncio.Task[None]:
+        if self._start_task is None:
             self._start_task = asyncio.ensure_future(
                 self._run_in_spark_thread(self._start_blocking)
             )
-            self._drain_task = asyncio.ensure_future(self._drain_loop())
+            self._start_task.add_done_callback(self._spark_started)
         return self._start_task
 
     async def ready(self) -> dict[str, Any]:
-        """Start Spark and warm it up (first call only); return once writes are fast."""
-        await self._ensure_started()
+        """Start Spark and warm it up (first call only); return once writes are fast - at
+        once with ``spark.start: when_needed``, whose Spark starts when writes need it."""
+        self._ensure_draining()
+        if self._busy is None:
+            await self._ensure_spark()
         return dict(self._stats)
 
     async def stats(self) -> dict[str, Any]:
@@ -351,7 +374,7 @@ class WriterActor:
             raise RuntimeError(f"writer {self._app_name} was stopped")
         if self._spark is None and self._problem is not None:
             raise RuntimeError(f"writer {self._app_name}: {self._problem}")
-        self._ensure_started()
+        self._ensure_draining()
         future: asyncio.Future[list[DataFile]] = asyncio.get_running_loop().create_future()
         self._pending.append(_Request(table, refs, future, key, share, rows))
         assert self._wakeup is not None
@@ -365,8 +388,7 @@ class WriterActor:
         return list(await asyncio.gather(*(self.write(table, refs) for refs in groups)))
 
     async def _drain_loop(self) -> None:
-        assert self._wakeup is not None and self._start_task is not None
-        self._start_task.add_done_callback(self._spark_started)
+        assert self._wakeup is not None
         while True:
             await self._wakeup.wait()
             # Let the other flushes of the same END-COMMIT arrive: ms here vs ~0.5 s a job.
@@ -380,7 +402,7 @@ class WriterActor:
                 try:
                     here = self._writes_here(requests)
                     if not here:
-                        await self._start_task  # raises if Spark did not start
+                        await self._ensure_spark()  # raises if Spark did not start
                     await self._write_requests(table, requests, here)
                 except Exception as exc:  # never let the loop die: callers would hang
                     if exc is not self._start_failure():  # that one was logged
@@ -406,12 +428,11 @@ class WriterActor:
 
     def _writes_here(self, requests: list[_Request]) -> bool:
         """Whether these requests are written in this process: not a transform's (Spark
-        SQL runs it); every write until Spark is up, after that one of at most
-        ``write_here_max_rows`` rows."""
-        if self._format is not None and self._format.transform_schema is not None:
+        SQL runs it); every write until Spark is up (or started: ``when_needed``), after
+        that one of at most ``write_here_max_rows`` rows."""
+        if self._needs_spark_sql():
             return False
-        assert self._start_task is not None
-        if not self._start_task.done():
+        if self._start_task is None or not self._start_task.done():
             return True
         if self._start_failure() is not None:
             return False  # as before: a writer whose Spark failed refuses writes
@@ -496,6 +517,7 @@ class WriterActor:
             self._stats["route_schema_reads"] = self._route_schemas.reads
         args = (table, groups, RAW_RECORD_SCHEMA, self._format, table_schema, keys, shares)
         if here:  # the same write as Spark's, in this process
+            started = time.monotonic()
             done = await loop.run_in_executor(
                 self._here_thread, functools.partial(write_groups_here, *args, routing=routing)
             )
@@ -503,6 +525,7 @@ class WriterActor:
                 self._route_schemas.changed(done.schema_changes)
             self._stats["writes_here"] += 1
             self._stats["last_write_here_s"] = round(done.seconds, 3)
+            self._start_spark_if_busy(started, time.monotonic())
             return done
         result: WriteResult = await self._run_in_spark_thread(
             functools.partial(write_groups, self._spark, *args, routing=routing)
@@ -517,6 +540,17 @@ class WriterActor:
         self._stats["last_prepare_s"] = round(result.prepare_seconds, 3)
         self._stats["last_spark_s"] = round(result.spark_seconds, 3)
         return result
+
+    def _start_spark_if_busy(self, started: float, ended: float) -> None:
+        """``when_needed``: count a write made here; start Spark once they keep us busy."""
+        if self._busy is None or self._start_task is not None:
+            return
+        self._busy.wrote(started, ended)
+        verdict = self._busy.verdict(ended)
+        if verdict.start and not self._stopped:
+            self._stats["spark_started_because"] = verdict.reason
+            log.info("writer %s: starting Spark: %s", self._app_name, verdict.reason)
+            self._ensure_spark()
 
     @staticmethod
     def _fail(requests: list[_Request], exc: BaseException) -> None:

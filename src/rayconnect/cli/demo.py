@@ -86,7 +86,7 @@ def _victims(partitions: int) -> list[tuple[str, str, str]]:
     ]
 
 
-def _pipeline(bootstrap: str, table: str, interval_s: float) -> Any:
+def _pipeline(bootstrap: str, table: str, interval_s: float, spark_start: str | None) -> Any:
     import rayconnect as rc
 
     meta = rc.StaticMetadataService(
@@ -99,6 +99,7 @@ def _pipeline(bootstrap: str, table: str, interval_s: float) -> Any:
         rc.DeltaSink(table),
         commit_interval_s=interval_s,
         write_timeout_s=10,
+        **({"spark": rc.SparkSettings(start=spark_start)} if spark_start else {}),
     )
 
 
@@ -152,6 +153,7 @@ def run_demo(
     chaos: bool = True,
     catch_up_timeout_s: float = 180.0,
     out: TextIO = sys.stdout,
+    spark_start: str | None = None,
 ) -> DemoResult:
     from rayconnect.kafka.admin import high_watermarks
     from rayconnect.kafka.steady import SteadyProducer
@@ -177,11 +179,11 @@ def run_demo(
         producer = None
         try:
             t = time.monotonic()
-            view.event("pipeline starting: Spark writer, participants, coordinator, readers...")
-            # waits for Spark (records flow meanwhile): the kills below should not land in
-            # Spark's start, which on 2 cores slows a restarting actor (start(wait_for_spark=
-            # False) returns ~10-20 s sooner; bench/README.md, "Start-up")
-            handle = _pipeline(bootstrap, table_path, interval_s).start()
+            view.event("pipeline starting: writer, participants, coordinator, readers...")
+            # With spark_start="with_pipeline" this waits for Spark (records flow meanwhile):
+            # the kills below should not land in Spark's start, which on 2 cores slows a
+            # restarting actor. The default starts Spark only when writes need it.
+            handle = _pipeline(bootstrap, table_path, interval_s, spark_start).start()
             step("start", t)
             view.event(f"pipeline {PIPELINE!r} running ({stage.timings['start_s']:.1f} s to start)")
 

@@ -64,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--table", default=None, help="new folder for the Delta table (default: a temp folder)"
     )
     demo.add_argument(
+        "--spark-start",
+        choices=("when_needed", "with_pipeline"),
+        default=None,
+        help="spark.start of the demo's pipeline (default: the default, when_needed: at the "
+        "demo's rate the writer's process writes every round itself; with_pipeline: Spark's "
+        "executors write from the first seconds)",
+    )
+    demo.add_argument(
         "--source",
         action="store_true",
         help="a source pipeline instead (generator -> Kafka, KIP-618): two tasks, killed midway "
@@ -276,6 +284,7 @@ def _demo(args: argparse.Namespace) -> int:
                 rate=args.rate or 2_000,
                 interval_s=args.interval,
                 chaos=args.chaos,
+                spark_start=args.spark_start,
             )
     except JavaNotFoundError as e:
         print(f"rayconnect: {e}", file=sys.stderr)

@@ -152,8 +152,13 @@ def _render_tables(s: PipelineStatus) -> list[str]:
 
 
 def _spark_state(writer: WriterStatus) -> str:
-    """Healthy, or still starting (no executor count yet: Spark starts with the first write)."""
-    return "starting Spark" if writer.executors is None else "ok"
+    """Healthy, still starting (no executor count yet), or not started on purpose
+    (``spark.start: when_needed``, writes made in the writer's process)."""
+    if writer.executors is not None:
+        return "ok"
+    if writer.spark_start == "when_needed" and writer.spark_started_because is None:
+        return "Spark not started: the writer's process writes until it is busy (when_needed)"
+    return "starting Spark"
 
 
 def _render_actors(actors: list[dict[str, Any]]) -> list[str]:

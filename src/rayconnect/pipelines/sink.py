@@ -130,10 +130,11 @@ class SinkPipeline:
     ) -> PipelineHandle:
         """Validate, then start the writer, participants, coordinator and enumerator (which
         starts the readers); returns once every reader reads and (``wait_for_spark``) Spark
-        is up. Records are read, written and committed while Spark starts (the writer
-        writes without it meanwhile): without ``wait_for_spark`` start() returns 10-20 s
-        sooner, and a Spark that cannot start shows in ``status().writer.problem`` instead
-        of raising here."""
+        is up - when it starts with the pipeline (``spark.start: with_pipeline``; the
+        default, ``when_needed``, starts it once the writer's process is busy). Records are
+        read, written and committed while Spark starts (the writer writes without it
+        meanwhile): without ``wait_for_spark`` start() returns 10-20 s sooner, and a Spark
+        that cannot start shows in ``status().writer.problem`` instead of raising here."""
         from rayconnect.actors.coordinator import CoordinatorActor
         from rayconnect.actors.enumerator import EnumeratorActor
         from rayconnect.actors.participant_host import start_participants
@@ -289,6 +290,11 @@ def _writer_status(pipeline: str, timeout_s: float) -> WriterStatus:
     )
 
 
+#: the roles that start rounds (coordinator) and actors (enumerator): ``stop`` ends them
+#: before the others, which then close together
+STARTERS = frozenset({"enumerator", "coordinator"})
+
+
 class PipelineHandle(Handle):
     """Watch and stop a running sink pipeline; holds only its name."""
 
@@ -371,11 +377,15 @@ class PipelineHandle(Handle):
                 result = StopResult(final=final)
             except Exception as e:
                 result = StopResult(error=f"final round not committed: {type(e).__name__}: {e}")
-        for name in pipeline_actor_names(self.name):
-            actor = get_actor(name)
-            if actor is None:
-                continue
-            with contextlib.suppress(Exception):
-                ray.get(actor.close.remote(), timeout=30)
-            ray.kill(actor, no_restart=True)
+        # Those that start rounds and actors first, then the rest together: closed one after
+        # another, the demo's stop took 13.6 s (Spark's JVMs last, after every host's).
+        listed = pipeline_actor_names(self.name)
+        drivers = [n for n in listed if names.role_of(n) in STARTERS]
+        for wave in (drivers, [n for n in listed if n not in drivers]):
+            actors = [a for a in map(get_actor, wave) if a is not None]
+            closing = [actor.close.remote() for actor in actors]
+            with contextlib.suppress(Exception):  # an actor's failed close still ends it
+                ray.wait(closing, num_returns=len(closing), timeout=30)
+            for actor in actors:
+                ray.kill(actor, no_restart=True)
         return result

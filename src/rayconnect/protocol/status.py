@@ -105,6 +105,11 @@ class WriterStatus(msgspec.Struct, frozen=True, kw_only=True):
     executors: int | None = None
     #: why Spark runs with fewer executors than wanted, or refuses writes
     problem: str | None = None
+    #: ``spark.start``: ``with_pipeline`` or ``when_needed``
+    spark_start: str | None = None
+    #: ``when_needed``: why Spark was started (None: not yet; writes are made in the
+    #: writer's process)
+    spark_started_because: str | None = None
     #: seconds Spark took to start
     spark_start_s: float | None = None
     #: seconds the writer's first (warm-up) job took

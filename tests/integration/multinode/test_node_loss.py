@@ -71,7 +71,11 @@ def running(ray_cluster, module_broker, sink_table) -> Iterator[Running]:
         flush_max_records=1500,
         commit_when_drained=False,  # rounds stay open for the interval: kills land in them
         spark=rc.SparkSettings(
-            executors=EXECUTORS, executor_memory="768MB", executor_wait_s=60, executor_lost_s=45
+            executors=EXECUTORS,
+            executor_memory="768MB",
+            executor_wait_s=60,
+            executor_lost_s=45,
+            start="with_pipeline",  # executors on the nodes that are lost
         ),
         placement=PINNED,
     ).start(timeout_s=240)

@@ -64,6 +64,7 @@ def running(hosts_cluster, store_broker, hosts_table) -> Iterator[Running]:
             executor_wait_s=60,
             executor_lost_s=30,
             write_here_max_rows=WRITE_HERE_MAX_ROWS,
+            start="with_pipeline",  # Spark's jobs cross the cut too
         ),
         placement=ROLES_ON_HOSTS,
     ).start(timeout_s=240)

@@ -74,6 +74,9 @@ def test_exactly_once_while_every_role_is_killed_mid_round(
         write_timeout_s=20,
         flush_max_records=1500,
         commit_when_drained=False,  # rounds stay open for the interval: kills land in them
+        # the writer's kills land in Spark jobs (the default would write these rounds in
+        # the writer's process, never starting Spark at this load)
+        spark=rc.SparkSettings(start="with_pipeline"),
     )
     handle = pipeline.start()
     by_role = {

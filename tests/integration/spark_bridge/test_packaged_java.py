@@ -100,7 +100,7 @@ def _run_demo_watching_jvms(
     args += ["--records", str(RECORDS), "--partitions", str(PARTITIONS), "--table", str(table)]
     # Which JVMs ran is the point here, not the kills: a killed writer would only add a second
     # Spark start to the JVMs watched (the demo's chaos has tests of its own).
-    args += ["--no-chaos"]
+    args += ["--no-chaos", "--spark-start", "with_pipeline"]
     jvms: dict[int, tuple[str, str]] = {}
     started = time.monotonic()
     with subprocess.Popen(

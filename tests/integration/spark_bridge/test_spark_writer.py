@@ -21,6 +21,7 @@ from ray_tmp import cleaned_ray_tmp
 from rayconnect.actors import names
 from rayconnect.actors.pieces import FlushPart
 from rayconnect.actors.writer import start_writer
+from rayconnect.config.spark import SparkSettings
 from rayconnect.errors import JavaNotFoundError
 from rayconnect.formats.evolution import schema_differences
 from rayconnect.protocol.types import DataFile
@@ -64,7 +65,11 @@ def writer() -> Iterator[ray.actor.ActorHandle]:
         ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE)
         t_ray = time.perf_counter() - t0
         t0 = time.perf_counter()
-        handle = start_writer(names.writer(f"test-{uuid.uuid4().hex[:6]}"), namespace=NAMESPACE)
+        handle = start_writer(
+            names.writer(f"test-{uuid.uuid4().hex[:6]}"),
+            namespace=NAMESPACE,
+            spark=SparkSettings(start="with_pipeline"),
+        )
         stats = ray.get(handle.stats.remote())
         print(
             f"\nray.init {t_ray:.1f} s; writer ready {time.perf_counter() - t0:.1f} s "
