@@ -42,6 +42,7 @@ import dataclasses
 import functools
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -110,6 +111,19 @@ def _first_and_last(error: BaseException, limit: int = 300) -> str:
     if len(lines) <= 1:
         return "".join(lines)[:limit]
     return f"{lines[0][: limit // 2]} ... {lines[-1][: limit // 2]}"
+
+
+def _causes(error: BaseException, limit: int = 400) -> str:
+    """The exception lines of an error that crossed Ray and py4j (``X: message``, Java's
+    included), else its first and last lines: a failed RayDP start is a 60-line Java trace
+    whose one useful line ("java.lang.IllegalArgumentException: Actor of name
+    RAY_APP_MASTER exists") sits in the middle, and ``status`` shows this text."""
+    causes: list[str] = []
+    for line in str(error).splitlines():
+        line = line.strip().lstrip(": ")
+        if re.match(r"^(Caused by: )?[\w.$]+(Exception|Error): ", line) and line not in causes:
+            causes.append(line)
+    return "; ".join(causes)[:limit] if causes else _first_and_last(error, limit)
 
 
 def _warm_up_record() -> pa.Table:
@@ -372,7 +386,7 @@ class WriterActor:
         """Queue one request for the drain loop; its future gets the request's files."""
         if self._stopped:
             raise RuntimeError(f"writer {self._app_name} was stopped")
-        if self._spark is None and self._problem is not None:
+        if self._spark is None and self._problem is not None and self._busy is None:
             raise RuntimeError(f"writer {self._app_name}: {self._problem}")
         self._ensure_draining()
         future: asyncio.Future[list[DataFile]] = asyncio.get_running_loop().create_future()
@@ -411,12 +425,16 @@ class WriterActor:
 
     def _spark_started(self, task: asyncio.Future[None]) -> None:
         """Spark is up: watch it from now on. A start that failed fails the writes from
-        now on, and ``problem`` says why (status shows it)."""
+        now on (``when_needed``: they go on here), and ``problem`` says why (status)."""
         if task.cancelled() or self._stopped:
             return
         if (failure := task.exception()) is not None:
-            self._set_problem(f"Spark did not start: {type(failure).__name__}: {failure}")
+            problem = f"Spark did not start: {type(failure).__name__}: {_causes(failure)}"
+            if self._busy is not None:
+                problem += " (writes go on in the writer's process)"
+            self._set_problem(problem)
             log.error("writer %s: %s", self._app_name, self._problem)
+            log.debug("writer %s: Spark's start failed", self._app_name, exc_info=failure)
         else:
             self._watch_task = asyncio.ensure_future(self._watch_spark())
 
@@ -435,7 +453,9 @@ class WriterActor:
         if self._start_task is None or not self._start_task.done():
             return True
         if self._start_failure() is not None:
-            return False  # as before: a writer whose Spark failed refuses writes
+            # with_pipeline: a writer whose Spark failed refuses writes (start() fails);
+            # when_needed: it was writing without Spark, and goes on (status: ``problem``)
+            return self._busy is not None
         rows = [r.rows for r in requests]
         return all(n is not None for n in rows) and sum(n or 0 for n in rows) <= self._here_max_rows
 

@@ -390,3 +390,47 @@ def test_executor_cpus_are_waited_for_a_bounded_time_then_what_fits_is_taken(
     cores = int(ray.cluster_resources()["CPU"]) + 1
     assert reserve_executors(1, cores, "1MB", "SPREAD", wait_s=1) is None
     assert "spark.executor_wait_s=1" in no_room(cores, "1MB", 1)
+
+
+def test_when_needed_goes_on_writing_here_when_spark_cannot_start(
+    writer: ray.actor.ActorHandle, tmp_path: Path
+) -> None:
+    """``spark.start: when_needed``: a writer whose Spark, asked for once its writes kept it
+    busy, cannot start keeps writing in its own process and says why in ``problem`` (status).
+    The cause here is real: RayDP names its app master RAY_APP_MASTER in the Ray namespace,
+    and the module's writer holds that name (raydp#386: one Spark per namespace)."""
+    lazy = start_writer(
+        names.writer(f"lazy-{uuid.uuid4().hex[:6]}"),
+        namespace=NAMESPACE,
+        spark=SparkSettings(start="when_needed", busy_window_s=2, start_when_busy=0.5),
+    )
+    try:
+        table = tmp_path / "t"
+        stats = ray.get(lazy.stats.remote())
+        assert stats["spark_start_s"] is None and stats["problem"] is None
+        big = ray.put(records(1, 0, 300_000))
+        deadline = time.monotonic() + 60
+        while stats["spark_started_because"] is None:
+            assert time.monotonic() < deadline, stats
+            for files in ray.get([lazy.write.remote(str(table), [big]) for _ in range(4)]):
+                assert sum(f.records for f in files) == 300_000
+            stats = ray.get(lazy.stats.remote())
+        deadline = time.monotonic() + 120
+        while stats["problem"] is None:
+            assert time.monotonic() < deadline, stats
+            time.sleep(1)
+            stats = ray.get(lazy.stats.remote())
+        assert (
+            stats["problem"].startswith("Spark did not start")
+            and "RAY_APP_MASTER" in (stats["problem"])
+        )
+        before = stats
+        files = ray.get(lazy.write.remote(str(table), [ray.put(records(2, 0, 500))]))
+        assert key_set(read_files(table, files)) == expected_keys(2, 0, 500)
+        after = ray.get(lazy.stats.remote())
+        assert after["writes_here"] == before["writes_here"] + 1 and after["spark_writes"] == 0
+    finally:
+        try:
+            ray.get(lazy.close.remote(), timeout=60)
+        finally:
+            ray.kill(lazy)
