@@ -324,6 +324,20 @@ def test_run_exits_5_with_the_reason_when_the_pipeline_gives_up(capsys):
             "spark executors 1 of 2  degraded: 1 of 2 Spark executors",
         ),
         ({"error": "RayActorError: restarting"}, "spark executors - of -  RayActorError"),
+        (
+            {"executors": None, "executors_wanted": 1, "spark_start": "when_needed"},
+            "spark executors - of 1  Spark not started: the writer's process writes until it "
+            "is busy (when_needed)",
+        ),
+        (
+            {
+                "executors": None,
+                "executors_wanted": 1,
+                "spark_start": "when_needed",
+                "spark_started_because": "writes in the writer's process took 17 s of 20 s",
+            },
+            "spark executors - of 1  starting Spark",
+        ),
     ],
 )
 def test_sink_status_says_how_many_spark_executors_run(writer, line):
