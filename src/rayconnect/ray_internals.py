@@ -12,6 +12,8 @@ that happened to call it. Everything else in rayconnect uses Ray's public API on
   unequal, the id is what identifies the actor;
 - this process's node (``ray._private.worker._global_node``): where Ray writes its logs (the
   Spark JVMs log beside them) and its session directory (the benchmarks read it);
+- the class under a library's ``@ray.remote`` class (``ActorClass.__ray_metadata__``):
+  RayDP's master actor gets its JVM's Ray options from one method, overridden in a subclass;
 - ``ray._private.label_utils.validate_label_selector``: Ray's own check of a node label
   selector, so a bad selector is a ConfigError at start, worded as Ray words it;
 - ``ray._private.services.ConsolePopen``: how a local ``ray.init`` starts Ray's own processes
@@ -85,6 +87,13 @@ def label_selector_problem(selector: dict[str, str]) -> str | None:
 
     problem = validate_label_selector(selector)
     return None if problem is None else str(problem)
+
+
+def remote_class_body(remote: Any) -> type:
+    """The plain class under a ``@ray.remote`` class (``ActorClass.__ray_metadata__``), to
+    subclass a library's actor and override one method (RayDP's master: its JVM's namespace)."""
+    body: type = remote.__ray_metadata__.modified_class.__ray_actor_class__
+    return body
 
 
 def actor_class(cls: type) -> Any:

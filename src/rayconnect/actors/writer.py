@@ -267,7 +267,9 @@ class WriterActor:
             )
             if reservation is not None:
                 return reservation
-            self._set_problem(no_room(self._cores, self._memory, self._executor_wait_s))
+            self._set_problem(
+                no_room(self._cores, self._memory, self._executor_wait_s, self._busy is not None)
+            )
             log.warning("writer %s: %s", self._app_name, self._problem)
 
     def _set_problem(self, problem: str | None) -> None:

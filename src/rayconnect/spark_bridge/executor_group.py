@@ -63,9 +63,11 @@ def release(reservation: Reservation | None) -> None:
         ray.util.remove_placement_group(reservation.group)
 
 
-def no_room(cores: int, memory: str, wait_s: float) -> str:
-    """The reason shown while not even one executor fits."""
+def no_room(cores: int, memory: str, wait_s: float, writes_go_on: bool = False) -> str:
+    """The reason shown while not even one executor fits; ``writes_go_on``: the writer
+    writes in its own process meanwhile (``spark.start: when_needed``)."""
+    meanwhile = "writes go on in the writer's process" if writes_go_on else "writes are refused"
     return (
         f"waiting for CPUs: no Ray node had room for one Spark executor ({cores} CPU, "
-        f"{memory}) within spark.executor_wait_s={wait_s:g}; writes are refused until one fits"
+        f"{memory}) within spark.executor_wait_s={wait_s:g}; {meanwhile} until one fits"
     )

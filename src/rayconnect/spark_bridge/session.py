@@ -16,6 +16,7 @@ Everything here encodes facts measured on Java 17 + raydp 1.6.5 + pyspark 3.5.7
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -138,7 +139,7 @@ def start_spark(
     configs = spark_configs()
     configs.update(_app_master_on_this_node())
     configs.update(extra_configs or {})
-    with _master_on_this_node():
+    with _master_on_this_node(SPARK_NAMESPACE_PREFIX + app_name):
         return raydp.init_spark(
             app_name=app_name,
             num_executors=executors,
@@ -149,24 +150,50 @@ def start_spark(
         )
 
 
+#: RayDP names its Java app master ``RAY_APP_MASTER`` and its executors
+#: ``raydp-executor-<n>`` in the Ray namespace of its master's JVM - by default the caller's,
+#: which all of rayconnect's actors share: a second pipeline's Spark then failed to start
+#: ("Actor of name RAY_APP_MASTER exists", ray-project/raydp#386). Each Spark app gets a
+#: namespace of its own, so every pipeline on a cluster can have Spark.
+SPARK_NAMESPACE_PREFIX = "rayconnect-spark-"
+
+
+def _master_class(namespace: str) -> Any:
+    """RayDP's master actor class, its JVMs (app master, executors) in ``namespace``."""
+    import ray
+    from raydp.spark.ray_cluster_master import RayDPSparkMaster as Master
+
+    body: Any = ray_internals.remote_class_body(Master)
+
+    class RayDPSparkMaster(body):  # RayDP's name: tools and tests know its actors by it
+        def _generate_ray_configs(self) -> str:
+            options = json.loads(super()._generate_ray_configs())
+            options["ray.job.namespace"] = namespace
+            return json.dumps(options)
+
+    return ray.remote(RayDPSparkMaster)
+
+
 @contextlib.contextmanager
-def _master_on_this_node() -> Iterator[None]:
+def _master_on_this_node(namespace: str) -> Iterator[None]:
     """Start RayDP's master actor on this process's node (raydp 1.6.5 places it with Ray's
-    default policy, which on a cluster may pick any node). It must run here: the driver JVM
-    joins Ray through the raylet socket of the *master's* node (``_generate_ray_configs``),
-    which exists only on that machine; and a master on another node ties Spark's life to
-    a second node. Hard affinity: if this node dies, so does the writer that owns it."""
+    default policy, which on a cluster may pick any node), its JVMs in ``namespace``. It
+    must run here: the driver JVM joins Ray through the raylet socket of the *master's* node
+    (``_generate_ray_configs``), which exists only on that machine; and a master on another
+    node ties Spark's life to a second node. Hard affinity: if this node dies, so does the
+    writer that owns it."""
     import ray
     import raydp.spark.ray_cluster as raydp_cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     original = raydp_cluster.RayDPSparkMaster
+    master = _master_class(namespace)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
     class _Pinned:
         @staticmethod
         def options(**options: object) -> object:
-            return original.options(scheduling_strategy=here, **options)
+            return master.options(scheduling_strategy=here, **options)
 
     raydp_cluster.RayDPSparkMaster = _Pinned
     try:

@@ -392,17 +392,79 @@ def test_executor_cpus_are_waited_for_a_bounded_time_then_what_fits_is_taken(
     assert "spark.executor_wait_s=1" in no_room(cores, "1MB", 1)
 
 
-def test_when_needed_goes_on_writing_here_when_spark_cannot_start(
+def test_when_needed_writes_here_until_busy_then_starts_spark(
     writer: ray.actor.ActorHandle, tmp_path: Path
 ) -> None:
-    """``spark.start: when_needed``: a writer whose Spark, asked for once its writes kept it
-    busy, cannot start keeps writing in its own process and says why in ``problem`` (status).
-    The cause here is real: RayDP names its app master RAY_APP_MASTER in the Ray namespace,
-    and the module's writer holds that name (raydp#386: one Spark per namespace)."""
+    """``spark.start: when_needed``: the writer is ready without Spark and writes in its own
+    process while that leaves it idle; once its writes keep it busy (here half of a 3-s
+    window) Spark starts, and from then on a write is a Spark job. Every write's rows
+    exactly, whoever wrote them. Its Spark runs beside the module's writer's, in the same
+    Ray namespace: RayDP's JVMs get a namespace per Spark app (raydp#386)."""
     lazy = start_writer(
         names.writer(f"lazy-{uuid.uuid4().hex[:6]}"),
         namespace=NAMESPACE,
-        spark=SparkSettings(start="when_needed", busy_window_s=2, start_when_busy=0.5),
+        spark=SparkSettings(start="when_needed", busy_window_s=3, start_when_busy=0.5),
+    )
+    try:
+        stats = ray.get(lazy.stats.remote())
+        assert stats["spark_start"] == "when_needed" and stats["spark_start_s"] is None
+        table = tmp_path / "t"
+        for i in range(5):  # a light load over more than a window: Spark is not needed
+            files = ray.get(lazy.write.remote(str(table), [ray.put(records(0, i * 100, 100))]))
+            assert key_set(read_files(table, files)) == expected_keys(0, i * 100, 100)
+            time.sleep(0.8)
+        stats = ray.get(lazy.stats.remote())
+        assert stats["writes_here"] == 5 and stats["spark_writes"] == 0
+        assert stats["spark_started_because"] is None and stats["spark_start_s"] is None
+
+        big = ray.put(records(1, 0, 300_000))  # writes back to back: ~all of the window busy
+        deadline = time.monotonic() + 60
+        while stats["spark_started_because"] is None:
+            assert time.monotonic() < deadline, stats
+            for files in ray.get([lazy.write.remote(str(table), [big]) for _ in range(4)]):
+                assert sum(f.records for f in files) == 300_000  # (read back below: slow)
+            stats = ray.get(lazy.stats.remote())
+        assert key_set(read_files(table, files)) == expected_keys(1, 0, 300_000)
+        assert "of the last 3 s (start_when_busy 0.5)" in stats["spark_started_because"]
+        assert stats["spark_writes"] == 0  # written here while Spark starts
+
+        deadline = time.monotonic() + 150
+        while stats["warm_up_s"] is None:  # Spark up and warmed up
+            assert time.monotonic() < deadline and stats["problem"] is None, stats
+            time.sleep(1)
+            stats = ray.get(lazy.stats.remote())
+        before = stats
+        files = ray.get(lazy.write.remote(str(table), [ray.put(records(2, 0, 500))]))
+        assert key_set(read_files(table, files)) == expected_keys(2, 0, 500)
+        assert jobs_delta(lazy, before) == (1, 1)
+        for w in (writer, lazy):  # each Spark's app master in a namespace of its own
+            app = ray.get(w.stats.remote())["app_name"]
+            ray.get_actor("RAY_APP_MASTER", namespace=f"rayconnect-spark-{app}")
+        with pytest.raises(ValueError):
+            ray.get_actor("RAY_APP_MASTER", namespace=NAMESPACE)
+    finally:
+        try:
+            ray.get(lazy.close.remote(), timeout=60)
+        finally:
+            ray.kill(lazy)
+
+
+def test_when_needed_goes_on_writing_here_while_spark_cannot_start(
+    writer: ray.actor.ActorHandle, tmp_path: Path
+) -> None:
+    """``spark.start: when_needed``: a writer whose Spark, asked for once its writes kept it
+    busy, cannot start - here its executors' CPUs never fit (4 cores on a 2-CPU Ray) - keeps
+    writing in its own process and says why in ``problem`` (status)."""
+    lazy = start_writer(
+        names.writer(f"lazy-{uuid.uuid4().hex[:6]}"),
+        namespace=NAMESPACE,
+        spark=SparkSettings(
+            start="when_needed",
+            busy_window_s=2,
+            start_when_busy=0.5,
+            executor_cores=4,
+            executor_wait_s=1,
+        ),
     )
     try:
         table = tmp_path / "t"
@@ -415,22 +477,17 @@ def test_when_needed_goes_on_writing_here_when_spark_cannot_start(
             for files in ray.get([lazy.write.remote(str(table), [big]) for _ in range(4)]):
                 assert sum(f.records for f in files) == 300_000
             stats = ray.get(lazy.stats.remote())
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 60
         while stats["problem"] is None:
             assert time.monotonic() < deadline, stats
-            time.sleep(1)
+            time.sleep(0.5)
             stats = ray.get(lazy.stats.remote())
-        assert (
-            stats["problem"].startswith("Spark did not start")
-            and "RAY_APP_MASTER" in (stats["problem"])
-        )
+        assert stats["problem"].startswith("waiting for CPUs: no Ray node had room for one ")
+        assert "writes go on in the writer's process until one fits" in stats["problem"]
         before = stats
         files = ray.get(lazy.write.remote(str(table), [ray.put(records(2, 0, 500))]))
         assert key_set(read_files(table, files)) == expected_keys(2, 0, 500)
         after = ray.get(lazy.stats.remote())
         assert after["writes_here"] == before["writes_here"] + 1 and after["spark_writes"] == 0
     finally:
-        try:
-            ray.get(lazy.close.remote(), timeout=60)
-        finally:
-            ray.kill(lazy)
+        ray.kill(lazy)  # its start waits for CPUs that never come: close() would wait 25 s
