@@ -211,7 +211,7 @@ def _mirror(
 
     step = stage.step
     t = time.monotonic()
-    view.event("pipelines starting: the source task, then the sink's Spark writer, coordinator...")
+    view.event("pipelines starting: the source task, then the sink's writer, coordinator...")
     source = mirror_source(SOURCE, server, stage.bootstrap, db.names, PREFIX).start()
     sink = mirror_sink(
         SINK, stage.bootstrap, lake, PREFIX, commit_interval_s=interval_s, write_timeout_s=10
