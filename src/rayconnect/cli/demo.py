@@ -159,13 +159,14 @@ def run_demo(
     from rayconnect.kafka.steady import SteadyProducer
     from rayconnect.spark_bridge.session import require_java
 
-    table_path = str(Path(table or tempfile.mkdtemp(prefix="rayconnect-demo-")).resolve())
-    if Path(table_path, "_delta_log").exists():
+    if table is not None and Path(table, "_delta_log").exists():
         raise DemoError(
-            f"{table_path} already holds a Delta table; the demo starts a fresh broker whose "
-            "offsets restart at 0, so give it a new --table path (or none for a temp folder)"
+            f"{Path(table).resolve()} already holds a Delta table; the demo starts a fresh "
+            "broker whose offsets restart at 0, so give it a new --table path (or none for a "
+            "temp folder)"
         )
-    require_java()
+    require_java()  # before the temp folder: a refused Java left an empty one behind
+    table_path = str(Path(table or tempfile.mkdtemp(prefix="rayconnect-demo-")).resolve())
     run_s = records / rate
     banner = (
         f"rayconnect demo: {records:,} records at {rate:,}/s ({run_s:.0f} s), {partitions} "
