@@ -13,7 +13,8 @@ import ray
 
 from rayconnect.actors import names
 
-#: Where a sink pipeline's roles sort in listings: the order ``stop`` ends them in.
+#: Where a sink pipeline's roles sort in listings (``stop`` ends the enumerator and the
+#: coordinator first, then the others together).
 _ROLE_ORDER = {"enumerator": 0, "coordinator": 1, "reader": 2, "participants": 3, "writer": 4}
 
 
@@ -26,7 +27,7 @@ def get_actor(name: str) -> Any | None:
 
 
 def pipeline_actor_names(pipeline: str, role: str | None = None) -> list[str]:
-    """Every live named actor of a pipeline (only ``role``'s if given), in stop order:
+    """Every live named actor of a pipeline (only ``role``'s if given), in this order:
     enumerator, coordinator, readers, participants, writer; source tasks by index."""
     found = [
         a["name"]

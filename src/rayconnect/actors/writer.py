@@ -268,7 +268,7 @@ class WriterActor:
             if reservation is not None:
                 return reservation
             self._set_problem(
-                no_room(self._cores, self._memory, self._executor_wait_s, self._busy is not None)
+                no_room(self._cores, self._memory, self._executor_wait_s, self._spark_optional)
             )
             log.warning("writer %s: %s", self._app_name, self._problem)
 
@@ -302,6 +302,12 @@ class WriterActor:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
 
+    @property
+    def _spark_optional(self) -> bool:
+        """``when_needed``: writes go on in this process without Spark (before it is needed,
+        and if it cannot start); else Spark starts with the pipeline and writes need it."""
+        return self._busy is not None
+
     def _needs_spark_sql(self) -> bool:
         """A transform's writes run Spark SQL: nothing writes them without Spark."""
         return self._format is not None and self._format.transform_schema is not None
@@ -310,7 +316,7 @@ class WriterActor:
         if self._drain_task is None:
             self._wakeup = asyncio.Event()
             self._drain_task = asyncio.ensure_future(self._drain_loop())
-        if self._busy is None:  # Spark starts with the pipeline
+        if not self._spark_optional:  # Spark starts with the pipeline
             self._ensure_spark()
 
     def _ensure_spark(self) -> asyncio.Task[None]:
@@ -325,7 +331,7 @@ class WriterActor:
         """Start Spark and warm it up (first call only); return once writes are fast - at
         once with ``spark.start: when_needed``, whose Spark starts when writes need it."""
         self._ensure_draining()
-        if self._busy is None:
+        if not self._spark_optional:
             await self._ensure_spark()
         return dict(self._stats)
 
@@ -388,7 +394,7 @@ class WriterActor:
         """Queue one request for the drain loop; its future gets the request's files."""
         if self._stopped:
             raise RuntimeError(f"writer {self._app_name} was stopped")
-        if self._spark is None and self._problem is not None and self._busy is None:
+        if self._spark is None and self._problem is not None and not self._spark_optional:
             raise RuntimeError(f"writer {self._app_name}: {self._problem}")
         self._ensure_draining()
         future: asyncio.Future[list[DataFile]] = asyncio.get_running_loop().create_future()
@@ -432,7 +438,7 @@ class WriterActor:
             return
         if (failure := task.exception()) is not None:
             problem = f"Spark did not start: {type(failure).__name__}: {_causes(failure)}"
-            if self._busy is not None:
+            if self._spark_optional:
                 problem += " (writes go on in the writer's process)"
             self._set_problem(problem)
             log.error("writer %s: %s", self._app_name, self._problem)
@@ -457,7 +463,7 @@ class WriterActor:
         if self._start_failure() is not None:
             # with_pipeline: a writer whose Spark failed refuses writes (start() fails);
             # when_needed: it was writing without Spark, and goes on (status: ``problem``)
-            return self._busy is not None
+            return self._spark_optional
         rows = [r.rows for r in requests]
         return all(n is not None for n in rows) and sum(n or 0 for n in rows) <= self._here_max_rows
 
