@@ -116,6 +116,11 @@ def _registry() -> dict[str, Any]:
         gauge("high_watermark", "High watermark of the partition, as last fetched")
         gauge("read_lag", "Records in Kafka not read yet: high watermark - next offset")
         gauge("committed_offset", "Next offset to read, as committed in the table")
+        gauge(
+            "partition_idle_rounds",
+            "Rounds in a row a partition read nothing while its log had data past its reader "
+            "(stalled from 3: protocol.participant's liveness rule re-syncs it meanwhile)",
+        )
         counter("records_written", "Records in committed table versions", PIPELINE_TAGS)
         counter("rounds_committed", "Rounds committed as a table version", PIPELINE_TAGS)
         counter("rounds_discarded", "Rounds discarded (commit failed or refused)", PIPELINE_TAGS)
@@ -213,6 +218,12 @@ class SinkMetrics:
             self._do("high_watermark", "set", high_watermark, tags)
             if next_offset is not None:
                 self._do("read_lag", "set", max(high_watermark - next_offset, 0), tags)
+
+    # -- participant host ----------------------------------------------------------------
+
+    def idle_rounds(self, key: str, rounds: int) -> None:
+        """Rounds in a row partition ``key`` read nothing while behind its log."""
+        self._do("partition_idle_rounds", "set", rounds, _partition_tags(self.pipeline, key))
 
     # -- coordinator ---------------------------------------------------------------------
 

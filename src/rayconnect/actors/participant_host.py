@@ -49,6 +49,7 @@ from rayconnect.actors import names
 from rayconnect.actors.pieces import FlushPart, PartWritten, Piece
 from rayconnect.actors.reader_calls import ReaderCalls
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST, StartingOffsets
+from rayconnect.metrics import SinkMetrics
 from rayconnect.protocol.effects import (
     FindReader,
     Flush,
@@ -128,6 +129,8 @@ class ParticipantHostActor:
         self._policy_batch: dict[str, asyncio.Future[int]] | None = None
         self.writer = ray.get_actor(names.writer(pipeline), namespace=names.NAMESPACE)
         self._coordinator: Any = None
+        self._metrics = SinkMetrics(pipeline)  # dashboard metrics (rayconnect.metrics)
+        self._idle_exported: dict[str, int] = {}  # partition -> idle rounds last exported
         self.started_at = time.time()
         loop = asyncio.get_running_loop()
         self._ticker = loop.create_task(self._tick_forever())
@@ -255,17 +258,21 @@ class ParticipantHostActor:
         await self._for_each(by_key.items(), one)
         return failed
 
-    async def reader_attached(self, reader: Any, keys: list[str]) -> dict[str, list[Steer]]:
-        """A reader (new, or restarted by Ray) serves ``keys``. Returns per key the steering
-        its machine wants (where to seek, whether to resume): the reader applies it itself,
-        so this call never calls back into a reader that is still starting."""
-        answers: dict[str, list[Steer]] = {}
+    async def reader_attached(self, reader: Any, keys: list[str]) -> None:
+        """A reader (new, or restarted by Ray) serves ``keys``: each machine says where it
+        must read from and whether to read, and that steering goes to the reader through the
+        same ordered calls as all other steering, before this returns. (The reader once
+        applied the answer itself, after this returned: a seek the machine made meanwhile -
+        a START after a lost flush - could land first and be undone by the older answer,
+        leaving the reader past records the participant waited for: a silent stall.)"""
+        slots = []
         for key in keys:
             slot = self._slot(key)
-            answers[key] = [] if slot is None else slot.machine.reader_attached(time.monotonic())
             if slot is not None:
                 slot.reader = reader
-        return answers
+                slots.append(slot)
+        await asyncio.gather(*(self._attached(s) for s in slots))
+        self._send()
 
     async def status(self) -> dict[str, Any]:
         """Every partition's machine status, its counters and this host's name."""
@@ -326,6 +333,16 @@ class ParticipantHostActor:
             except Exception:
                 log.exception("participant host %s: tick failed", self.name)
             self._send()
+            if sweep:
+                self._export_idle_rounds()
+
+    def _export_idle_rounds(self) -> None:
+        """The liveness gauge of each partition whose value changed since last exported."""
+        for key, slot in self.slots.items():
+            idle = slot.machine.idle_rounds_behind
+            if self._idle_exported.get(key, 0) != idle:
+                self._idle_exported[key] = idle
+                self._metrics.idle_rounds(key, idle)
 
     async def _find_reader(self, slot: _Slot) -> None:
         """``FindReader``: look the reader up (outside the machine's lock: the lookup may wait
@@ -352,6 +369,9 @@ class ParticipantHostActor:
         async with slot.lock:
             await self._carry_out(slot, step())
 
+    async def _attached(self, slot: _Slot) -> None:
+        await self._apply(slot, lambda: slot.machine.reader_attached(time.monotonic()))
+
     async def _tick(self, slot: _Slot) -> None:
         await self._apply(slot, lambda: slot.machine.tick(time.monotonic()))
 
@@ -369,6 +389,7 @@ class ParticipantHostActor:
                 p.batch,
                 time.monotonic(),
                 caught_up=p.caught_up,
+                high_watermark=p.high_watermark,
             ),
         )
 

@@ -26,8 +26,11 @@ class Piece(msgspec.Struct, frozen=True):
     #: this host's pieces of the fetch (nested in the call's list, so Ray passes the ref,
     #: not the data)
     batch: Any
-    #: the partition's high watermark is reached with this piece
+    #: the partition's high watermark is reached with this piece (or only commit markers
+    #: lie between them)
     caught_up: bool
+    #: the partition's high watermark as the reader saw it (the participant's liveness rule)
+    high_watermark: int | None = None
 
 
 class FlushPart(msgspec.Struct, frozen=True):

@@ -15,7 +15,7 @@ in one call per host per poll carrying all its partitions' pieces (``participant
 ``ray.put(_owner=...)``): when it dies, the refs its participants buffered die too, their
 flushes fail and those partitions' open round is not reported - the next START re-reads them
 from the table's offsets, so nothing is lost or doubled. A (re)started reader asks each
-participant where to resume (``reader_attached``).
+participant host to steer its splits (``reader_attached``).
 
 While its cluster cannot be reached (``kafka.reachability``) the reader says so in its status
 and tells the coordinator after every probe (``outage``), which gives the pipeline up after
@@ -58,6 +58,9 @@ class _Cut:
     rows: pa.RecordBatch
     whole: bool  # the whole fetched batch (not a slice of it)
     high_watermark: int | None
+    #: the last piece of a fetch: where the consumer stands after it (past any commit
+    #: markers that followed the records), else None
+    fetched_to: int | None = None
 
 FETCH_MIN_BYTES = 512 * 1024
 
@@ -219,14 +222,11 @@ class ReaderActor:
             by_host: dict[str, list[str]] = {}
             for key in plan.added:  # one call per host, for all its new splits
                 by_host.setdefault(self._host_of[key], []).append(key)
-            answers: dict[str, list[effects.Steer]] = {}
-            for found in await asyncio.gather(
+            # each host steers its new splits (where to start, whether to read) through its
+            # ordered steering calls before it answers: nothing here may apply an older wish
+            await asyncio.gather(
                 *(self._hosts[h].reader_attached.remote(me, keys) for h, keys in by_host.items())
-            ):
-                answers.update(found)
-            for key in plan.added:
-                for action in answers[key]:  # where to start, and whether to read
-                    await self._steer_one(key, action)
+            )
             self.metadata_updates += 1
             self.last_update_at = time.time()
             self._ready.set()
@@ -320,6 +320,7 @@ class ReaderActor:
             key: [tp, batch, first, 0, self._consumer.highwater(tp)]
             for key, tp, batch, first in fetches
         }
+        fetched_to = {key: self._consumer_position(tp) for key, tp, _, _ in fetches}
         while pending:
             cuts: dict[str, list[_Cut]] = {}  # host -> this wave's pieces for it
             for key, entry in list(pending.items()):
@@ -333,8 +334,9 @@ class ReaderActor:
                     continue
                 whole = end - start == batch.num_rows
                 rows = batch if whole else batch.slice(start, end - start)
+                last = fetched_to[key] if end == batch.num_rows else None
                 cuts.setdefault(self._host_of[key], []).append(
-                    _Cut(key, first, decision.stop, rows, whole, high_watermark)
+                    _Cut(key, first, decision.stop, rows, whole, high_watermark, last)
                 )
                 if end < batch.num_rows:
                     entry[2], entry[3] = decision.stop, end
@@ -372,8 +374,9 @@ class ReaderActor:
         self._metrics.read(  # dashboard metrics
             cut.key, n, nbytes, high_watermark=cut.high_watermark, next_offset=cut.next_offset
         )
-        caught_up = cut.high_watermark is not None and cut.next_offset >= cut.high_watermark
-        return Piece(cut.key, cut.first, cut.next_offset, n, nbytes, rows, caught_up)
+        hw, ends_at = cut.high_watermark, max(cut.next_offset, cut.fetched_to or 0)
+        caught_up = hw is not None and ends_at >= hw
+        return Piece(cut.key, cut.first, cut.next_offset, n, nbytes, rows, caught_up, hw)
 
     def _not_handed(self, token: PollToken, key: str, first: int, e: BaseException) -> None:
         """The piece of ``key`` starting at ``first`` did not reach its host: read it again."""

@@ -114,8 +114,11 @@ def render_status(s: PipelineStatus | SourcePipelineStatus) -> str:
         host = (p.host or "-").split("/participants/")[-1]
         lines.append(
             f"{key:<{width}}  {_n(p.committed_offset):>12}  {_n(p.high_watermark):>12}  "
-            f"{_n(p.lag):>10}  {host}"
+            f"{_n(p.lag):>10}  {host}" + ("" if p.state == "ok" else f"  {p.state.upper()}")
         )
+    for key, p in s.partition_status.items():
+        if p.state != "ok":
+            lines.append(f"{key}: {p.state}: {p.reason}")
     lines.append("")
     lines += _render_actors([msgspec.to_builtins(a) for a in s.actors or ()])
     return "\n".join(lines)

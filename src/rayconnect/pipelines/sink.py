@@ -303,6 +303,33 @@ def _writer_status(pipeline: str, timeout_s: float) -> WriterStatus:
 STARTERS = frozenset({"enumerator", "coordinator"})
 
 
+def _partition_states(pipeline: str, timeout_s: float) -> dict[str, dict[str, str]]:
+    """Partition -> ``state`` and ``reason`` where a participant says it is stalled (the
+    liveness rule, ``protocol.participant``); hosts that do not answer are left out."""
+    from rayconnect.protocol.participant import ParticipantStatus
+
+    hosts = [get_actor(n) for n in pipeline_actor_names(pipeline) if "/participants/" in n]
+    refs = [h.status.remote() for h in hosts if h is not None]
+    states: dict[str, dict[str, str]] = {}
+    for ref in refs:
+        try:
+            report = ray.get(ref, timeout=timeout_s)
+        except Exception:  # a host restarting is a state, not an error
+            continue
+        for key, p in report.get("partitions", {}).items():
+            part = msgspec.convert(p, ParticipantStatus, strict=False)
+            if part.stalled:
+                states[key] = {
+                    "state": "stalled",
+                    "reason": (
+                        f"nothing read for {part.idle_rounds_behind} rounds while its log has "
+                        f"data to offset {part.data_end} (reader at {part.position}); "
+                        f"reader re-synced {part.resyncs} times"
+                    ),
+                }
+    return states
+
+
 class PipelineHandle(Handle):
     """Watch and stop a running sink pipeline; holds only its name."""
 
@@ -344,6 +371,7 @@ class PipelineHandle(Handle):
             committed = status.offsets.get(key)
             lag[key] = None if hw is None or committed is None else max(hw - committed, 0)
         keys = sorted(set(status.partitions) | set(status.offsets) | set(hws))
+        states = _partition_states(self.name, timeout_s)
         return msgspec.structs.replace(
             status,
             discovery=discovery,
@@ -362,6 +390,7 @@ class PipelineHandle(Handle):
                     high_watermark=hws.get(key),
                     lag=lag.get(key),
                     host=status.participant_hosts.get(key),
+                    **states.get(key, {}),
                 )
                 for key in keys
             },

@@ -44,6 +44,16 @@ Rules
   answer is ``reader_found`` or ``reader_not_found``). A reader that (re)starts asks where
   to begin (``reader_attached``). Until then the reader may deliver anything: batches are
   judged by their offsets alone, as always.
+- Liveness: a partition must never sit behind its log for ever. The reader says with each
+  batch how far the log's data goes (``data_end``: the batch's end when it reached the high
+  watermark, else the high watermark). A round that ends with nothing read for at least
+  ``commit_interval_s`` while the participant believes its reader is before ``data_end``
+  (a quiet round: a short round ended by others says nothing) means the belief and the reader
+  parted (a steering that landed out of order, a reader restarted with its pieces): the
+  next START seeks even if the offsets look equal (a *re-sync*). Re-syncs back off (after
+  1, then 2, 4 ... up to ``MAX_RESYNC_GAP`` idle rounds), so a partition whose log truly
+  ends earlier than it said (a topic re-created) costs a seek now and then, not one a
+  round. ``STALL_ROUNDS`` such rounds in a row show the partition as ``stalled`` (status).
 - A failed flush loses data that the round accepted: the round cannot be reported. The
   participant pauses, tells the coordinator (ROUND-LOST, so the round does not wait for it)
   and waits for the next START.
@@ -181,6 +191,12 @@ TRANSITIONS: Final = MoveTable[State, Event](
 )
 
 
+#: idle rounds behind the log's data after which a partition counts as stalled (status)
+STALL_ROUNDS = 3
+#: the most idle rounds between two re-syncs of a partition that stays behind
+MAX_RESYNC_GAP = 32
+
+
 class ParticipantStatus(msgspec.Struct, frozen=True):
     key: str
     state: str
@@ -197,6 +213,17 @@ class ParticipantStatus(msgspec.Struct, frozen=True):
     last_error: str | None
     #: whether its steering reached the reader: synced, lost or finding (reader_link.py)
     reader: str = LinkState.SYNCED.value
+    #: rounds in a row that ended with nothing read while the log had data past the reader
+    idle_rounds_behind: int = 0
+    #: how often the reader was sought again because of that (the liveness rule)
+    resyncs: int = 0
+    #: where the log's data ends, as the reader last said (None: not heard yet)
+    data_end: int | None = None
+
+    @property
+    def stalled(self) -> bool:
+        """Behind the log with nothing read for ``STALL_ROUNDS`` rounds in a row."""
+        return self.idle_rounds_behind >= STALL_ROUNDS
 
 
 class Participant(TableMachine[State, Event]):
@@ -228,6 +255,13 @@ class Participant(TableMachine[State, Event]):
         self._dropped = 0
         self._last_error: str | None = None
         self._link = ReaderLink()
+        #: the liveness rule (module docstring): where the log's data ends, as last heard,
+        #: and the idle rounds behind it, with the round at which the next re-sync is due
+        self._data_end: int | None = None
+        self._idle_behind = 0
+        self._resync_at = 1
+        self._resyncs = 0
+        self._progress_at: float | None = None  # when a batch was last accepted
 
     # -- read-only views -------------------------------------------------------------------
 
@@ -251,6 +285,11 @@ class Participant(TableMachine[State, Event]):
     def committed_offset(self) -> int | None:
         """The partition's committed offset as last heard (START or ACK)."""
         return self._committed
+
+    @property
+    def idle_rounds_behind(self) -> int:
+        """Rounds in a row that read nothing while the log had data past the reader."""
+        return self._idle_behind
 
     @property
     def reader_synced(self) -> bool:
@@ -282,6 +321,9 @@ class Participant(TableMachine[State, Event]):
             messages_ignored=self._ignored,
             last_error=self._last_error,
             reader=self._link.state.value,
+            idle_rounds_behind=self._idle_behind,
+            resyncs=self._resyncs,
+            data_end=self._data_end,
         )
 
     # -- inputs ----------------------------------------------------------------------------
@@ -291,7 +333,7 @@ class Participant(TableMachine[State, Event]):
         if isinstance(message, StartCommit):
             return self._on_start(message)
         if isinstance(message, EndCommit):
-            return self._on_end(message)
+            return self._on_end(message, now)
         if isinstance(message, AckCommit):
             return self._on_ack(message)
         raise ProtocolError(f"participant does not take {type(message).__name__} messages")
@@ -306,15 +348,21 @@ class Participant(TableMachine[State, Event]):
         now: float,
         *,
         caught_up: bool = False,
+        high_watermark: int | None = None,
     ) -> Ready:
         """The reader delivers offsets ``[first_offset, next_offset)`` as ``handle``;
-        ``caught_up``: they end at the partition's high watermark (nothing more to read)."""
+        ``caught_up``: they end at the partition's high watermark (nothing more to read);
+        ``high_watermark``: the partition's, as the reader saw it (the liveness rule)."""
         if next_offset < first_offset or first_offset < 0 or count < 0 or nbytes < 0:
             raise ProtocolError(
                 f"{self.key}: bad batch [{first_offset}, {next_offset}) "
                 f"count={count} nbytes={nbytes}"
             )
         self._fire(Event.RECORDS)
+        if caught_up:  # the reader judged the end (a commit marker may follow the data)
+            self._data_end = next_offset
+        elif high_watermark is not None:
+            self._data_end = max(high_watermark, next_offset)
         return self._on_records(
             Batch(first_offset, next_offset, count, nbytes, handle, now), caught_up
         )
@@ -363,11 +411,13 @@ class Participant(TableMachine[State, Event]):
         self._link.fire(LinkEvent.NOT_FOUND, now)
         return []
 
-    def reader_attached(self, now: float) -> list[Steer]:
-        """A reader (new, or restarted) serves this partition and asks where to begin: the
-        steering it applies itself (a new split is paused until told to resume)."""
+    def reader_attached(self, now: float) -> Ready:
+        """A reader (new, or restarted) serves this partition: steer it where to begin and
+        whether to read (a new split is paused until told to resume). The host carries this
+        out through the same ordered steering as every other Ready, so no older wish can
+        land after a newer one."""
         self._link.fire(LinkEvent.ATTACHED, now)
-        start = self._reader_start()
+        start: Ready = list(self._reader_start())
         return [*start, Resume()] if start and self.is_reading else start
 
     def _reader_start(self) -> list[Steer]:
@@ -411,7 +461,7 @@ class Participant(TableMachine[State, Event]):
             return [self._seek(offset), Resume()]
         return [Resume()]
 
-    def _on_end(self, msg: EndCommit) -> Ready:
+    def _on_end(self, msg: EndCommit, now: float) -> Ready:
         txn = self._current(msg.epoch, msg.txn_id)
         before = self._state
         if not self._fire(Event.STALE if txn is None else Event.END):
@@ -422,6 +472,7 @@ class Participant(TableMachine[State, Event]):
             return [SendMessage(to=COORDINATOR, message=txn.reported)]
         effects: Ready = []
         self._drain_told = False  # what is read from here on is the next round's
+        self._judge_idle(txn, now)
         if txn.next_offset is not None and not self._reader_lost:
             self._ahead = ReadAhead(txn.next_offset)  # keep reading for the next round
         else:
@@ -459,6 +510,7 @@ class Participant(TableMachine[State, Event]):
         if first != txn.next_offset:  # from before a seek, or a gap already being re-read
             return self._drop(first, next_)
         txn.append(batch)
+        self._progress_at = batch.received_at
         self._reader_at = next_
         self._gap_seek = None
         effects = self._after_append(txn)
@@ -489,12 +541,34 @@ class Participant(TableMachine[State, Event]):
             told = [SendMessage(to=COORDINATOR, message=drained)]
         return cfg.commit_when_caught_up or (cfg.commit_when_drained and backlog), told
 
+    def _judge_idle(self, txn: WriteState, now: float) -> None:
+        """At END: a quiet round that read nothing while the log had data past the reader
+        counts as idle-behind; when a re-sync is due, the next START seeks (module
+        docstring)."""
+        at, end = txn.next_offset, self._data_end
+        if txn.records or txn.next_offset != txn.first_offset:
+            self._idle_behind, self._resync_at = 0, 1
+            return
+        if at is None or end is None or end <= at:
+            self._idle_behind = 0
+            return
+        if self._progress_at is None:
+            self._progress_at = now
+        if now - self._progress_at < self.config.commit_interval_s:
+            return
+        self._idle_behind += 1
+        if self._idle_behind >= self._resync_at:
+            self._reader_lost = True  # the next START seeks, even to where we think it is
+            self._resyncs += 1
+            self._resync_at = self._idle_behind + min(2**self._resyncs, MAX_RESYNC_GAP)
+
     def _read_ahead(self, ahead: ReadAhead, batch: Batch, caught_up: bool) -> Ready:
         if batch.first_offset != ahead.next_offset:
             self._dropped += 1
             self._reader_lost = True  # stale or a gap: the next START seeks
             return self._drop_read_ahead()
         ahead.append(batch)
+        self._progress_at = batch.received_at
         ends, told = self._reached_end(batch, caught_up)
         ahead.ends_round = ends or ahead.ends_round
         self._reader_at = batch.next_offset

@@ -70,6 +70,11 @@ class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True):
     lag: int | None
     #: the participant host (actor) holding the partition's participant
     host: str | None
+    #: ``ok``, or ``stalled``: behind its log with nothing read for ``STALL_ROUNDS`` rounds
+    #: in a row (the participant re-syncs its reader meanwhile: ``reason`` says how often)
+    state: str = "ok"
+    #: why the state is not ``ok``
+    reason: str | None = None
 
 
 class TableStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -419,3 +419,81 @@ def test_drained_is_reported_once_per_round_and_once_while_reading_ahead() -> No
     assert [e.message for e in effects if isinstance(e, SendMessage)] == [
         RequestCommit(1, 1, KEY)
     ]  # every catch-up ends the round anyway: nothing to add up
+
+
+# -- liveness: a quiet round behind the log's data re-syncs the reader (issue 41) ----------
+
+
+def _idle_round(p: Participant, txn: int, offset: int, now: float) -> list:  # type: ignore[type-arg]
+    """START at ``offset``, nothing read, END (an empty WRITE-STATUS), ACK: the effects of
+    the START."""
+    ready = p.step(StartCommit(1, txn, {KEY: offset}), now=now)
+    p.step(EndCommit(1, txn), now=now + CFG.commit_interval_s)
+    p.step(AckCommit(1, txn, txn, {KEY: offset}), now=now + CFG.commit_interval_s)
+    return ready
+
+
+def _behind_at_100() -> Participant:
+    """The reader delivered [100, 109) of a log whose data goes to 120, then the round that
+    read it was lost (its pieces died): the table stays at 100, the reader stands at 109."""
+    p = writing(100)
+    p.records(100, 109, 9, 90, "piece", 0.0, high_watermark=120)
+    [flush, *_] = p.step(EndCommit(1, 1), now=1.0)
+    assert isinstance(flush, Flush)
+    p.flush_failed(flush.flush_id, "OwnerDiedError", now=1.0)
+    return p
+
+
+def test_a_quiet_round_behind_the_logs_data_seeks_again_where_it_believes_the_reader_is() -> None:
+    p = _behind_at_100()
+    # the START seeks back to 100; say the reader then lost that seek to an older steering
+    assert _idle_round(p, 2, 100, now=10.0) == [Seek(100), Resume()]
+    assert p.status().idle_rounds_behind == 1 and p.status().resyncs == 1
+    # so the next START seeks again, though the offsets look equal
+    assert _idle_round(p, 3, 100, now=30.0) == [Seek(100), Resume()]
+    # re-syncs back off: the next comes two quiet rounds later, then four
+    seeks = [_idle_round(p, txn, 100, now=30.0 + 20 * txn) for txn in range(4, 12)]
+    assert [s == [Seek(100), Resume()] for s in seeks] == [
+        False, True, False, False, False, True, False, False,
+    ]
+    status = p.status()
+    assert status.stalled and status.data_end == 120 and status.idle_rounds_behind == 10
+
+
+def test_a_batch_ends_the_quiet_count() -> None:
+    p = _behind_at_100()
+    _idle_round(p, 2, 100, now=10.0)
+    _idle_round(p, 3, 100, now=30.0)
+    assert p.status().idle_rounds_behind == 2
+    p.step(StartCommit(1, 4, {KEY: 100}), now=50.0)
+    p.records(100, 120, 20, 200, "again", 51.0, caught_up=True, high_watermark=120)
+    p.step(EndCommit(1, 4), now=52.0)
+    assert p.status().idle_rounds_behind == 0 and not p.status().stalled
+
+
+def test_a_short_round_says_nothing_about_the_reader() -> None:
+    """Rounds ended early by other partitions (a drained backlog, REQUEST-COMMIT) may end
+    before a healthy reader's next fetch: only a round of at least commit_interval_s
+    without a batch counts."""
+    p = writing(100)
+    p.records(100, 110, 10, 100, "piece", 0.0, high_watermark=500)
+    p.step(EndCommit(1, 1), now=0.1)
+    p.step(AckCommit(1, 1, 1, {KEY: 110}), now=0.2)
+    for txn in range(2, 6):
+        p.step(StartCommit(1, txn, {KEY: 110}), now=0.1 * txn)
+        p.step(EndCommit(1, txn), now=0.1 * txn + 0.05)
+        p.step(AckCommit(1, txn, txn, {KEY: 110}), now=0.1 * txn + 0.05)
+    assert p.status().idle_rounds_behind == 0 and p.status().resyncs == 0
+
+
+def test_a_commit_marker_after_the_data_is_not_data() -> None:
+    """A transactional topic's high watermark counts the commit marker after the last
+    record; the reader says the batch is caught up (its consumer passed the marker), so
+    an idle partition there is not behind."""
+    p = writing(100)
+    p.records(100, 109, 9, 90, "piece", 0.0, caught_up=True, high_watermark=110)
+    p.step(EndCommit(1, 1), now=1.0)
+    p.step(AckCommit(1, 1, 1, {KEY: 109}), now=1.0)
+    for txn in range(2, 6):
+        assert _idle_round(p, txn, 109, now=20.0 * txn) == [Resume()]
+    assert p.status().idle_rounds_behind == 0 and p.status().data_end == 109

@@ -15,8 +15,12 @@ pipeline (with or without its last commit) and start it again.
 Readers are actors of their own: a participant's steering (``Seek``, ``Pause``, ``Resume``)
 queues for its reader and lands later, in order, or fails (the participant hears
 ``reader_lost``; the rest of that Ready's steering is skipped, as the host does), and a
-reader can restart (it asks ``reader_attached``) while a participant that crashed leaves its
-reader reading on. Lookups of a lost reader (``FindReader``) are jobs that find it or not.
+reader can restart (it asks ``reader_attached``; the objects it put die with it, so a flush
+of the pieces a participant buffered from it fails: "owner died") while a participant that
+crashed leaves its reader reading on. A restarted reader's attach steering can also land
+late, after steering the participant decided later (the race the reader actor once had:
+"late_attach"); then only the participant's liveness rule (a quiet round behind the log's
+data re-syncs the reader) gets the partition moving again. Lookups of a lost reader (``FindReader``) are jobs that find it or not.
 Each coordinator has its housekeeping (protocol/housekeeping.py): store probes that answer,
 fail or never answer, upkeep jobs that succeed or fail, and a give-up after an outage, which
 stops the rounds (the pipeline is started again, as a supervisor would).
@@ -95,11 +99,17 @@ class FakeWriter:
     def __init__(self) -> None:
         self.files: dict[str, tuple[Row, ...]] = {}
         self.delivered: set[str] = set()  # files whose ``flushed`` reached their participant
+        #: (partition, reader incarnation) whose objects died with their reader
+        self.dead: set[tuple[str, int]] = set()
+
+    def can_write(self, key: str, flush: Flush) -> bool:
+        """False if a piece's owner (the reader that put it) died: it cannot be fetched."""
+        return all((key, h[3]) not in self.dead for h in flush.batches)  # type: ignore[index]
 
     def write(self, key: str, flush: Flush) -> DataFile:
         rows: list[Row] = []
         for handle in flush.batches:
-            hkey, first, next_ = handle  # type: ignore[misc]
+            hkey, first, next_, _ = handle  # type: ignore[misc]
             assert hkey == key
             rows.extend((key, o) for o in range(first, next_))
         assert [o for _, o in rows] == list(range(flush.first_offset, flush.next_offset))
@@ -171,6 +181,9 @@ class Reader:
     paused: bool = True
     steering: list[tuple[int, Steer]] = field(default_factory=list)
     delivered: list[tuple[int, int]] = field(default_factory=list)
+    incarnation: int = 0
+    #: an attach answer that lands only after the next steering (``late_attach``)
+    late: list[Steer] = field(default_factory=list)
 
     def carry_out(self, action: Steer) -> None:
         if isinstance(action, Seek):
@@ -226,7 +239,8 @@ class PipelineSim(RuleBasedStateMachine):
             elif isinstance(eff, PartitionsRetired):  # the actor ends their participants
                 for key in eff.keys:
                     self.new_part(key)
-                    self.readers[key] = Reader()  # the reader drops the split
+                    # the reader drops the split (the pieces it put stay fetchable)
+                    self.readers[key] = Reader(incarnation=self.readers[key].incarnation)
                     self.gone.add(key)
             elif isinstance(eff, Stopped):
                 newest = coord is self.coords[-1]
@@ -287,13 +301,26 @@ class PipelineSim(RuleBasedStateMachine):
         if outcome == 1:
             self.restart_reader(key)
         reader.carry_out(action)
+        self.land_late_attach(reader)
 
-    def restart_reader(self, key: str) -> None:
-        """A fresh reader: paused, nowhere; it applies what its participant answers."""
-        reader = self.readers[key]
-        reader.at, reader.paused = None, True
-        for action in self.parts[key].machine.reader_attached(self.now):
+    def land_late_attach(self, reader: Reader) -> None:
+        late, reader.late = reader.late, []
+        for action in late:
             reader.carry_out(action)
+
+    def restart_reader(self, key: str, late: bool = False) -> None:
+        """A fresh reader: paused, nowhere; the objects the old one put die with it. Its
+        participant steers it through the ordered steering (the host's calls); ``late``:
+        the old reader actor's race - the attach answer lands after the next steering."""
+        reader = self.readers[key]
+        self.writer.dead.add((key, reader.incarnation))
+        reader.incarnation += 1
+        reader.at, reader.paused = None, True
+        answer = self.parts[key].machine.reader_attached(self.now)
+        if late:
+            reader.late = list(answer)
+        else:
+            self.apply_part(key, answer)
 
     def new_part(self, key: str) -> None:
         """A fresh participant incarnation (its reader is left as it is)."""
@@ -313,7 +340,7 @@ class PipelineSim(RuleBasedStateMachine):
         a new coordinator starts."""
         for key in self.keys:
             self.new_part(key)
-            self.readers[key] = Reader()
+            self.readers[key] = Reader(incarnation=self.readers[key].incarnation)
             self.restart_reader(key)
             self.net.append((COORDINATOR, ParticipantStarted(key)))
         self.gone.clear()
@@ -351,14 +378,25 @@ class PipelineSim(RuleBasedStateMachine):
 
     def batch(self, key: str, first: int, next_: int) -> None:
         n = next_ - first
+        produced = self.produced[key]  # the high watermark
+        handle = (key, first, next_, self.readers[key].incarnation)
         ready = self.parts[key].machine.records(
-            first, next_, n, n * BYTES_PER_RECORD, (key, first, next_), self.now
+            first,
+            next_,
+            n,
+            n * BYTES_PER_RECORD,
+            handle,
+            self.now,
+            high_watermark=produced,
         )
         self.apply_part(key, ready)
 
     def finish_flush(self, key: str, incarnation: int, flush: Flush, outcome: int) -> None:
-        """0: the write fails; 1: it writes a file, then reports failure; else success."""
+        """0: the write fails; 1: it writes a file, then reports failure; else success. A
+        flush holding a piece whose reader died fails whatever the outcome."""
         part = self.parts[key]
+        if not self.writer.can_write(key, flush):
+            outcome = 0
         data_file = self.writer.write(key, flush) if outcome else None
         if part.incarnation != incarnation:
             return  # a dead incarnation's result goes nowhere; its file is an orphan
@@ -379,6 +417,8 @@ class PipelineSim(RuleBasedStateMachine):
         (ka, inc_a, fa), (kb, inc_b, fb) = self.jobs[a].args, self.jobs[b].args
         if ka == kb:
             return  # the writer never puts two flushes of one partition in one file
+        if not (self.writer.can_write(ka, fa) and self.writer.can_write(kb, fb)):
+            return  # a piece's owner died: each fails on its own (finish_flush)
         for n in sorted((a, b), reverse=True):
             self.jobs.pop(n)
         data_file = self.writer.write_shared([(ka, fa), (kb, fb)])
@@ -461,6 +501,9 @@ class PipelineSim(RuleBasedStateMachine):
             self.deliver(dest, msg, len(self.coords) - 1)
         elif self.jobs:
             self.jobs.pop(0)(SUCCESS)
+        elif any(r.late for r in self.readers.values()):  # late, but it lands
+            for reader in self.readers.values():
+                self.land_late_attach(reader)
         else:
             readable = [
                 k
@@ -552,6 +595,13 @@ class PipelineSim(RuleBasedStateMachine):
         waiting = [key for key, r in self.readers.items() if r.steering]
         if waiting:
             self.steer(waiting[k % len(waiting)], outcome)
+
+    @rule(k=idx, late=st.booleans())
+    def restart_a_reader(self, k: int, late: bool) -> None:
+        """A reader restarts (its metadata changed, or Ray restarted it): the pieces it put
+        die with it ("owner died"); ``late``: its attach answer lands after the next
+        steering (the race the reader actor had)."""
+        self.restart_reader(self.keys[k % len(self.keys)], late=late)
 
     @rule(dt=st.sampled_from([0.5, 2.0, 4.0, 6.0, 11.0]))
     def advance_clock(self, dt: float) -> None:
@@ -695,6 +745,8 @@ FAULTS = (
     "clock",
     "retire",
     "stop",
+    "owner_died",
+    "late_attach",
 )
 
 
@@ -748,6 +800,8 @@ def test_long_random_schedules(n: int, seed: int, faults: set[str], fault_rate: 
                 sim.steer_reader(i(), rng.randrange(2))
             elif kind == "chore" and sim.chores:
                 sim.finish_chore(i(), rng.randrange(2))
+            elif kind in ("owner_died", "late_attach"):
+                sim.restart_a_reader(i(), kind == "late_attach")
             elif kind == "stop" and sim.table.epoch < 5:
                 sim.stop_pipeline(rng.random() < 0.7)
         sim.check()
@@ -891,4 +945,48 @@ def test_a_restarted_host_finds_the_reader_that_lived_on_when_its_seek_was_lost(
     assert sim.readers[key].steering == [] and not sim.parts[key].machine.reader_synced
     sim.teardown()
     assert sim.table.txn == {key: 8}
+    sim.check()
+
+
+def test_a_reader_restarted_under_a_round_is_re_synced_when_its_attach_lands_late() -> None:
+    """Issue 41's CI stall, replayed. The partition's reader restarts (its cluster's metadata
+    changed) while its participant holds pieces it put: their owner died, so the round's
+    flush fails (ROUND-LOST) and the next START seeks the reader back to the table's offset.
+    The restarted reader's attach steering (seek to where the participant was, resume)
+    landed AFTER that seek: the reader stood past the records the participant waited for,
+    and with nothing new produced no batch ever came to show it - every round after was
+    empty. The participant's liveness rule (a quiet round behind the log's data re-syncs)
+    must get every record committed."""
+    sim = PipelineSim()
+    sim.init(1)
+    (key,) = sim.keys
+    sim.produce(0, 5)
+    sim.drain()
+    sim.advance(CCFG.commit_interval_s)
+    sim.drain()
+    assert sim.table.txn == {key: 5}
+    sim.produce(0, 2)
+    sim.drain()  # read on to 7 in the open round, buffered (a flush takes 3), not committed
+    assert sim.readers[key].at == 7 and sim.parts[key].machine.position == 7
+    sim.restart_a_reader(0, late=True)  # the pieces of [5, 7) die with the old reader
+    reader = sim.readers[key]
+    attach, reader.late = reader.late, []  # held back: the reader awaits other hosts
+    assert attach == [Seek(7), Resume()]
+    sim.advance(CCFG.commit_interval_s)  # END: the flush fails, the round finishes empty
+    while reader.steering or sim.net or sim.jobs:  # everything but reading
+        if reader.steering:
+            sim.steer(key, SUCCESS)
+        elif sim.net:
+            sim.deliver(*sim.net.pop(0), 0)
+        else:
+            sim.jobs.pop(0)(SUCCESS)
+    assert sim.table.txn == {key: 5}
+    assert reader.at == 5 and sim.parts[key].machine.position == 5  # the START's seek
+    for action in attach:  # ... and now the attach answer lands
+        reader.carry_out(action)
+    assert reader.at == 7 and not reader.paused
+    sim.teardown()
+    assert sim.table.txn == {key: 7}
+    status = sim.parts[key].machine.status()
+    assert status.resyncs >= 1 and not status.stalled
     sim.check()
