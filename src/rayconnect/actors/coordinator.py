@@ -54,6 +54,7 @@ from rayconnect.protocol.effects import (
     Broadcast,
     CommitTable,
     Fenced,
+    GiveUp,
     PartitionsRetired,
     Ready,
     ReloadTable,
@@ -72,6 +73,7 @@ from rayconnect.protocol.housekeeping import (
     StopRounds,
 )
 from rayconnect.protocol.messages import HostRound, Message
+from rayconnect.protocol.offset_range import OffsetsOutOfRange
 from rayconnect.protocol.status import PipelineStatus, RoundCounts
 from rayconnect.protocol.upkeep import Job
 from rayconnect.tables.base import (
@@ -124,6 +126,7 @@ class CoordinatorActor:
             config.name,
             partitions,
             config.commit,
+            offsets_out_of_range=config.source.offsets_out_of_range,
         )
         self.hosts: dict[str, Any] = {}  # participant host name -> handle, looked up lazily
         self._host_names: dict[str, str] = {}  # partition key -> its host's name
@@ -282,6 +285,10 @@ class CoordinatorActor:
             error = str(e) or type(e).__name__
         self._do(self.housekeeping.probe_finished(error, time.time()))
 
+    async def offsets_out_of_range(self, report: OffsetsOutOfRange) -> None:
+        """A reader's word: a partition's table offset lies outside its log."""
+        await self._apply(lambda: self.machine.offsets_out_of_range(report, time.monotonic()))
+
     async def outage(self, what: str, reason: str | None, since: float | None = None) -> None:
         """A reader's word on its broker: unreachable since ``since`` (wall clock) for
         ``reason``, or reachable again (``reason`` None)."""
@@ -390,6 +397,10 @@ class CoordinatorActor:
                 asyncio.get_running_loop().create_task(self._commit(effect))
             elif isinstance(effect, ReloadTable):
                 asyncio.get_running_loop().create_task(self._reload())
+            elif isinstance(effect, GiveUp):
+                log.error("coordinator %s: %s", self.config.name, effect.reason)
+                self.gave_up = effect.reason
+                self._wake.set()
             elif isinstance(effect, Fenced):
                 self.fenced = f"epoch {effect.epoch} fenced by epoch {effect.table_epoch}"
                 log.warning("coordinator %s: %s; stopping", self.config.name, self.fenced)
@@ -502,6 +513,7 @@ class CoordinatorActor:
             commit.expected,
             commit.metadata.as_table_metadata(),
             commit.epoch,
+            commit.resets,
         )
 
     async def _reload(self) -> None:
@@ -509,7 +521,7 @@ class CoordinatorActor:
             try:
                 offsets, epoch, version = await asyncio.to_thread(self._read_table)
                 if self.tables is None:  # a TableSet checks each of its tables itself
-                    check_not_behind(self.machine.offsets, offsets)
+                    check_not_behind(self.machine.offsets, offsets, self.machine.resetting)
                 break
             except TableBrokenError as e:
                 await self._stop_broken(f"{type(e).__name__}: {e}")
@@ -646,6 +658,7 @@ class CoordinatorActor:
             fenced=self.fenced,
             last_failed_commit=self.last_failed_commit,
             gave_up=self.gave_up,
+            out_of_range=machine.out_of_range,
             give_up_after_s=self.config.give_up_after_s,
             outages=tuple(self.housekeeping.describe(time.time())),
             upkeep=self.housekeeping.upkeep_status(),

@@ -17,6 +17,11 @@ flushes fail and those partitions' open round is not reported - the next START r
 from the table's offsets, so nothing is lost or doubled. A (re)started reader asks each
 participant host to steer its splits (``reader_attached``).
 
+A split asked to read at an offset outside its log (past the high watermark the broker
+reports, confirmed a check later; or refused by the broker with OFFSET_OUT_OF_RANGE) is
+reported to the coordinator, which gives up or starts the partition over
+(``protocol.offset_range``): never read on in silence.
+
 While its cluster cannot be reached (``kafka.reachability``) the reader says so in its status
 and tells the coordinator after every probe (``outage``), which gives the pipeline up after
 ``give_up_after_s``; once the broker answers again it says that too.
@@ -32,6 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 import ray
+from aiokafka.errors import OffsetOutOfRangeError
 
 from rayconnect.actors import names
 from rayconnect.actors.pieces import Piece
@@ -41,6 +47,7 @@ from rayconnect.kafka.reachability import Reachability, watch
 from rayconnect.metrics import SinkMetrics
 from rayconnect.protocol import effects
 from rayconnect.protocol.messages import GetMetadataUpdateEvent, MetadataUpdateEvent
+from rayconnect.protocol.offset_range import OffsetsOutOfRange
 from rayconnect.protocol.reader_positions import Hand, PollToken, ReaderPositions, Seek
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
 from rayconnect.spark_bridge.blocks import Rows, put_together
@@ -66,6 +73,8 @@ FETCH_MIN_BYTES = 512 * 1024
 
 
 FETCH_MAX_WAIT_MS = 100
+#: how often the reader looks for splits sought past their log's end
+RANGE_CHECK_S = 1.0
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
@@ -105,6 +114,14 @@ class ReaderActor:
         self._reach = Reachability()  # "broker unreachable since ..." in status
         self._watch: asyncio.Task[None] | None = None
         self._told_fine = True  # the coordinator knows the broker answers (or never heard)
+        #: splits outside their log: key -> the position seen past the high watermark at
+        #: the last check (reported at the second), and the positions already reported
+        self._past_end: dict[str, int] = {}
+        self._told_range: dict[str, int] = {}
+        #: splits the broker refused (OFFSET_OUT_OF_RANGE): paused in the consumer until
+        #: their participant seeks them elsewhere
+        self._parked: set[str] = set()
+        self._next_range_check = 0.0
         # Started here, not by a call: Ray re-runs __init__ when it restarts this actor.
         self._task = asyncio.get_running_loop().create_task(self._main())
 
@@ -241,6 +258,10 @@ class ReaderActor:
 
     async def seek(self, key: str, offset: int) -> None:
         self._apply(self._positions.seek(key, offset))
+        if key in self._parked:  # sought elsewhere: read again if the split is resumed
+            self._parked.discard(key)
+            if key in self._positions.resumed:
+                self._consumer.resume(self._tps[key])
 
     async def pause(self, key: str) -> None:
         if self._positions.pause(key):
@@ -296,8 +317,11 @@ class ReaderActor:
                     else:
                         self._apply(first)
                 await self._hand(token, fetches)
+                await self._check_ranges()
             except asyncio.CancelledError:
                 raise
+            except OffsetOutOfRangeError as e:  # the broker refused some splits' positions
+                await self._refused(e)
             except Exception as e:  # keep reading; the participant/coordinator recover
                 self._error = f"{type(e).__name__}: {e}"
                 log.exception("reader %s/%s poll failed", self.pipeline, self.reader_id)
@@ -365,6 +389,60 @@ class ReaderActor:
                 for key, cause in failed.items():
                     pending.pop(key, None)
                     self._not_handed(token, key, first_of[key], cause)
+
+    async def _check_ranges(self) -> None:
+        """Report each resumed split whose position lies past its high watermark at two
+        checks in a row (the second sees a high watermark fetched at that position)."""
+        now = time.monotonic()
+        if now < self._next_range_check:
+            return
+        self._next_range_check = now + RANGE_CHECK_S
+        for key in self._positions.resumed:
+            position, tp = self._positions.position(key), self._tps[key]
+            high_watermark = self._consumer.highwater(tp)
+            if position is None or high_watermark is None or position <= high_watermark:
+                self._past_end.pop(key, None)
+            elif self._past_end.get(key) != position:
+                self._past_end[key] = position  # confirmed at the next check
+            elif self._told_range.get(key) != position:
+                report = OffsetsOutOfRange(
+                    key, position, high_watermark, await self._log_start(tp)
+                )
+                if await self._tell_out_of_range(report):
+                    self._told_range[key] = position
+
+    async def _refused(self, error: OffsetOutOfRangeError) -> None:
+        """The broker refused the positions of some splits: park them (the others read on)
+        and report each with its log's range."""
+        refused = error.args[0] if error.args and isinstance(error.args[0], dict) else {}
+        for tp, offset in refused.items():
+            key = TopicPartition(self.cluster_id, tp.topic, tp.partition).key
+            if not self._positions.owns(key):
+                continue
+            self._consumer.pause(tp)
+            self._parked.add(key)
+            log_end = self._consumer.highwater(tp)
+            report = OffsetsOutOfRange(key, offset, log_end or 0, await self._log_start(tp))
+            if self._told_range.get(key) != offset and await self._tell_out_of_range(report):
+                self._told_range[key] = offset
+
+    async def _log_start(self, tp: Any) -> int | None:
+        try:
+            return (await self._consumer.beginning_offsets([tp]))[tp]
+        except Exception:
+            return None
+
+    async def _tell_out_of_range(self, report: OffsetsOutOfRange) -> bool:
+        """Tell the coordinator (it judges and acts); False if it could not be told."""
+        self._error = report.describe()
+        log.error("reader %s/%s: %s", self.pipeline, self.reader_id, self._error)
+        try:
+            coordinator = ray.get_actor(names.coordinator(self.pipeline), namespace=names.NAMESPACE)
+            await asyncio.wait_for(coordinator.offsets_out_of_range.remote(report), 10.0)
+            return True
+        except Exception as e:
+            log.warning("reader %s/%s: coordinator not told: %s", self.pipeline, self.reader_id, e)
+            return False
 
     def _piece(self, cut: _Cut, rows: Rows) -> Piece:
         """What the host is handed for ``cut``; counted as read."""

@@ -33,6 +33,7 @@ from rayconnect.metadata.file_service import FileMetadataService
 from rayconnect.metadata.single_cluster import SingleClusterMetadataService
 from rayconnect.metadata.static import StaticMetadataService
 from rayconnect.properties import check_client_properties
+from rayconnect.protocol.offset_range import OutOfRangePolicy
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.streams import (
@@ -80,6 +81,12 @@ class KafkaSource(msgspec.Struct, frozen=True):
     #: where a partition with no committed offset starts: ``earliest``, ``latest`` or
     #: ``{"cluster/topic/partition": offset}``; offsets in the table always win
     starting_offsets: StartingOffsets | dict[str, int] = "earliest"
+    #: a partition whose offset in the table lies outside its log (past its end: the topic
+    #: was re-created or the broker lost its log; before its start: retention removed
+    #: records never committed): ``fail`` gives the pipeline up with an error naming it;
+    #: ``earliest`` / ``latest`` start it over at the log's start / end, the reset recorded
+    #: in the table version that lands it (one table; not with routes)
+    offsets_out_of_range: OutOfRangePolicy = "fail"
     #: reader actors per cluster; partitions are spread over them
     readers_per_cluster: int = 1
     #: most records a reader hands a participant in one call (one Arrow batch); a larger fetch is
@@ -461,6 +468,12 @@ class SinkPipelineConfig(msgspec.Struct, frozen=True):
             self.sink.routes is None or self.transform is None,
             "sink.routes with a transform is not supported yet: route the transform's rows "
             "in a pipeline of their own",
+        )
+        require(
+            self.sink.routes is None or self.source.offsets_out_of_range == "fail",
+            f"source.offsets_out_of_range: {self.source.offsets_out_of_range!r} is not "
+            "supported with sink.routes yet (each route table keeps its own offsets): use "
+            "'fail'",
         )
 
         require(

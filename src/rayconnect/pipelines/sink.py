@@ -366,12 +366,21 @@ class PipelineHandle(Handle):
         for r in readers.values():
             for key, p in r.get("partitions", {}).items():
                 hws[key] = p.get("high_watermark")
-        lag = {}
+        states = _partition_states(self.name, timeout_s)
+        lag: dict[str, int | None] = {}
         for key, hw in hws.items():
             committed = status.offsets.get(key)
-            lag[key] = None if hw is None or committed is None else max(hw - committed, 0)
+            lag[key] = None if hw is None or committed is None else hw - committed
+            if (lag[key] or 0) < 0:  # never lag 0: the table is past the log's end
+                lag[key] = None
+                states[key] = {
+                    "state": "offsets_ahead",
+                    "reason": f"committed offset {committed:,} > high watermark {hw:,}",
+                }
+        for key, report in status.out_of_range.items():
+            lag[key] = None
+            states[key] = {"state": report.state, "reason": report.describe()}
         keys = sorted(set(status.partitions) | set(status.offsets) | set(hws))
-        states = _partition_states(self.name, timeout_s)
         return msgspec.structs.replace(
             status,
             discovery=discovery,

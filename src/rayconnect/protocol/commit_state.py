@@ -63,6 +63,7 @@ class CommitState:
         commit_interval_s: float,
         write_timeout_s: float,
         interval_from: float | None = None,
+        table_offsets: Mapping[str, int] | None = None,
     ) -> None:
         self.epoch = epoch
         self.txn_id = txn_id
@@ -70,6 +71,11 @@ class CommitState:
         self.start_offsets: dict[str, int] = {
             k: v for k, v in start_offsets.items() if k in self.partitions
         }
+        #: what the commit's compare-and-set expects: the table's offsets, which differ from
+        #: the START's only for a partition starting over (``protocol.offset_range``)
+        self.table_offsets: Mapping[str, int] = (
+            self.start_offsets if table_offsets is None else table_offsets
+        )
         self.started_at = started_at
         #: The commit interval counts from here: the previous round's END when that round
         #: finished, because participants read ahead from that END on; else the START.
@@ -190,8 +196,12 @@ class CommitState:
         return any(self._moved(k) for k in self.statuses)
 
     def _moved(self, key: str) -> bool:
+        """Its offset moves: it read something, or it starts over (its table offset lay
+        outside its log), which the table must record even without records."""
         status = self.statuses[key]
-        return status.next_offset > status.first_offset
+        table = self.table_offsets
+        over = key in table and self.start_offsets.get(key) != table[key]
+        return status.next_offset > status.first_offset or over
 
     def deadline(self) -> float | None:
         """When the round next needs a ``tick``: its END, or its write timeout."""
@@ -244,11 +254,13 @@ class CommitState:
         keys = sorted(self.committable())
         statuses = [self.statuses[k] for k in keys]
         files = {f.path: f for s in statuses for f in s.files}
+        table, starts = self.table_offsets, self.start_offsets
+        resets = {k: table[k] for k in keys if k in table and starts.get(k) != table[k]}
         return CommitTable(
             epoch=self.epoch,
             txn_id=self.txn_id,
             files=tuple(files.values()),
-            expected={k: self.start_offsets.get(k) for k in keys},
+            expected={k: table.get(k) for k in keys},
             offsets={s.partition: s.next_offset for s in statuses},
             starts={s.partition: s.first_offset for s in statuses},
             metadata=RoundMetadata(
@@ -257,5 +269,6 @@ class CommitState:
                 txn_id=self.txn_id,
                 partial=bool(self.missing() or self.lost or len(keys) < len(self.statuses)),
                 records=sum(s.records for s in statuses),
+                offset_resets=resets,
             ),
         )

@@ -62,6 +62,11 @@ Rules
 - How each round ended is an effect: ``RoundFinished`` (committed, or found empty) or
   ``RoundDiscarded`` (with the reason), emitted before whatever follows from it, so the actor
   learns outcomes without comparing statuses.
+- A partition whose table offset lies outside its log (``offsets_out_of_range``, a
+  reader's report: the topic was re-created, the log lost) is never left silent
+  (``protocol/offset_range.py``): by the policy the pipeline gives up (``GiveUp``, the
+  default) or the partition starts over at the log's start or end - its next START says
+  where, and the commit that lands it expects the stale offset and records the reset.
 - Time is an input (``now`` in seconds, any monotonic clock); ``next_deadline()`` says when
   the actor should call ``tick`` next.
 """
@@ -80,6 +85,7 @@ from rayconnect.protocol.effects import (
     Broadcast,
     CommitTable,
     Fenced,
+    GiveUp,
     PartitionsRetired,
     Ready,
     ReloadTable,
@@ -102,6 +108,7 @@ from rayconnect.protocol.messages import (
     StartCommit,
     WriteStatus,
 )
+from rayconnect.protocol.offset_range import OffsetResets, OffsetsOutOfRange, OutOfRangePolicy
 from rayconnect.protocol.settings import CommitSettings
 
 
@@ -146,6 +153,7 @@ class Event(enum.Enum):
     PARTITIONS = "partitions"  # add or retire partitions
     STOP = "stop"  # stop after the round in progress (commit it)
     STOP_NOW = "stop_now"  # stop without committing
+    OUT_OF_RANGE = "out_of_range"  # a partition's table offset lies outside its log
 
 
 _S = State
@@ -160,6 +168,7 @@ _ALWAYS: Final[dict[Event, State | Ignored | None]] = {
     _E.TICK: None,
     _E.PARTITIONS: None,
     _E.DRAINED: None,
+    _E.OUT_OF_RANGE: None,
     _E.STALE: _IGNORED,
 }
 #: A round that moved on: what its participants still send is late, not wrong.
@@ -296,6 +305,9 @@ class CoordinatorStatus(msgspec.Struct, frozen=True):
     retiring: tuple[str, ...] = ()  # partitions that leave once a round has finished
     #: rounds ended early because the pipeline drained a backlog (``commit_when_drained``)
     rounds_drained: int = 0
+    #: partitions whose table offset lies outside their log, as a reader reported them
+    #: (until a commit moves them on: with a reset policy, they start over)
+    out_of_range: dict[str, OffsetsOutOfRange] = {}
 
 
 class Coordinator(TableMachine[State, Event]):
@@ -308,10 +320,12 @@ class Coordinator(TableMachine[State, Event]):
         pipeline: str,
         partitions: Iterable[str],
         config: CommitSettings | None = None,
+        offsets_out_of_range: OutOfRangePolicy = "fail",
     ) -> None:
         super().__init__(State.IDLE)
         self.pipeline = pipeline
         self.config = config or CommitSettings()
+        self._resets = OffsetResets(offsets_out_of_range)
         self._partitions: frozenset[str] = frozenset(partitions)
         #: ``_partitions`` sorted, the recipients of every round's messages: one tuple while
         #: the partitions stay (hosts group it once, ``protocol.host_rounds``)
@@ -383,6 +397,7 @@ class Coordinator(TableMachine[State, Event]):
             last_error=self._last_error,
             retiring=tuple(sorted(self._retiring)),
             rounds_drained=self._drained,
+            out_of_range=dict(self._resets.reports),
         )
 
     # -- inputs ----------------------------------------------------------------------------
@@ -430,6 +445,7 @@ class Coordinator(TableMachine[State, Event]):
         commit, rnd = self._pending, self._round
         assert commit is not None and rnd is not None
         self._pending = None
+        self._resets.landed(commit.resets)
         self._offsets.update(commit.offsets)
         self._committed += 1
         self._partial += int(commit.metadata.partial)
@@ -467,6 +483,7 @@ class Coordinator(TableMachine[State, Event]):
             self._last_error = f"fenced by epoch {table_epoch}"
             return [Fenced(epoch=self._epoch, table_epoch=table_epoch or 0)]
         self._offsets = dict(table_offsets)
+        self._resets.reloaded(self._offsets)
         confirmed, self._retire_after_reload = self._retire_after_reload, None
         retired = self._retire(confirmed) if confirmed is not None else []
         return [*retired, *self._start(now)]
@@ -481,6 +498,33 @@ class Coordinator(TableMachine[State, Event]):
         self._partitions |= added
         self._recipients = None
         return []
+
+    def offsets_out_of_range(self, report: OffsetsOutOfRange, now: float) -> Ready:
+        """A reader found a partition's committed offset outside its log: give up, or start
+        the partition over at the next START (the policy; ``protocol/offset_range.py``)."""
+        live = self._state not in (State.IDLE, State.STOPPED, State.FENCED)
+        news = live and self._resets.judge(report, self._offsets.get(report.partition))
+        if not self._fire(Event.OUT_OF_RANGE if news else Event.STALE):
+            return []
+        policy = self._resets.policy
+        if policy == "fail":
+            self._last_error = (
+                f"{report.describe()}; giving up (offsets_out_of_range: fail - set it to "
+                "earliest or latest to start such a partition over)"
+            )
+            return [GiveUp(self._last_error)]
+        start = self._resets.pending[report.partition].start
+        self._last_error = (
+            f"{report.describe()}; starting it over at {start:,} "
+            f"(offsets_out_of_range: {policy})"
+        )
+        return []
+
+    @property
+    def resetting(self) -> frozenset[str]:
+        """Partitions starting over: their table offset may go down (the actor's reload
+        check must allow it)."""
+        return frozenset(self._resets.pending)
 
     def retire_partitions(self, keys: Iterable[str], now: float) -> Ready:
         """Partitions left the metadata: they leave once a round whose END goes out after
@@ -628,7 +672,8 @@ class Coordinator(TableMachine[State, Event]):
             epoch=self._epoch,
             txn_id=self._txn_id,
             partitions=self._partitions,
-            start_offsets=self._offsets,
+            start_offsets=self._resets.starts(self._offsets),
+            table_offsets=self._offsets,
             started_at=now,
             interval_from=interval_from,
             commit_interval_s=self.config.commit_interval_s,

@@ -52,16 +52,22 @@ class RoundMetadata(msgspec.Struct, frozen=True):
     #: committed without every partition (some missed the round's deadline)
     partial: bool
     records: int
+    #: partitions this version starts over (``protocol.offset_range``): key -> the stale
+    #: offset outside the partition's log that the version's offset replaces
+    offset_resets: dict[str, int] = {}
 
     def as_table_metadata(self) -> dict[str, str]:
         """The table's spelling: ``rayconnect.<field>`` string values."""
-        return {
+        spelled = {
             "rayconnect.pipeline": self.pipeline,
             "rayconnect.epoch": str(self.epoch),
             "rayconnect.txn_id": str(self.txn_id),
             "rayconnect.partial": str(self.partial).lower(),
             "rayconnect.records": str(self.records),
         }
+        if self.offset_resets:
+            spelled["rayconnect.offset_resets"] = msgspec.json.encode(self.offset_resets).decode()
+        return spelled
 
 
 class CommitTable(_Effect, frozen=True):
@@ -85,10 +91,21 @@ class CommitTable(_Effect, frozen=True):
     #: before any table commits (``tables.table_set``)
     starts: dict[str, int] = {}
 
+    @property
+    def resets(self) -> frozenset[str]:
+        """Partitions whose offset this commit may move down (they start over)."""
+        return frozenset(self.metadata.offset_resets)
+
 
 class ReloadTable(_Effect, frozen=True):
     """Read the table's committed offsets (and its epoch) again, then call
     ``Coordinator.table_reloaded``: after a failed commit only the table knows the truth."""
+
+
+class GiveUp(_Effect, frozen=True):
+    """The pipeline cannot go on without a person (``reason`` says why): no further round."""
+
+    reason: str
 
 
 class Fenced(_Effect, frozen=True):
@@ -191,6 +208,7 @@ Effect: TypeAlias = (
     | CommitTable
     | ReloadTable
     | Fenced
+    | GiveUp
     | PartitionsRetired
     | Stopped
     | RoundFinished

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from rayconnect.protocol.commit_outcome import CommitOutcome
+from rayconnect.protocol.offset_range import OffsetsOutOfRange
 from rayconnect.protocol.upkeep import UpkeepStatus
 
 
@@ -70,8 +71,10 @@ class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True):
     lag: int | None
     #: the participant host (actor) holding the partition's participant
     host: str | None
-    #: ``ok``, or ``stalled``: behind its log with nothing read for ``STALL_ROUNDS`` rounds
-    #: in a row (the participant re-syncs its reader meanwhile: ``reason`` says how often)
+    #: ``ok``; ``stalled``: behind its log with nothing read for ``STALL_ROUNDS`` rounds in a
+    #: row (the participant re-syncs its reader meanwhile: ``reason`` says how often);
+    #: ``offsets_ahead`` / ``offsets_before_log_start``: the table's offset lies outside the
+    #: partition's log (``source.offsets_out_of_range`` says what happens; lag is unknown)
     state: str = "ok"
     #: why the state is not ``ok``
     reason: str | None = None
@@ -204,8 +207,12 @@ class PipelineStatus(ByName, msgspec.Struct, frozen=True, kw_only=True):
     #: how the last commit that failed or timed out ended (committed after all, refused as
     #: fenced, not committed), as the table read after it showed; None: none failed
     last_failed_commit: CommitOutcome | None = None
-    #: why the pipeline gave up (an outage that lasted ``give_up_after_s``, a broken table)
+    #: why the pipeline gave up (an outage that lasted ``give_up_after_s``, a broken table,
+    #: a table offset outside its partition's log)
     gave_up: str | None = None
+    #: partitions whose table offset lies outside their log, as readers reported them
+    #: (``source.offsets_out_of_range``)
+    out_of_range: dict[str, OffsetsOutOfRange] = {}
     #: the setting: seconds of one outage before the pipeline gives up
     give_up_after_s: float | None = None
     #: one line per outage under way (a cluster's broker, the table's store)

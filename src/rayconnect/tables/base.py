@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -64,15 +64,21 @@ class TableBrokenError(RuntimeError):
     lose or duplicate records, so the pipeline stops with this reason."""
 
 
-def check_not_behind(known: Mapping[str, int], current: Mapping[str, int | None]) -> None:
+def check_not_behind(
+    known: Mapping[str, int],
+    current: Mapping[str, int | None],
+    resetting: Collection[str] = (),
+) -> None:
     """After a reload: every partition's offset in the table is at least the one the
     coordinator last knew the table to have. The pipeline only ever moves its offsets
-    forward, so an offset that went back (or vanished) was moved by hand or the table was
-    replaced; re-reading from there would write records twice. Raises ``TableBrokenError``."""
+    forward - but for a partition starting over (``resetting``: its offset lay outside its
+    log, ``protocol.offset_range``) - so an offset that went back (or vanished) was moved by
+    hand or the table was replaced; re-reading from there would write records twice.
+    Raises ``TableBrokenError``."""
     behind = {
         key: (was, current.get(key))
         for key, was in known.items()
-        if (now := current.get(key)) is None or now < was
+        if ((now := current.get(key)) is None or now < was) and key not in resetting
     }
     if behind:
         detail = ", ".join(
@@ -88,9 +94,11 @@ def check_offsets(
     offsets: Mapping[str, int],
     expected: Mapping[str, int | None],
     current: Mapping[str, int | None],
+    resets: Collection[str] = (),
 ) -> None:
     """Compare-and-set's compare: every partition of the round must still be at the offset
     the round started from (``expected``; None = never committed) in the table (``current``).
+    A partition in ``resets`` starts over below its stale offset: it may go down.
 
     Raises ValueError for a malformed round (a key without expected offset, an offset going
     backwards, the epoch key used as a partition), ``OffsetMismatchError`` if the table moved.
@@ -103,7 +111,7 @@ def check_offsets(
     mismatches: dict[str, tuple[int | None, int | None]] = {}
     for key, new in offsets.items():
         start = expected[key]
-        if start is not None and new < start:
+        if start is not None and new < start and key not in resets:
             raise ValueError(f"{key}: offset would go backwards ({start} -> {new})")
         if current.get(key) != start:
             mismatches[key] = (start, current.get(key))
@@ -253,15 +261,17 @@ class TableCommitter(abc.ABC):
         expected: Mapping[str, int | None],
         metadata: Mapping[str, str] | None = None,
         epoch: int | None = None,
+        resets: Collection[str] = (),
     ) -> int:
         """Commit ``files`` and every partition's offset in ONE table version, if the table
         still has ``expected`` (the offsets the round started from; None = never
-        committed) and ``epoch``; else raise and commit nothing. Raises
+        committed) and ``epoch``; else raise and commit nothing. ``resets``: partitions
+        whose offset goes down (they start over; ``protocol.offset_range``). Raises
         ``OffsetMismatchError`` (``StaleEpochError`` if a newer epoch was claimed),
         ``SchemaMismatchError`` if a file does not fit the table, ``CommitConflictError``
         if a concurrent commit won the race. Returns the new version."""
         read = self._snapshot()
-        self._check_fence(read, offsets, expected, epoch)
+        self._check_fence(read, offsets, expected, epoch, resets)
         dead = [f for f in files if f.dead_letters]
         files = [f for f in files if not f.dead_letters]
         read, pending = self._grow(read, files)
@@ -286,7 +296,7 @@ class TableCommitter(abc.ABC):
                     raise
                 read = self._snapshot()
                 try:
-                    self._check_fence(read, offsets, expected, epoch)
+                    self._check_fence(read, offsets, expected, epoch, resets)
                 except OffsetMismatchError:
                     raise conflict from None
         self._discard(changes.discard)
@@ -394,12 +404,13 @@ class TableCommitter(abc.ABC):
         offsets: Mapping[str, int],
         expected: Mapping[str, int | None],
         epoch: int | None,
+        resets: Collection[str] = (),
     ) -> None:
         """Compare-and-set's compare on ``read``: the epoch (if fenced), then every
         partition's offset."""
         table_epoch, current = self._fence_state(read, list(offsets))
         check_epoch(epoch, table_epoch)
-        check_offsets(offsets, expected, current)
+        check_offsets(offsets, expected, current, resets)
 
     def _grow(self, read: Any, files: Sequence[DataFile]) -> tuple[Any, pa.Schema]:
         """Check every file against the table grown by the columns the files bring; returns

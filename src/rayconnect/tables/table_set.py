@@ -179,6 +179,8 @@ class TableSet:
     def commit_round(self, commit: CommitTable) -> int:
         """Commit the round to every table it touches (the order in the module docstring).
         Raises like ``TableCommitter.commit``; whatever landed before stays consistent."""
+        if commit.resets:  # refused by the config check: route tables keep their own offsets
+            raise ValueError(f"a routed sink cannot start partitions over: {sorted(commit.resets)}")
         self._check_own_epoch(commit.epoch)
         starts = round_starts(commit.expected, commit.starts)
         by_table: dict[str | None, list[DataFile]] = {}
