@@ -337,24 +337,35 @@ class Soak:
     def wait_recovered(self, what: str, healed_at: float) -> float | None:
         """Seconds from ``healed_at`` until the sink committed every record acknowledged by
         then and the source wrote again; None (a violation) if not within
-        RECOVERY_LIMIT_S."""
+        RECOVERY_LIMIT_S. Each partition's own catch-up time is kept (``last_catch_up``):
+        liveness is per partition - one partition that never moves is the failure a sum
+        hides (issue 41)."""
         target = dict(self.producer.acked)
-        sink_done = False
+        caught: dict[int, float] = {}
+        self.last_catch_up = caught
         try:
             source_before: int | None = self.source_written()
         except Exception:
             source_before = None  # the source's broker is not faulted: a slow answer
         while time.monotonic() - healed_at < RECOVERY_LIMIT_S:
             try:
-                if not sink_done:
+                if len(caught) < len(target):
                     done = self.committed()
-                    sink_done = all(done.get(p, 0) >= n for p, n in target.items())
+                    now = time.monotonic() - healed_at
+                    for p, n in target.items():
+                        if p not in caught and done.get(p, 0) >= n:
+                            caught[p] = now
+                sink_done = len(caught) == len(target)
                 if sink_done and (source_before is None or self.source_written() > source_before):
                     return time.monotonic() - healed_at
             except Exception:
                 pass  # a coordinator restarting
             time.sleep(1.0)
-        self.violations.append(f"{what}: lag did not recover in {RECOVERY_LIMIT_S:.0f} s")
+        behind = sorted(set(target) - set(caught))
+        self.violations.append(
+            f"{what}: lag did not recover in {RECOVERY_LIMIT_S:.0f} s (partitions behind: "
+            f"{behind or 'none; the source did not write again'})"
+        )
         return None
 
     def ensure_nodes(self) -> None:
@@ -525,12 +536,18 @@ class Soak:
                 self.net.heal()
                 self.ensure_nodes()
             recovered = self.wait_recovered(what, ended)
+            slowest = max(self.last_catch_up.items(), key=lambda pc: pc[1], default=None)
             fault = {
                 "kind": kind,
                 "what": what,
                 "at_s": round(started - self.t0, 1),
                 "lasted_s": round(ended - started, 1),
                 "recovery_s": None if recovered is None else round(recovered, 1),
+                # the partition that caught up last, and when (None: one never did)
+                "slowest_partition": None if slowest is None else slowest[0],
+                "slowest_partition_s": None
+                if slowest is None or recovered is None
+                else round(slowest[1], 1),
             }
             self.faults.append(fault)
             self.say(f"  {what}: recovered in {fault['recovery_s']} s")
@@ -580,14 +597,19 @@ class Soak:
 
     def report(self, complete: bool = False) -> dict[str, Any]:
         by_kind: dict[str, list[float | None]] = {}
+        slowest: dict[str, list[float]] = {}
         for f in self.faults:
             by_kind.setdefault(f["kind"], []).append(f["recovery_s"])
+            if f.get("slowest_partition_s") is not None:
+                slowest.setdefault(f["kind"], []).append(f["slowest_partition_s"])
         kinds = {}
         for kind, times in sorted(by_kind.items()):
             ok = sorted(t for t in times if t is not None)
             kinds[kind] = {
                 "faults": len(times),
                 "recovered": len(ok),
+                # the slowest partition's catch-up after a fault of this kind
+                "slowest_partition_max_s": max(slowest.get(kind) or [0.0]) if ok else None,
                 "max_s": max(ok) if ok else None,
                 "p99_s": round(ok[min(len(ok) - 1, int(0.99 * len(ok)))], 1) if ok else None,
                 "median_s": round(statistics.median(ok), 1) if ok else None,
@@ -623,13 +645,14 @@ def markdown(r: dict[str, Any]) -> str:
     lines = [
         f"# Chaos soak: {r['minutes']} min, seed {r['seed']}, {r['rate_per_s']} records/s{state}",
         "",
-        "| fault kind | injected | recovered | max recovery s | p99 s | median s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| fault kind | injected | recovered | max recovery s | p99 s | median s | "
+        "slowest partition s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for kind, k in r["faults_by_kind"].items():
         lines.append(
             f"| {kind} | {k['faults']} | {k['recovered']} | {k['max_s']} | {k['p99_s']} | "
-            f"{k['median_s']} |"
+            f"{k['median_s']} | {k.get('slowest_partition_max_s')} |"
         )
     final = r["final"]
     mem = r["memory_mb"]
@@ -646,10 +669,11 @@ def markdown(r: dict[str, Any]) -> str:
         f"{mem['first']}, last {mem['last']}, max RSS {mem['max_rss']}; max load "
         f"{mem['max_load']}",
         "",
-        "| at s | fault | lasted s | recovery s |",
-        "| ---: | --- | ---: | ---: |",
+        "| at s | fault | lasted s | recovery s | slowest partition (s) |",
+        "| ---: | --- | ---: | ---: | --- |",
         *[
-            f"| {f['at_s']} | {f['what']} | {f['lasted_s']} | {f['recovery_s']} |"
+            f"| {f['at_s']} | {f['what']} | {f['lasted_s']} | {f['recovery_s']} | "
+            f"{f.get('slowest_partition')} ({f.get('slowest_partition_s')}) |"
             for f in r["faults"]
         ],
         "",

@@ -37,9 +37,13 @@ class OffsetsOutOfRange(msgspec.Struct, frozen=True):
     """A reader's word: partition ``partition`` was asked to read at ``offset`` and its log
     holds ``[log_start, log_end)`` (``log_start`` None: not known)."""
 
+    #: the partition, ``cluster/topic/partition``
     partition: str
+    #: where the reader was asked to read: the table's committed offset
     offset: int
+    #: the log's end (its high watermark) as the reader saw it
     log_end: int
+    #: the log's start; None: not known
     log_start: int | None = None
 
     @property
