@@ -44,6 +44,7 @@ _EXPORTS = {
     "SourcePipelineHandle": "rayconnect.pipelines.source",
     "DiscoveryError": "rayconnect.errors",
     "JavaNotFoundError": "rayconnect.errors",
+    "OffsetsOutOfRangeError": "rayconnect.errors",
     "attach_source": "rayconnect.pipelines.source",
     "SourceRecord": "rayconnect.source_tasks",
     "SourceTask": "rayconnect.source_tasks",

@@ -41,6 +41,12 @@ class DiscoveryError(RayconnectError, RuntimeError):
     """A Kafka cluster cannot be reached, or a subscribed topic does not exist."""
 
 
+class OffsetsOutOfRangeError(RayconnectError, RuntimeError):
+    """Committed offsets lie outside what their source can serve (a topic re-created, a
+    replication slot dropped, a database restored): going on would skip or lose records
+    silently, so the pipeline stops until ``offsets_out_of_range`` says what to do."""
+
+
 class JavaNotFoundError(RayconnectError, RuntimeError):
     """No usable Java: Spark (and so the writer) cannot start."""
 

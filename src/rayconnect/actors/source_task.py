@@ -33,6 +33,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 from rayconnect import ray_internals
 from rayconnect.actors import names
 from rayconnect.config.source import SourceSettings
+from rayconnect.errors import OffsetsOutOfRangeError
 from rayconnect.kafka import compat
 from rayconnect.kafka.batched_send import Outgoing, check_size, send_batched
 from rayconnect.kafka.discovery import client_properties
@@ -145,6 +146,9 @@ class TaskRunner:
         self.client = client_properties(settings.target.properties)
         self.producer: Any = None
         self.started = asyncio.Event()
+        #: why the task refused to start for good (its offsets are outside its source):
+        #: a restart would only fail again
+        self.refused: str | None = None
         #: each poll's records until all of them are acknowledged or discarded
         self._polls: dict[int, list[SourceRecord]] = {}
         self._unsettled: dict[int, int] = {}
@@ -288,6 +292,8 @@ class TaskRunner:
             await self.task.start(context)
         except Exception as e:
             reason = f"start failed: {_reason(e)}"
+            if isinstance(e, OffsetsOutOfRangeError):  # no restart can help: a person must
+                self.refused = reason
             return lambda: self.machine.failed(reason, time.monotonic())
         self.started.set()
         return lambda: self.machine.initialized(
@@ -505,6 +511,10 @@ class SourceTaskActor:
                     names.task(self.settings.name, self.index),
                     self.runner.bad_record,
                 )
+                return  # stays up, failed, so status shows why; a restart would loop
+            if self.runner.refused is not None:
+                self.gave_up = self.runner.refused
+                log.error("task %s: %s", names.task(self.settings.name, self.index), e)
                 return  # stays up, failed, so status shows why; a restart would loop
             self.gave_up = self._give_up(str(e))
             if self.gave_up is not None:

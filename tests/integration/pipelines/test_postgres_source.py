@@ -463,3 +463,58 @@ def _drop_slot_once_released(conn: Any, slot: str, timeout_s: float = 30.0) -> N
         assert time.monotonic() < deadline, f"slot {slot} still active after {timeout_s} s"
         time.sleep(0.1)
     cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+@pytest.mark.timeout(300)
+def test_a_slot_gone_behind_the_pipelines_back_is_never_a_silent_gap(
+    postgres: PostgresServer, kafka_broker
+) -> None:
+    """The committed offsets say where the stream was; the slot that held the changes since
+    is dropped (by hand, or a database restored without it). ``fail`` refuses to start and
+    creates no slot (the next start finds the same); ``snapshot`` starts over with a new
+    snapshot; ``latest`` streams from the new slot on (the changes in between are lost, as
+    that setting says)."""
+    bootstrap = kafka_broker.bootstrap_servers
+    postgres.psql(SCHEMA)
+    postgres.psql("INSERT INTO acct (id, balance) SELECT g, g FROM generate_series(1, 20) g")
+    name = "pg-gap"
+
+    def acct_events() -> dict[Any, list[Row]]:
+        return read_events(bootstrap, "pg.public.acct")
+
+    def wait(predicate: Any, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            assert time.monotonic() < deadline, acct_events()
+            time.sleep(0.5)
+
+    handle = _pipeline(name, postgres, bootstrap).start()
+    try:
+        wait(lambda: len(acct_events()) == 20)
+    finally:
+        handle.stop(release=True)  # drops the slot: the committed offsets stay in Kafka
+    assert postgres.psql("SELECT count(*) FROM pg_replication_slots") == "0"
+    postgres.psql("UPDATE acct SET balance = -1 WHERE id = 1")  # in no slot's stream
+
+    with pytest.raises(Exception, match="replication slot 'rc_slot' does not exist") as info:
+        _pipeline(name, postgres, bootstrap).start(timeout_s=60)
+    assert "offsets_out_of_range: fail" in str(info.value)
+    assert postgres.psql("SELECT count(*) FROM pg_replication_slots") == "0"  # none made
+
+    handle = _pipeline(name, postgres, bootstrap, offsets_out_of_range="snapshot").start()
+    try:  # every row again, as the snapshot reads it now: id 1 with its new balance
+        wait(lambda: [e["after"]["balance"] for e in acct_events()[1]] == [1, -1])
+        assert all(len(acct_events()[i]) == 2 for i in range(2, 21))
+        postgres.psql("UPDATE acct SET balance = -2 WHERE id = 2")
+        wait(lambda: acct_events()[2][-1]["after"]["balance"] == -2)
+    finally:
+        handle.stop(release=True)
+    postgres.psql("UPDATE acct SET balance = -3 WHERE id = 3")  # lost under 'latest'
+
+    handle = _pipeline(name, postgres, bootstrap, offsets_out_of_range="latest").start()
+    try:
+        postgres.psql("UPDATE acct SET balance = -4 WHERE id = 4")
+        wait(lambda: acct_events()[4][-1]["after"]["balance"] == -4)
+        assert [e["after"]["balance"] for e in acct_events()[3]] == [3, 3]  # no -3
+    finally:
+        handle.stop(release=True)

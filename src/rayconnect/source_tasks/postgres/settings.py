@@ -59,6 +59,7 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     unavailable_value: str = "__debezium_unavailable_value"
     connect_timeout_s: PositiveInt = 10
     truncate: Literal["event", "skip"] = "event"
+    offsets_out_of_range: Literal["fail", "snapshot", "latest"] = "fail"
 
     __repr__ = redacted_repr
 

@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Any
 
-from rayconnect.errors import ConfigError
+from rayconnect.errors import ConfigError, OffsetsOutOfRangeError
 from rayconnect.source_tasks.base import (
     ConfiguredTask,
     SourceLag,
@@ -39,7 +39,9 @@ from rayconnect.source_tasks.postgres.pgoutput import (
     Truncate,
     Update,
     decode,
+    format_lsn,
     ms_of,
+    parse_lsn,
 )
 from rayconnect.source_tasks.postgres.progress import Progress, comparable_key
 from rayconnect.source_tasks.postgres.settings import PostgresSettings
@@ -119,14 +121,20 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                 shape, types = catalog.table_shape(conn, schema, table)
                 self.shapes[shape.name] = shape
                 self.sql_types[shape.name] = types
+            resumed = None if committed is None else Progress.from_offset(committed)
+            start_over = resumed is not None and self._out_of_range(conn, resumed)
             catalog.ensure_slot(s, conn)
             (self.database,) = catalog.query(conn, "SELECT current_database()")[0]
         finally:
             conn.close()
         self.events = EventBuilder(s.topic_prefix, s.topic, s.tombstones, self.database)
         self.relations: dict[int, RowCodec] = {}
-        if committed is not None:
-            self.progress = Progress.from_offset(committed)
+        if start_over and s.offsets_out_of_range == "snapshot":
+            self.progress = Progress(table=0) if self.tables else Progress()
+        elif start_over:  # latest: the new slot's stream, from now on
+            self.progress = Progress()
+        elif resumed is not None:
+            self.progress = resumed
         elif s.snapshot and self.tables:
             self.progress = Progress(table=0)
         else:
@@ -135,6 +143,37 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             self._begin_snapshot()
         else:
             self._begin_stream()
+
+    def _out_of_range(self, conn: Any, resumed: Progress) -> bool:
+        """Can the slot serve the committed offsets? No when it is gone (the changes since
+        the committed LSN went with it) or the committed LSN is past the server's WAL end
+        (another database, or one restored from a backup). Then by ``offsets_out_of_range``:
+        raise (``fail``; nothing is created, so the next start finds the same), or True (start
+        over: the caller snapshots again or streams from the new slot)."""
+        s = self.settings
+        (current,) = catalog.query(conn, "SELECT pg_current_wal_lsn()::text")[0]
+        end = parse_lsn(current)
+        exists = catalog.query(
+            conn, "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (s.slot,)
+        )
+        committed = max(resumed.lsn, resumed.highest_segment_lsn())
+        if exists and committed <= end:
+            return False
+        problem = (
+            f"replication slot {s.slot!r} does not exist: the changes after the committed "
+            f"LSN {format_lsn(committed)} went with it (the server's WAL is at "
+            f"{format_lsn(end)})"
+            if not exists
+            else f"the committed LSN {format_lsn(committed)} is past the server's WAL end "
+            f"{format_lsn(end)}: another database, or one restored from a backup"
+        )
+        if s.offsets_out_of_range == "fail":
+            raise OffsetsOutOfRangeError(
+                f"{problem}; stopping (offsets_out_of_range: fail - set it to 'snapshot' to "
+                "start over with a new snapshot, or 'latest' to stream from now on)"
+            )
+        log.error("postgres source %s: %s; %s", s.slot, problem, s.offsets_out_of_range)
+        return True
 
     def _begin_snapshot(self) -> None:
         """A new exported snapshot; the table being read continues from its key in a new
