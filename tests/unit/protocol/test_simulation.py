@@ -911,12 +911,9 @@ def test_files_shared_by_partitions_commit_only_with_all_of_them() -> None:
     assert committed_shared > 50
 
 
-def test_a_restarted_host_finds_the_reader_that_lived_on_when_its_seek_was_lost() -> None:
-    """CI's bug, replayed: a participant host restarts; its reader lived on and read past
-    the table's offset. The fresh machine finds the reader and pauses it, but its Seek back
-    to the table's offset reaches no reader (the enumerator went away, or the call failed).
-    A machine that believed its Seek happened would never read those records again (nothing
-    new arrives to show a gap): the pipeline must still commit every record."""
+def _committed_5_then_read(more: int) -> tuple[PipelineSim, str]:
+    """One partition: 5 records committed in a round, then ``more`` produced and read in
+    the open round (not committed)."""
     sim = PipelineSim()
     sim.init(1)
     (key,) = sim.keys
@@ -925,8 +922,18 @@ def test_a_restarted_host_finds_the_reader_that_lived_on_when_its_seek_was_lost(
     sim.advance(CCFG.commit_interval_s)
     sim.drain()
     assert sim.table.txn == {key: 5}
-    sim.produce(0, 3)
-    sim.drain()  # read on to 8, not committed
+    sim.produce(0, more)
+    sim.drain()
+    return sim, key
+
+
+def test_a_restarted_host_finds_the_reader_that_lived_on_when_its_seek_was_lost() -> None:
+    """CI's bug, replayed: a participant host restarts; its reader lived on and read past
+    the table's offset. The fresh machine finds the reader and pauses it, but its Seek back
+    to the table's offset reaches no reader (the enumerator went away, or the call failed).
+    A machine that believed its Seek happened would never read those records again (nothing
+    new arrives to show a gap): the pipeline must still commit every record."""
+    sim, key = _committed_5_then_read(3)  # read on to 8, not committed
     assert sim.readers[key].at == 8
     sim.crash(0, "participant")  # the host restarts; the reader lives on
     [find] = [job for job in sim.jobs if job.func == sim.finish_find]
@@ -957,16 +964,7 @@ def test_a_reader_restarted_under_a_round_is_re_synced_when_its_attach_lands_lat
     and with nothing new produced no batch ever came to show it - every round after was
     empty. The participant's liveness rule (a quiet round behind the log's data re-syncs)
     must get every record committed."""
-    sim = PipelineSim()
-    sim.init(1)
-    (key,) = sim.keys
-    sim.produce(0, 5)
-    sim.drain()
-    sim.advance(CCFG.commit_interval_s)
-    sim.drain()
-    assert sim.table.txn == {key: 5}
-    sim.produce(0, 2)
-    sim.drain()  # read on to 7 in the open round, buffered (a flush takes 3), not committed
+    sim, key = _committed_5_then_read(2)  # to 7 in the open round, buffered (a flush takes 3)
     assert sim.readers[key].at == 7 and sim.parts[key].machine.position == 7
     sim.restart_a_reader(0, late=True)  # the pieces of [5, 7) die with the old reader
     reader = sim.readers[key]
