@@ -6,7 +6,8 @@ coordinator of the newest epoch may commit (I3). Each format keeps both in its o
 this interface (``TableCommitter``, ``TableUpkeep``) and these errors, so a new format is
 one module of hooks and one factory entry. The round-commit algorithm itself is here, once
 (``TableCommitter.commit``); how a round's files change the table is a write mode
-(``RoundApply``: ``tables.append``), so a new mode is one small module too.
+(``write_modes.modes``), its result one variant of ``write_modes.changes.RoundChanges``,
+so a new mode is one variant and one case per format.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.protocol.types import DataFile
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables import dead_letters
+from rayconnect.write_modes.changes import NOTHING, RoundChanges
 from rayconnect.write_modes.fold import CHANGE_COLUMNS
+from rayconnect.write_modes.modes import WriteMode
 
 log = logging.getLogger(__name__)
 
@@ -126,28 +129,6 @@ def check_epoch(epoch: int | None, current: int) -> None:
         raise StaleEpochError({COORDINATOR_KEY: (epoch, current)})
 
 
-class RoundChanges(msgspec.Struct, frozen=True):
-    """What a round does to the table besides moving its offsets, in the format's own terms
-    (``TableCommitter.file_entry``): the files it adds (append), or the rows it upserts and
-    the keys it deletes (``tables.upsert.UpsertRound``: each format writes them its own
-    way). ``discard``: staged files the version does not reference (an upsert round's,
-    whose rows it rewrote), deleted once it landed."""
-
-    adds: tuple[Any, ...] = ()
-    upsert: Any = None
-    discard: tuple[str, ...] = ()
-
-
-class RoundApply(Protocol):
-    """A write mode: how a round's checked data files become the table's changes. One small
-    module per mode (``tables.append``); the round-commit algorithm calls it once per commit,
-    on the read it commits on."""
-
-    def changes(
-        self, table: TableCommitter, read: Any, files: Sequence[DataFile]
-    ) -> RoundChanges: ...
-
-
 class VersionWrite(msgspec.Struct, frozen=True):
     """What one table version writes: a round's (or a claim's, with nothing but the epoch)."""
 
@@ -157,8 +138,8 @@ class VersionWrite(msgspec.Struct, frozen=True):
     metadata: dict[str, str]
     #: re-asserted (a round) or set (a claim); None: not fenced (a dead-letter table's)
     epoch: int | None = None
-    #: the columns still to add in this version (``pa.Schema``; ``_add_columns``)
-    pending: Any = EMPTY_SCHEMA
+    #: the columns still to add in this version (``_add_columns``)
+    pending: pa.Schema = EMPTY_SCHEMA
 
 
 def new_columns(table_schema: pa.Schema, footers: Mapping[str, pa.Schema]) -> pa.Schema:
@@ -200,8 +181,8 @@ class TableCommitter(abc.ABC):
     typed: bool
     #: the table's first schema (what it is created with)
     schema: pa.Schema
-    #: how a round's files change the table (``tables.append``; upsert: another module)
-    apply: RoundApply
+    #: how a round's files change the table (``write_modes.modes``)
+    apply: WriteMode
     #: how often a round is tried when its write conflicts although the table still has
     #: its epoch and offsets (another writer's unrelated change landed first)
     commit_attempts: int = 1
@@ -321,7 +302,7 @@ class TableCommitter(abc.ABC):
         new_epoch = self._fence_state(read, [])[0] + 1
         # "rayconnect.epoch", as in a round's metadata: history tools find the claim by it
         metadata = {"rayconnect.epoch": str(new_epoch)}
-        self._write(read, VersionWrite(RoundChanges(), {}, metadata, new_epoch))
+        self._write(read, VersionWrite(NOTHING, {}, metadata, new_epoch))
         return new_epoch
 
     def adopt_new(
@@ -347,7 +328,7 @@ class TableCommitter(abc.ABC):
             raise StaleEpochError({COORDINATOR_KEY: (epoch, table_epoch)})
         check_offsets(offsets, dict.fromkeys(offsets), current)
         metadata = {"rayconnect.epoch": str(epoch), "rayconnect.adopted": "true"}
-        return self._write(read, VersionWrite(RoundChanges(), dict(offsets), metadata, epoch))
+        return self._write(read, VersionWrite(NOTHING, dict(offsets), metadata, epoch))
 
     def add_dead_letters(
         self,

@@ -28,7 +28,7 @@ import math
 import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, assert_never
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -47,12 +47,10 @@ from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, typed_for
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.storage.location import TableLocation, as_location
-from rayconnect.tables.append import APPEND
 from rayconnect.tables.base import (
     COORDINATOR_KEY,
     EMPTY_SCHEMA,
     CommitConflictError,
-    RoundApply,
     SchemaMismatchError,
     TableBrokenError,
     TableCommitter,
@@ -63,8 +61,9 @@ from rayconnect.tables.delta_log import NO_LOG_CLEANUP, DeltaLog, LogState
 from rayconnect.tables.delta_metrics import OPERATION_METRICS, operation_metrics
 from rayconnect.tables.delta_txns import TxnVersions
 from rayconnect.tables.files import STAGING_DIR, delta_stats_json
-from rayconnect.tables.upsert import UpsertRound
+from rayconnect.write_modes.changes import Appended, Upserted
 from rayconnect.write_modes.delta_merge import merge_round
+from rayconnect.write_modes.modes import APPEND, WriteMode
 
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168
@@ -87,7 +86,7 @@ class DeltaCommitter(TableCommitter):
         schema: pa.Schema = RAW_RECORD_SCHEMA,
         record_format: RecordFormat | None = None,
         dead_letters: bool = False,
-        apply: RoundApply = APPEND,
+        apply: WriteMode = APPEND,
     ) -> None:
         self.location = as_location(table)
         self.table_path = self.location.uri
@@ -363,20 +362,24 @@ class DeltaCommitter(TableCommitter):
         read_version = read.version()
         commit_id = uuid.uuid4().hex
         metadata: dict[str, Any] = {**write.metadata, _COMMIT_ID: commit_id}
-        if write.changes.adds and write.changes.upsert is None:  # a MERGE writes its own
-            metadata[OPERATION_METRICS] = operation_metrics(write.changes.adds)
+        changes = write.changes
+        if isinstance(changes, Appended) and changes.adds:  # a MERGE writes its own
+            metadata[OPERATION_METRICS] = operation_metrics(changes.adds)
         commit = CommitProperties(app_transactions=txns, custom_metadata=metadata)
         try:
-            if write.changes.upsert is not None:
-                self._merge(read, write.changes.upsert, commit)
-            else:
-                read.create_write_transaction(
-                    list(write.changes.adds),
-                    "append",
-                    self._table_arrow_schema(read),
-                    commit_properties=commit,
-                    post_commithook_properties=NO_LOG_CLEANUP,
-                )
+            match changes:
+                case Upserted():
+                    self._merge(read, changes, commit)
+                case Appended():
+                    read.create_write_transaction(
+                        list(changes.adds),
+                        "append",
+                        self._table_arrow_schema(read),
+                        commit_properties=commit,
+                        post_commithook_properties=NO_LOG_CLEANUP,
+                    )
+                case _:  # a new write mode's variant: mypy says it is not handled here
+                    assert_never(changes)
         except CommitFailedError as exc:
             raise CommitConflictError(
                 f"a concurrent commit to {self.table_path} conflicted (this commit's app ids: "
@@ -385,7 +388,7 @@ class DeltaCommitter(TableCommitter):
         read.update_incremental()
         return self._find_commit(commit_id, read_version, read.version())
 
-    def _merge(self, read: DeltaTable, upsert: UpsertRound, commit: CommitProperties) -> None:
+    def _merge(self, read: DeltaTable, upsert: Upserted, commit: CommitProperties) -> None:
         """An upsert round as one MERGE (``write_modes.delta_merge``), its rows in the
         table's columns (a column the round's rows lack is null: a row is its record)."""
         schema = self._table_arrow_schema(read)

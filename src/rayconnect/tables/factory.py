@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from rayconnect.config.sink import DeltaSink, IcebergSink, TableSink
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings, RouteUpkeep, UpkeepSchedule
-from rayconnect.tables.append import APPEND
-from rayconnect.tables.base import RoundApply, TableCommitter, TableUpkeep
+from rayconnect.tables.base import TableCommitter, TableUpkeep
+from rayconnect.write_modes.modes import APPEND, Upsert, WriteMode
 
 if TYPE_CHECKING:
     from rayconnect.tables.iceberg import IcebergCommitter
@@ -114,11 +114,9 @@ def route_tables(sink: TableSink, pipeline: str, catalog: Any = None) -> list[st
     return sorted(names)
 
 
-def write_mode(record_format: RecordFormat | None) -> RoundApply:
+def write_mode(record_format: RecordFormat | None) -> WriteMode:
     """How a round's files change the table: upserted by key if the format has keys."""
     if record_format is not None and record_format.upsert_keys:
-        from rayconnect.tables.upsert import Upsert
-
         return Upsert(record_format.upsert_keys)
     return APPEND
 
