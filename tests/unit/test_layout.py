@@ -166,3 +166,11 @@ def test_no_test_code_in_the_package(test_only: str) -> None:
         )
     ]
     assert users == []
+
+
+def test_no_fault_point_for_tests_in_the_package() -> None:
+    """A test's fault (a process dying at the moment that matters) is installed from the
+    tests (``tests/integration/pipelines/fault_points.py``: Ray's worker setup hook), never
+    switched on in the package by a variable only tests set."""
+    users = [m for m, path in MODULES.items() if "RAYCONNECT_TEST_" in path.read_text()]
+    assert users == []

@@ -10,6 +10,7 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -18,6 +19,7 @@ import ray
 import sink_checks
 from aiokafka import AIOKafkaProducer
 from deltalake import DeltaTable
+from fault_points import ray_with_fault_points
 from iceberg_reads import load_table
 
 import rayconnect as rc
@@ -25,14 +27,19 @@ from rayconnect.actors import names as actor_names
 from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.kafka.admin import create_topic
 from rayconnect.tables.factory import open_committer
-from rayconnect.tables.table_set import FAULT_ENV
 
 CLUSTER = sink_checks.CLUSTER
 PARTITIONS = 2
-# Read by the coordinator's process (Ray's workers inherit the driver's environment when the
-# module's Ray starts); the fault fires only while the marker file exists.
+# The coordinator's process dies between the tables of a round while this file exists
+# (fault_points.die_between_tables, installed in the module's Ray workers).
 FAULT_MARKER = Path(f"/tmp/rayconnect-routes-fault-{os.getpid()}")
-os.environ[FAULT_ENV] = str(FAULT_MARKER)
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    """This module's Ray: the shared fixture's, with the fault points in its workers."""
+    with ray_with_fault_points(FAULT_MARKER):
+        yield
 
 
 class Topics:
