@@ -174,3 +174,12 @@ def test_no_fault_point_for_tests_in_the_package() -> None:
     switched on in the package by a variable only tests set."""
     users = [m for m, path in MODULES.items() if "RAYCONNECT_TEST_" in path.read_text()]
     assert users == []
+
+
+def test_the_coordinator_does_not_know_which_committer_it_has() -> None:
+    """One round-commit path: one table or a routed sink's tables are one contract
+    (``tables.round_committer.RoundCommitter``); only ``tables.sink_tables`` picks one."""
+    imported = {target for target, _, _ in _imports("rayconnect.actors.coordinator")}
+    assert "rayconnect.tables.table_set" not in imported
+    text = MODULES["rayconnect.actors.coordinator"].read_text()
+    assert "TableSet" not in text and "isinstance(self.committer" not in text

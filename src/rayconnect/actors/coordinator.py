@@ -78,11 +78,10 @@ from rayconnect.protocol.status import PipelineStatus, RoundCounts
 from rayconnect.protocol.upkeep import Job
 from rayconnect.tables.base import (
     TableBrokenError,
-    TableCommitter,
     TableUpkeep,
-    check_not_behind,
 )
-from rayconnect.tables.table_set import TableSet
+from rayconnect.tables.round_committer import RoundCommitter, RoundLanded
+from rayconnect.tables.sink_tables import open_round_committer
 
 log = logging.getLogger(__name__)
 
@@ -93,29 +92,23 @@ MAX_TICK_S = 0.25
 class CoordinatorActor:
     async def __init__(self, config: SinkPipelineConfig, partitions: list[str]) -> None:  # type: ignore[misc]  # Ray awaits an async actor's __init__
         from rayconnect.tables.factory import (
-            open_committer,
             open_upkeep,
             route_upkeep_schedule,
             upkeep_schedule,
         )
 
         self.config = config
-        #: with routes: the tables of the routes, each committed by its own committer
-        self.tables: TableSet | None = None
-        self.committer: TableCommitter | TableSet
-        if config.sink.routes is not None:
-            self.committer = self.tables = TableSet(
-                config.sink, config.name, config.route_formats()
-            )
-        else:
-            self.committer = open_committer(config.sink, config.name, config.record_format())
+        routed = config.sink.routes is not None
+        #: one table, or the tables of the routes (each committed by its own committer):
+        #: the same contract either way
+        self.committer: RoundCommitter = open_round_committer(config)
         self.upkeep = open_upkeep(config.sink, config.name, config.record_format())
         # one clock for probes, upkeep and outages: the wall clock readers report outages in
         self.housekeeping = Housekeeping(
             upkeep_schedule(config.sink, time.time()),
             config.give_up_after_s,
             time.time(),
-            routes=route_upkeep_schedule(config.sink) if self.tables is not None else None,
+            routes=route_upkeep_schedule(config.sink) if routed else None,
         )
         #: route table -> its upkeep, opened (and its table configured) at its first job
         self._route_upkeep: dict[str, TableUpkeep] = {}
@@ -143,7 +136,7 @@ class CoordinatorActor:
         #: the commit that failed or timed out, until the table read after it says how it ended
         self._failed_commit: FailedCommit | None = None
         #: the thread of a commit that timed out, while it runs on
-        self._late_commit: asyncio.Future[int] | None = None
+        self._late_commit: asyncio.Future[RoundLanded] | None = None
         self.last_failed_commit: CommitOutcome | None = None
         self._metrics = SinkMetrics(config.name)  # dashboard metrics (rayconnect.metrics)
         self._recovered = asyncio.Event()
@@ -158,7 +151,7 @@ class CoordinatorActor:
         self._main_task = loop.create_task(self._main())
         self._probe_pool = concurrent.futures.ThreadPoolExecutor(1, "table-store-probe")
         self._housekeeping_task = loop.create_task(self._housekeep())
-        if self.tables is not None:
+        if routed:
             self._table_lag_task = loop.create_task(self._export_table_lag())
 
     # -- life cycle ------------------------------------------------------------------------
@@ -232,7 +225,6 @@ class CoordinatorActor:
         from rayconnect.metrics import TABLE_LAG_EVERY_S
         from rayconnect.protocol.table_offsets import table_lag
 
-        assert self.tables is not None
         while self.fenced is None and self.gave_up is None:
             await asyncio.sleep(TABLE_LAG_EVERY_S)
             hws: dict[str, int | None] = {}
@@ -247,8 +239,7 @@ class CoordinatorActor:
             except Exception as e:  # a reader restarting: try again next time
                 log.debug("coordinator %s: table lag not known: %s", self.config.name, e)
                 continue
-            # copies (each atomic under the GIL): a commit thread may update them meanwhile
-            tables = {name: dict(offsets) for name, offsets in dict(self.tables.offsets).items()}
+            tables = self.committer.table_offsets()  # copies: a commit thread may update them
             self._metrics.table_lag({name: table_lag(o, hws) for name, o in tables.items()})
 
     def _do(self, chores: list[Chore]) -> None:
@@ -438,9 +429,11 @@ class CoordinatorActor:
         started = time.monotonic()
         timeout_s = self.config.commit.write_timeout_s
         # shielded: a commit that times out runs on in its thread, and says how it ended
-        running = asyncio.get_running_loop().run_in_executor(None, self._commit_blocking, commit)
+        running = asyncio.get_running_loop().run_in_executor(
+            None, self.committer.commit_round, commit
+        )
         try:
-            version = await asyncio.wait_for(asyncio.shield(running), timeout_s)
+            landed = await asyncio.wait_for(asyncio.shield(running), timeout_s)
         except Exception as e:
             # wait_for's own timeout, not a TimeoutError the commit raised (a socket's)
             raised = running.exception() if running.done() and not running.cancelled() else None
@@ -468,7 +461,7 @@ class CoordinatorActor:
             await self._apply(lambda: self.machine.commit_failed(reason, time.monotonic()))
             return
         self.commit_latencies.append(time.monotonic() - started)
-        self.table_version = version
+        self.table_version = version = landed.version
         dead = [f for f in commit.files if f.dead_letters]
         records = sum(f.records for f in commit.files) - sum(f.records for f in dead)
         self.records_committed += records
@@ -483,12 +476,14 @@ class CoordinatorActor:
             self.commit_latencies[-1],
             self._round_duration,
         )
-        if self.tables is not None:
-            self._metrics.tables_committed(self.tables.last_round, time.time())
-            self._do(self.housekeeping.tables_committed(self.tables.last_round_files, time.time()))
+        if landed.tables:
+            committed = {name: (t.version, t.rows) for name, t in landed.tables.items()}
+            self._metrics.tables_committed(committed, time.time())
+            files = {name: t.files for name, t in landed.tables.items()}
+            self._do(self.housekeeping.tables_committed(files, time.time()))
 
     def _late_return(
-        self, failed: FailedCommit, started: float, running: asyncio.Future[int]
+        self, failed: FailedCommit, started: float, running: asyncio.Future[RoundLanded]
     ) -> None:
         """A commit that timed out returned after all: say how it ended."""
         if self._late_commit is running:
@@ -496,32 +491,20 @@ class CoordinatorActor:
         if running.cancelled():
             return
         error = running.exception()
-        version = running.result() if error is None else None
+        version = running.result().version if error is None else None
         seconds = time.monotonic() - started
         reason = None if error is None else f"{type(error).__name__}: {error}"
         log.warning(
             "coordinator %s: %s", self.config.name, late_line(failed, seconds, version, reason)
         )
 
-    def _commit_blocking(self, commit: CommitTable) -> int:
-        """The round's table version: one table's, or each route table's (``TableSet``)."""
-        if isinstance(self.committer, TableSet):
-            return self.committer.commit_round(commit)
-        return self.committer.commit(
-            list(commit.files),
-            commit.offsets,
-            commit.expected,
-            commit.metadata.as_table_metadata(),
-            commit.epoch,
-            commit.resets,
-        )
-
     async def _reload(self) -> None:
         while self.gave_up is None:
             try:
                 offsets, epoch, version = await asyncio.to_thread(self._read_table)
-                if self.tables is None:  # a TableSet checks each of its tables itself
-                    check_not_behind(self.machine.offsets, offsets, self.machine.resetting)
+                self.committer.check_reloaded(
+                    self.machine.offsets, offsets, self.machine.resetting
+                )
                 break
             except TableBrokenError as e:
                 await self._stop_broken(f"{type(e).__name__}: {e}")
@@ -664,7 +647,7 @@ class CoordinatorActor:
             upkeep=self.housekeeping.upkeep_status(),
             upkeep_by_table=self.housekeeping.route_upkeep_status(),
             upkeep_recent=tuple(self.upkeep_log),
-            tables=self.tables.table_status() if self.tables is not None else {},
+            tables=self.committer.table_status(),
         )
 
 

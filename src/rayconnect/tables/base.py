@@ -23,9 +23,12 @@ import pyarrow.parquet as pq
 
 from rayconnect.formats import evolution
 from rayconnect.formats.settings import DEAD_LETTER_DIR
+from rayconnect.protocol.effects import CommitTable
+from rayconnect.protocol.status import TableStatus
 from rayconnect.protocol.types import DataFile
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables import dead_letters
+from rayconnect.tables.round_committer import RoundLanded
 from rayconnect.write_modes.changes import NOTHING, RoundChanges
 from rayconnect.write_modes.fold import CHANGE_COLUMNS
 from rayconnect.write_modes.modes import WriteMode
@@ -283,6 +286,29 @@ class TableCommitter(abc.ABC):
         self._discard(changes.discard)
         self._after_commit()
         return version
+
+    def commit_round(self, commit: CommitTable) -> RoundLanded:
+        """A round of the coordinator's (``RoundCommitter``): ``commit`` of its files."""
+        version = self.commit(
+            list(commit.files),
+            commit.offsets,
+            commit.expected,
+            commit.metadata.as_table_metadata(),
+            commit.epoch,
+            commit.resets,
+        )
+        return RoundLanded(version)
+
+    def check_reloaded(
+        self, known: Mapping[str, int], current: Mapping[str, int], resetting: Collection[str]
+    ) -> None:
+        check_not_behind(known, current, resetting)
+
+    def table_status(self) -> dict[str, TableStatus]:
+        return {}
+
+    def table_offsets(self) -> dict[str, dict[str, int]]:
+        return {}
 
     def _discard(self, paths: Sequence[str]) -> None:
         """Delete staged files no version references (best effort: vacuum finds any left)."""

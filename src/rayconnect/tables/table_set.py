@@ -32,7 +32,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -49,6 +49,7 @@ from rayconnect.tables.base import (
     TableCommitter,
     check_not_behind,
 )
+from rayconnect.tables.round_committer import RoundLanded, TableLanded
 from rayconnect.tables.skip_rows import without_rows_below
 
 log = logging.getLogger(__name__)
@@ -85,10 +86,6 @@ class TableSet:
         self._versions: dict[str, int] = {}
         self._rows: dict[str, int] = {}  # rows committed since this coordinator started
         self._last_commit: dict[str, float] = {}  # Unix time of its last commit
-        #: the tables the last round committed: name -> (version, rows)
-        self.last_round: dict[str, tuple[int, int]] = {}
-        #: and the files it added to each (their upkeep counts them)
-        self.last_round_files: dict[str, int] = {}
         #: tables read or committed side by side: Delta tables are independent; Iceberg
         #: ones share a catalog (its SQL database), so one at a time
         self._threads = 1 if isinstance(sink, IcebergSink) else READ_THREADS
@@ -136,7 +133,8 @@ class TableSet:
 
     def table_offsets(self) -> dict[str, dict[str, int]]:
         """Table name -> its offsets, as last read or committed (for status)."""
-        return {name: dict(offsets) for name, offsets in sorted(self.offsets.items())}
+        # copies of copies (each atomic under the GIL): a commit thread may update them
+        return {name: dict(offsets) for name, offsets in sorted(dict(self.offsets).items())}
 
     def table_status(self) -> dict[str, TableStatus]:
         """Each route table's part of the status (the handle adds its lag)."""
@@ -171,7 +169,7 @@ class TableSet:
 
     # -- the round ------------------------------------------------------------------------
 
-    def commit_round(self, commit: CommitTable) -> int:
+    def commit_round(self, commit: CommitTable) -> RoundLanded:
         """Commit the round to every table it touches (the order in the module docstring).
         Raises like ``TableCommitter.commit``; whatever landed before stays consistent."""
         if commit.resets:  # refused by the config check: route tables keep their own offsets
@@ -214,7 +212,7 @@ class TableSet:
             self.own.add_dead_letters(unrouted, moved, self.location, self.own.filesystem)
         metadata = commit.metadata.as_table_metadata()
 
-        def commit_one(name: str) -> tuple[int, int, int] | None:  # 4: (version, rows, files)
+        def commit_one(name: str) -> TableLanded | None:  # 4
             plan, committer = rounds[name], self.committer(name)
             files = without_rows_below(
                 by_table[name], plan.floors, committer.location, committer.filesystem
@@ -222,7 +220,8 @@ class TableSet:
             if not files and not plan.moves:
                 return None
             version = committer.commit(files, plan.offsets, plan.expected, metadata, commit.epoch)
-            return version, sum(f.records for f in files if not f.dead_letters), len(files)
+            rows = sum(f.records for f in files if not f.dead_letters)
+            return TableLanded(version, rows, len(files))
 
         names = list(rounds)
         for name in names:
@@ -234,17 +233,21 @@ class TableSet:
             rest, failure = _landed(commit_one, names[1:], self._threads)
             landed += rest
         now = time.time()
-        self.last_round = {name: done[:2] for name, done in landed if done is not None}
-        self.last_round_files = {name: done[2] for name, done in landed if done is not None}
-        for name, done in landed:
-            if done is not None:
-                self._versions[name] = done[0]
-                self.offsets[name].update(rounds[name].offsets)
-                self._rows[name] = self._rows.get(name, 0) + done[1]
-                self._last_commit[name] = now
+        tables = {name: done for name, done in landed if done is not None}
+        for name, done in tables.items():
+            self._versions[name] = done.version
+            self.offsets[name].update(rounds[name].offsets)
+            self._rows[name] = self._rows.get(name, 0) + done.rows
+            self._last_commit[name] = now
         if failure is not None:
             raise failure
-        return self.version()
+        return RoundLanded(self.version(), tables)
+
+    def check_reloaded(
+        self, known: Mapping[str, int], current: Mapping[str, int], resetting: Collection[str]
+    ) -> None:
+        """Nothing more: ``committed_offsets`` checked each table against itself (the
+        smallest offset of a partition may well go down: a table it did not feed)."""
 
     def _check_own_epoch(self, epoch: int) -> None:
         current = self.own.epoch()

@@ -1,0 +1,16 @@
+"""A sink's table(s) as the coordinator commits to them: the one place that knows whether a
+sink writes one table or, with routes, many (``RoundCommitter``: the same contract)."""
+
+from __future__ import annotations
+
+from rayconnect.config.sink import SinkPipelineConfig
+from rayconnect.tables.factory import open_committer
+from rayconnect.tables.round_committer import RoundCommitter
+from rayconnect.tables.table_set import TableSet
+
+
+def open_round_committer(config: SinkPipelineConfig) -> RoundCommitter:
+    """The committer of ``config``'s rounds (no IO yet)."""
+    if config.sink.routes is not None:
+        return TableSet(config.sink, config.name, config.route_formats())
+    return open_committer(config.sink, config.name, config.record_format())
