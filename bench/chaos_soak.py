@@ -66,7 +66,7 @@ from ray_tmp import cleaned_ray_tmp  # noqa: E402
 
 import rayconnect as rc  # noqa: E402
 from rayconnect.actors.directory import pipeline_actor_names  # noqa: E402
-from rayconnect.cli import chaos  # noqa: E402
+from rayconnect.demo import chaos  # noqa: E402
 from rayconnect.kafka.admin import create_topic, demo_value, high_watermarks  # noqa: E402
 from rayconnect.kafka.broker_storage import on_s3  # noqa: E402
 from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402

@@ -2,8 +2,8 @@
 commit -> visible in the lake table p50/p99 at a paced rate - with the sink's defaults and
 with the documented latency values, in the same run.
 
-A real Postgres 15 (``rayconnect.local_postgres``), an embedded broker, a local Ray; 20
-tables of ``rayconnect.mirror_database`` (8 columns, keyed by ``id``, 400 keys each: ~55%
+A real Postgres 15 (``rayconnect.demo.local_postgres``), an embedded broker, a local Ray; 20
+tables of ``rayconnect.demo.mirror_database`` (8 columns, keyed by ``id``, 400 keys each: ~55%
 upserts, 30% updates, 15% deletes in transactions of 1-5 statements) -> the Postgres source
 pipeline (a topic of 2 partitions per table, exactly once) -> ONE sink pipeline with a
 topic-pattern route -> 20 Delta upsert tables. For each sink setting, one after the other,
@@ -45,14 +45,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RaySession, cleanup_private_tmp, delta_visibility, percentiles  # noqa: E402
 
 import rayconnect as rc  # noqa: E402
-from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
-from rayconnect.local_postgres import PostgresServer, postgres_server  # noqa: E402
-from rayconnect.mirror_database import (  # noqa: E402
+from rayconnect.demo.local_postgres import PostgresServer, postgres_server  # noqa: E402
+from rayconnect.demo.mirror_database import (  # noqa: E402
     MirrorDatabase,
     mirror_sink,
     mirror_source,
 )
-from rayconnect.mirror_database import wait_mirrored as wait_until_mirrored  # noqa: E402
+from rayconnect.demo.mirror_database import wait_mirrored as wait_until_mirrored  # noqa: E402
+from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "defaults": {},

@@ -1,7 +1,7 @@
 """The Postgres change source: changes/s into Kafka exactly once vs a plain at-least-once
 loop vs the raw stream, and commit -> visible latency under a steady load - same run.
 
-A real Postgres 15 (started like the tests do, rayconnect.local_postgres) and an embedded
+A real Postgres 15 (started like the tests do, rayconnect.demo.local_postgres) and an embedded
 broker; 10 tables ``t0..t9 (id int primary key, v int, s text)``. One slot per way is
 created before pgbench writes the backlog (``--txns`` transactions of one upsert per table:
 10 changes each), so the three ways read the same WAL:
@@ -42,10 +42,10 @@ from source_eo_vs_plain import committed_rate  # noqa: E402
 
 from rayconnect.actors.source_task import TaskRunner  # noqa: E402
 from rayconnect.config.source import KafkaTarget, SourceSettings  # noqa: E402
+from rayconnect.demo.local_postgres import BIN, PASSWORD, PostgresServer, postgres_server  # noqa: E402
 from rayconnect.kafka.admin import create_topic  # noqa: E402
 from rayconnect.kafka.embedded import EmbeddedBroker  # noqa: E402
 from rayconnect.kafka.transactions import producer, stop_quietly  # noqa: E402
-from rayconnect.local_postgres import BIN, PASSWORD, PostgresServer, postgres_server  # noqa: E402
 from rayconnect.pipelines.source import prepare_generation  # noqa: E402
 from rayconnect.source_tasks.postgres import PostgresSettings, PostgresSource  # noqa: E402
 from rayconnect.source_tasks.postgres.events import EventBuilder, RowCodec, TableShape  # noqa: E402

@@ -13,8 +13,8 @@ import pytest
 import ray
 from ray_tmp import cleaned_ray_tmp
 
-from rayconnect.cli import chaos
 from rayconnect.config.rest_catalog import RestCatalog
+from rayconnect.demo import chaos
 from rayconnect.kafka.broker_storage import on_s3
 from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.storage.embedded_s3 import EmbeddedS3

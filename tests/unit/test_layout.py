@@ -183,3 +183,16 @@ def test_the_coordinator_does_not_know_which_committer_it_has() -> None:
     assert "rayconnect.tables.table_set" not in imported
     text = MODULES["rayconnect.actors.coordinator"].read_text()
     assert "TableSet" not in text and "isinstance(self.committer" not in text
+
+
+def test_the_core_imports_no_demo_module() -> None:
+    """The demos, their workloads and chaos (``rayconnect.demo``) show the product; the
+    product never needs them. Only the command line starts a demo."""
+    users = sorted(
+        module
+        for module in MODULES
+        if not module.startswith(("rayconnect.demo", "rayconnect.cli"))
+        for target, _, _ in _imports(module)
+        if target.startswith("rayconnect.demo")
+    )
+    assert users == []

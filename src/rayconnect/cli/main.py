@@ -243,7 +243,7 @@ def _add_pipeline_commands(sub) -> None:
 
 
 def _database_demo(args: argparse.Namespace) -> Any:
-    from rayconnect.cli.demo_database import run_database_demo
+    from rayconnect.demo.database import run_database_demo
 
     if args.source:
         build_parser().error("--source and --database are two different demos")
@@ -261,9 +261,9 @@ def _database_demo(args: argparse.Namespace) -> Any:
 
 def _demo(args: argparse.Namespace) -> int:
     """The demo the arguments ask for; its exit code."""
-    from rayconnect.cli.demo import DemoError, run_demo
+    from rayconnect.demo.local_postgres import PostgresNotInstalledError
+    from rayconnect.demo.sink import DemoError, run_demo
     from rayconnect.errors import JavaNotFoundError
-    from rayconnect.local_postgres import PostgresNotInstalledError
 
     if args.source and args.table is not None:
         build_parser().error("--table is for the sink demo, not with --source")
@@ -271,7 +271,7 @@ def _demo(args: argparse.Namespace) -> int:
         if args.database:
             result = _database_demo(args)
         elif args.source:
-            from rayconnect.cli.demo_source import run_source_demo
+            from rayconnect.demo.source import run_source_demo
 
             result = run_source_demo(
                 args.records or 40_000, args.partitions, rate=args.rate or 2_000, chaos=args.chaos

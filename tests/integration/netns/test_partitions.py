@@ -30,7 +30,7 @@ from fixtures.netns_ray import ROLES_ON_HOSTS, NetnsRayCluster
 from sink_checks import Produced, assert_exactly_once, caught_up, commit_history, pipeline
 
 import rayconnect as rc
-from rayconnect.cli import chaos
+from rayconnect.demo import chaos
 
 NAME = "hosts"
 TOPIC = "orders"

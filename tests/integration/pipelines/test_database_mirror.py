@@ -1,6 +1,6 @@
 """A whole Postgres database mirrored into the lake, end to end, exactly once (issue 27.5).
 
-20 tables under a steady write load (rayconnect.mirror_database) -> the Postgres change
+20 tables under a steady write load (rayconnect.demo.mirror_database) -> the Postgres change
 source (one topic per table, Debezium events, exactly once) -> Kafka -> ONE sink pipeline
 whose topic-pattern route gives every topic its own upsert table, made on the fly. Every
 role of both pipelines is killed during the load (ray.kill and SIGKILL: the source task; the
@@ -26,11 +26,16 @@ import pytest
 import ray
 
 from rayconnect.actors import names
+from rayconnect.demo.local_postgres import PostgresServer
+from rayconnect.demo.mirror_database import (
+    MirrorDatabase,
+    mirror_sink,
+    mirror_source,
+    wait_mirrored,
+)
 from rayconnect.formats.settings import DEAD_LETTER_DIR
 from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.kafka.read_back import read_to_high_watermarks
-from rayconnect.local_postgres import PostgresServer
-from rayconnect.mirror_database import MirrorDatabase, mirror_sink, mirror_source, wait_mirrored
 
 pytestmark = [pytest.mark.usefixtures("ray_session")]
 

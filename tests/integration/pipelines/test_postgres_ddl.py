@@ -19,10 +19,10 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from fixtures.postgres import PostgresServer
 
 import rayconnect as rc
+from rayconnect.demo.mirror_database import CHANGE_FORMAT
 from rayconnect.formats import evolution
 from rayconnect.formats.rows import decode_block
 from rayconnect.formats.settings import RecordFormat
-from rayconnect.mirror_database import CHANGE_FORMAT
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.source_tasks.base import SourceTaskContext, TransactionContext
 from rayconnect.write_modes.delta_merge import merge_round

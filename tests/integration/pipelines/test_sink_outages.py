@@ -43,7 +43,7 @@ from sink_checks import (
 
 import rayconnect as rc
 from rayconnect.actors import names
-from rayconnect.cli import chaos
+from rayconnect.demo import chaos
 from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from rayconnect.cli.demo import read_commands
+from rayconnect.demo.sink import read_commands
 
 
 def test_each_printed_read_command_reads_the_table(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ import io
 
 from status_sample import pipeline_status
 
-from rayconnect.cli.demo import DemoResult
-from rayconnect.cli.demo_source import SourceDemoResult
-from rayconnect.cli.demo_view import LiveView
+from rayconnect.demo.sink import DemoResult
+from rayconnect.demo.source import SourceDemoResult
+from rayconnect.demo.view import LiveView
 from rayconnect.protocol.status import PipelineStatus
 
 KEYS = [f"local/demo-events/{p}" for p in range(3)]

@@ -9,7 +9,6 @@ import pytest
 
 import rayconnect as rc
 import rayconnect.errors
-from rayconnect.cli.demo import DemoError
 from rayconnect.cli.exit_codes import (
     EXIT_FAILED,
     EXIT_NOT_FOUND,
@@ -19,6 +18,7 @@ from rayconnect.cli.exit_codes import (
 )
 from rayconnect.cli.pipeline_file import PipelineFileError
 from rayconnect.cli.run import _failed
+from rayconnect.demo.sink import DemoError
 from rayconnect.kafka.embedded import BrokerStartError
 from rayconnect.protocol.streams import MetadataError
 from rayconnect.storage.embedded_s3 import S3StartError

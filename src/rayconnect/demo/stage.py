@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
-from rayconnect.cli.demo_view import LiveView
+from rayconnect.demo.view import LiveView
 
 
 @dataclass(kw_only=True)

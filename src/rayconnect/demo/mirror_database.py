@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg2
 
-from rayconnect.local_postgres import PostgresServer
+from rayconnect.demo.local_postgres import PostgresServer
 
 Row = dict[str, Any]
 #: where the mirror's tables are: a folder of Delta tables, or the routed Iceberg sink (its

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from rayconnect.cli.demo_stage import DemoRun, DemoStage
-from rayconnect.cli.demo_view import LiveView
+from rayconnect.demo.stage import DemoRun, DemoStage
+from rayconnect.demo.view import LiveView
 
 PIPELINE = "demo-source"
 TOPIC = "numbers"
@@ -116,7 +116,7 @@ def run_source_demo(
     out: TextIO = sys.stdout,
 ) -> SourceDemoResult:
     import rayconnect as rc
-    from rayconnect.cli.chaos import kill_actor
+    from rayconnect.demo.chaos import kill_actor
     from rayconnect.kafka.read_back import read_topic
     from rayconnect.source_tasks.base import encode_partition
     from rayconnect.source_tasks.generator import sequences

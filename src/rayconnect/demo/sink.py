@@ -25,9 +25,9 @@ from typing import Any, TextIO
 import numpy as np
 import pyarrow.compute as pc
 
-from rayconnect.cli.demo_stage import DemoStage
-from rayconnect.cli.demo_view import LiveView
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
+from rayconnect.demo.stage import DemoStage
+from rayconnect.demo.view import LiveView
 from rayconnect.errors import RayconnectError
 from rayconnect.protocol.status import PipelineStatus
 
@@ -118,7 +118,7 @@ class _Watch:
     def until(self, predicate, timeout_s: float) -> bool:
         import ray
 
-        from rayconnect.cli.chaos import kill_actor
+        from rayconnect.demo.chaos import kill_actor
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

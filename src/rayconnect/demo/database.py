@@ -1,8 +1,8 @@
 """``rayconnect demo --database``: a shop's Postgres database mirrored into Delta tables, live.
 
-A throwaway Postgres (``rayconnect.local_postgres``: as the ``postgres`` user, in a temp
+A throwaway Postgres (``rayconnect.demo.local_postgres``: as the ``postgres`` user, in a temp
 folder, on a free port) with a few shop tables under a steady write load of inserts, updates
-and deletes (``rayconnect.mirror_database``); a source pipeline (the Postgres change source,
+and deletes (``rayconnect.demo.mirror_database``); a source pipeline (the Postgres change source,
 exactly once into the embedded broker, a topic per table); ONE sink pipeline whose
 topic-pattern route upserts each topic into its own Delta table, made at its first record.
 A table of lag per table (changes written, records in Kafka, in the lake, lag) is redrawn
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from rayconnect.cli.demo_stage import DemoRun, DemoStage
-from rayconnect.cli.demo_view import LiveView
+from rayconnect.demo.stage import DemoRun, DemoStage
+from rayconnect.demo.view import LiveView
 from rayconnect.protocol.source_status import SourcePipelineStatus
 from rayconnect.protocol.status import PipelineStatus
 from rayconnect.protocol.types import TopicPartition
@@ -155,9 +155,9 @@ def run_database_demo(
     catch_up_timeout_s: float = 180.0,
     out: TextIO = sys.stdout,
 ) -> DatabaseDemoResult:
-    from rayconnect.cli.demo import DemoError
-    from rayconnect.local_postgres import postgres_server, require_installed
-    from rayconnect.mirror_database import MirrorDatabase
+    from rayconnect.demo.local_postgres import postgres_server, require_installed
+    from rayconnect.demo.mirror_database import MirrorDatabase
+    from rayconnect.demo.sink import DemoError
     from rayconnect.spark_bridge.session import require_java
 
     require_installed()
@@ -207,7 +207,7 @@ def _mirror(
     catch_up_timeout_s: float,
 ) -> DatabaseDemoResult:
     from rayconnect.actors import names as actor_names
-    from rayconnect.mirror_database import difference, lake_rows, mirror_sink, mirror_source
+    from rayconnect.demo.mirror_database import difference, lake_rows, mirror_sink, mirror_source
 
     step = stage.step
     t = time.monotonic()
@@ -294,7 +294,7 @@ class _Watch:
 
     def _kill(self, kill_at: list[float], source_status: SourcePipelineStatus | None) -> None:
         """The next kill, once the actor to kill has committed (its mark is known)."""
-        from rayconnect.cli.chaos import kill_actor
+        from rayconnect.demo.chaos import kill_actor
 
         k = self.kills[0]
         k.before = k.mark(source_status, self._sink_status)
