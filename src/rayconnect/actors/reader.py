@@ -48,6 +48,7 @@ from rayconnect.metrics import SinkMetrics
 from rayconnect.protocol import effects
 from rayconnect.protocol.messages import GetMetadataUpdateEvent, MetadataUpdateEvent
 from rayconnect.protocol.offset_range import OffsetsOutOfRange
+from rayconnect.protocol.range_watch import RangeWatch
 from rayconnect.protocol.reader_positions import Hand, PollToken, ReaderPositions, Seek
 from rayconnect.protocol.types import ClusterMetadata, TopicPartition
 from rayconnect.spark_bridge.blocks import Rows, put_together
@@ -114,10 +115,7 @@ class ReaderActor:
         self._reach = Reachability()  # "broker unreachable since ..." in status
         self._watch: asyncio.Task[None] | None = None
         self._told_fine = True  # the coordinator knows the broker answers (or never heard)
-        #: splits outside their log: key -> the position seen past the high watermark at
-        #: the last check (reported at the second), and the positions already reported
-        self._past_end: dict[str, int] = {}
-        self._told_range: dict[str, int] = {}
+        self._ranges = RangeWatch()  # splits outside their log (the rules are its own)
         #: splits the broker refused (OFFSET_OUT_OF_RANGE): paused in the consumer until
         #: their participant seeks them elsewhere
         self._parked: set[str] = set()
@@ -391,25 +389,22 @@ class ReaderActor:
                     self._not_handed(token, key, first_of[key], cause)
 
     async def _check_ranges(self) -> None:
-        """Report each resumed split whose position lies past its high watermark at two
-        checks in a row (the second sees a high watermark fetched at that position)."""
+        """Report the resumed splits whose position lies past their log's end
+        (``protocol.range_watch`` decides which), at most every RANGE_CHECK_S."""
         now = time.monotonic()
         if now < self._next_range_check:
             return
         self._next_range_check = now + RANGE_CHECK_S
-        for key in self._positions.resumed:
-            position, tp = self._positions.position(key), self._tps[key]
-            high_watermark = self._consumer.highwater(tp)
-            if position is None or high_watermark is None or position <= high_watermark:
-                self._past_end.pop(key, None)
-            elif self._past_end.get(key) != position:
-                self._past_end[key] = position  # confirmed at the next check
-            elif self._told_range.get(key) != position:
-                report = OffsetsOutOfRange(
-                    key, position, high_watermark, await self._log_start(tp)
-                )
-                if await self._tell_out_of_range(report):
-                    self._told_range[key] = position
+        positions = self._positions
+        due = self._ranges.check(
+            (key, positions.position(key), self._consumer.highwater(self._tps[key]))
+            for key in positions.resumed
+        )
+        for past in due:
+            log_start = await self._log_start(self._tps[past.key])
+            report = OffsetsOutOfRange(past.key, past.position, past.high_watermark, log_start)
+            if await self._tell_out_of_range(report):
+                self._ranges.told(past.key, past.position)
 
     async def _refused(self, error: OffsetOutOfRangeError) -> None:
         """The broker refused the positions of some splits: park them (the others read on)
@@ -421,10 +416,12 @@ class ReaderActor:
                 continue
             self._consumer.pause(tp)
             self._parked.add(key)
+            if not self._ranges.refused(key, offset):
+                continue
             log_end = self._consumer.highwater(tp)
             report = OffsetsOutOfRange(key, offset, log_end or 0, await self._log_start(tp))
-            if self._told_range.get(key) != offset and await self._tell_out_of_range(report):
-                self._told_range[key] = offset
+            if await self._tell_out_of_range(report):
+                self._ranges.told(key, offset)
 
     async def _log_start(self, tp: Any) -> int | None:
         try:
