@@ -60,22 +60,32 @@ def die_between_tables() -> None:
 @contextlib.contextmanager
 def ray_with_fault_points(marker: Path) -> Iterator[None]:
     """A local Ray (as the ``ray_session`` fixture starts it) whose workers have the fault
-    points, armed by ``marker``'s existence."""
+    points, armed by ``marker``'s existence. The marker's name and this folder reach the
+    workers through the environment they inherit from the raylet, not through the runtime
+    environment: Java workers (Spark's executors) of a job whose runtime environment sets
+    env vars die at start (``spark_bridge/java.py``)."""
     from ray_tmp import cleaned_ray_tmp  # (tests/integration: not on the workers' path)
 
-    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
-    runtime_env = {
-        "worker_process_setup_hook": "fault_points.die_between_tables",
-        "env_vars": {"PYTHONPATH": path, MARKER_ENV: str(marker)},
-    }
-    with cleaned_ray_tmp():
-        ray.init(
-            namespace="rayconnect",
-            log_to_driver=False,
-            include_dashboard=True,
-            runtime_env=runtime_env,
-        )
-        try:
-            yield
-        finally:
-            ray.shutdown()
+    saved = {name: os.environ.get(name) for name in (MARKER_ENV, "PYTHONPATH")}
+    os.environ[MARKER_ENV] = str(marker)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(HERE), saved["PYTHONPATH"]) if p
+    )
+    try:
+        with cleaned_ray_tmp():
+            ray.init(
+                namespace="rayconnect",
+                log_to_driver=False,
+                include_dashboard=True,
+                runtime_env={"worker_process_setup_hook": "fault_points.die_between_tables"},
+            )
+            try:
+                yield
+            finally:
+                ray.shutdown()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
