@@ -261,10 +261,10 @@ class ParticipantHostActor:
     async def reader_attached(self, reader: Any, keys: list[str]) -> None:
         """A reader (new, or restarted by Ray) serves ``keys``: each machine says where it
         must read from and whether to read, and that steering goes to the reader through the
-        same ordered calls as all other steering, before this returns. (The reader once
-        applied the answer itself, after this returned: a seek the machine made meanwhile -
-        a START after a lost flush - could land first and be undone by the older answer,
-        leaving the reader past records the participant waited for: a silent stall.)"""
+        same ordered calls as all other steering, before this returns. Were the reader to
+        apply an answer itself after this returned, a seek the machine made meanwhile (a
+        START after a lost flush) could land first and be undone by the older answer: the
+        reader past records the participant waits for, a silent stall."""
         slots = []
         for key in keys:
             slot = self._slot(key)

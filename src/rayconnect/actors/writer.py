@@ -247,8 +247,8 @@ class WriterActor:
                 self._warm_up_writes()
             except Exception as e:
                 # Spark is up; only the warm-up's store is away (an object store restarting
-                # while a restarted writer warmed up, in the 30-minute chaos soak): failing
-                # the start here made the writer refuse every write for good.
+                # while a restarted writer warms up): failing the start here would make the
+                # writer refuse every write for good.
                 self._stats["warm_up_failed"] = f"{type(e).__name__}: {_first_and_last(e)}"
                 log.warning("writer %s: warm-up failed, going on: %s", self._app_name, e)
             self._stats["warm_up_s"] = round(time.perf_counter() - t0, 3)

@@ -1,7 +1,7 @@
 """The coordinator's housekeeping beside its rounds, pure: store probes, upkeep, give-up.
 
-Three decisions used to be made by the coordinator actor's loops; here they are inputs and
-effects, so tests and the simulation drive them without a table or a clock:
+Three decisions beside the rounds, as inputs and effects, so tests and the simulation drive
+them without a table or a clock:
 
 - **Probes.** Writes that hang on a store that is gone say nothing by themselves, so the
   table's store is probed (``ProbeStore``) every ``probe_every_s``, one probe at a time. A

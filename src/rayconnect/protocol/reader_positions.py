@@ -1,8 +1,8 @@
 """Where a reader's consumer stands on each of its splits, pure (the reader actor is its shell).
 
 A reader hands each split's fetched records to the split's participant, which accepts only a
-batch that starts exactly where it believes the split is. Two stalls taught the rules here
-(commits 6c93415, ca10b7b): whenever the consumer and that belief part, the split stops.
+batch that starts exactly where it believes the split is: whenever the consumer and that
+belief part, the split stops. The rules below keep them together.
 
 Rules
 -----

@@ -12,8 +12,7 @@ The pieces gathered are Arrow tables the caller already holds (slices of the fet
 rows decoded from them): gathering keeps them alive until their row group is written. The
 byte bound counts the slices; the objects they slice (one per host per poll) stay alive with
 them - at most the objects of the write's own flushes, which the writer's process holds all
-at once anyway when it writes without Spark, and which a Spark task used to let go of one
-by one.
+at once anyway when it writes without Spark.
 """
 
 from __future__ import annotations
