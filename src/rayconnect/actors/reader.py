@@ -66,9 +66,6 @@ class _Cut:
     rows: pa.RecordBatch
     whole: bool  # the whole fetched batch (not a slice of it)
     high_watermark: int | None
-    #: the last piece of a fetch: where the consumer stands after it (past any commit
-    #: markers that followed the records), else None
-    fetched_to: int | None = None
 
 FETCH_MIN_BYTES = 512 * 1024
 
@@ -349,6 +346,11 @@ class ReaderActor:
                 tp, batch, first, start, high_watermark = entry
                 end = min(start + size, batch.num_rows)
                 stop = batch.column("offset")[end - 1].as_py() + 1
+                if end == batch.num_rows:
+                    # the fetch's last piece ends where the consumer stands: past the commit
+                    # markers (and aborted records) after its last record - they are not
+                    # records, and a partition whose log ends in a marker is caught up
+                    stop = max(stop, fetched_to[key] or 0)
                 decision = self._positions.piece(token, key, first, stop)
                 if not isinstance(decision, Hand):
                     self._apply(decision)  # paused: put back; moved or dropped: nothing
@@ -356,9 +358,8 @@ class ReaderActor:
                     continue
                 whole = end - start == batch.num_rows
                 rows = batch if whole else batch.slice(start, end - start)
-                last = fetched_to[key] if end == batch.num_rows else None
                 cuts.setdefault(self._host_of[key], []).append(
-                    _Cut(key, first, decision.stop, rows, whole, high_watermark, last)
+                    _Cut(key, first, decision.stop, rows, whole, high_watermark)
                 )
                 if end < batch.num_rows:
                     entry[2], entry[3] = decision.stop, end
@@ -449,8 +450,8 @@ class ReaderActor:
         self._metrics.read(  # dashboard metrics
             cut.key, n, nbytes, high_watermark=cut.high_watermark, next_offset=cut.next_offset
         )
-        hw, ends_at = cut.high_watermark, max(cut.next_offset, cut.fetched_to or 0)
-        caught_up = hw is not None and ends_at >= hw
+        hw = cut.high_watermark
+        caught_up = hw is not None and cut.next_offset >= hw
         return Piece(cut.key, cut.first, cut.next_offset, n, nbytes, rows, caught_up, hw)
 
     def _not_handed(self, token: PollToken, key: str, first: int, e: BaseException) -> None:

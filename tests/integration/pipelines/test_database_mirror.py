@@ -84,6 +84,15 @@ def test_a_database_of_20_tables_mirrored_through_kills_of_both_sides(
         db.stop()
         assert db.changes > 1000
         assert wait_mirrored(db, pipeline.config.sink if iceberg else lake, 240) is None
+        # caught up, every partition shows lag 0: the commit markers that end the
+        # source's transactions are not records (the sink's offsets pass them)
+        status = sink.wait_for(
+            lambda s: s.partition_status
+            and all(p.lag == 0 and p.state == "ok" for p in s.partition_status.values()),
+            60,
+            1.0,
+        )
+        assert len(status.partition_status) == 2 * len(db.names)
         if not iceberg:  # the truncates were applied, not dead-lettered: no dead letter at all
             assert not any((lake / t / DEAD_LETTER_DIR / "_delta_log").exists() for t in db.names)
         marker = [("rayconnect.truncate", b"partition")]
