@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,15 +160,23 @@ class ReaderActor:
             self._told_fine = False
         elif self._told_fine:
             return
+        told = await self._to_coordinator(
+            lambda c: c.outage.remote(self._outage_name, reach.reason, reach.unreachable_since),
+            5.0,
+        )
+        if told:
+            self._told_fine = reach.unreachable_since is None
+
+    async def _to_coordinator(self, call: Callable[[Any], Any], timeout_s: float) -> bool:
+        """``call(coordinator)`` and wait for it; False if it did not get there (best effort:
+        the coordinator may be restarting)."""
         try:
             coordinator = ray.get_actor(names.coordinator(self.pipeline), namespace=names.NAMESPACE)
-            await asyncio.wait_for(
-                coordinator.outage.remote(self._outage_name, reach.reason, reach.unreachable_since),
-                5.0,
-            )
-            self._told_fine = reach.unreachable_since is None
+            await asyncio.wait_for(call(coordinator), timeout_s)
+            return True
         except Exception as e:
             log.warning("reader %s/%s: coordinator not told: %s", self.pipeline, self.reader_id, e)
+            return False
 
     async def _connect(self) -> None:
         from aiokafka import AIOKafkaConsumer
@@ -434,13 +443,7 @@ class ReaderActor:
         """Tell the coordinator (it judges and acts); False if it could not be told."""
         self._error = report.describe()
         log.error("reader %s/%s: %s", self.pipeline, self.reader_id, self._error)
-        try:
-            coordinator = ray.get_actor(names.coordinator(self.pipeline), namespace=names.NAMESPACE)
-            await asyncio.wait_for(coordinator.offsets_out_of_range.remote(report), 10.0)
-            return True
-        except Exception as e:
-            log.warning("reader %s/%s: coordinator not told: %s", self.pipeline, self.reader_id, e)
-            return False
+        return await self._to_coordinator(lambda c: c.offsets_out_of_range.remote(report), 10.0)
 
     def _piece(self, cut: _Cut, rows: Rows) -> Piece:
         """What the host is handed for ``cut``; counted as read."""

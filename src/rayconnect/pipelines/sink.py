@@ -303,12 +303,13 @@ def _writer_status(pipeline: str, timeout_s: float) -> WriterStatus:
 STARTERS = frozenset({"enumerator", "coordinator"})
 
 
-def _partition_states(pipeline: str, timeout_s: float) -> dict[str, dict[str, str]]:
-    """Partition -> ``state`` and ``reason`` where a participant says it is stalled (the
-    liveness rule, ``protocol.participant``); hosts that do not answer are left out."""
+def _partition_states(actor_names: list[str], timeout_s: float) -> dict[str, dict[str, str]]:
+    """Partition -> ``state`` and ``reason`` (``PartitionStatus``' fields) where a
+    participant says it is stalled (the liveness rule, ``protocol.participant``); hosts
+    (among the pipeline's ``actor_names``) that do not answer are left out."""
     from rayconnect.protocol.participant import ParticipantStatus
 
-    hosts = [get_actor(n) for n in pipeline_actor_names(pipeline) if "/participants/" in n]
+    hosts = [get_actor(n) for n in actor_names if "/participants/" in n]
     refs = [h.status.remote() for h in hosts if h is not None]
     states: dict[str, dict[str, str]] = {}
     for ref in refs:
@@ -355,7 +356,8 @@ class PipelineHandle(Handle):
         enumerator = get_actor(names.enumerator(self.name))
         discovery = ray.get(enumerator.status.remote(), timeout=timeout_s) if enumerator else None
         readers: dict[str, dict[str, Any]] = {}
-        for name in pipeline_actor_names(self.name):
+        actor_names = pipeline_actor_names(self.name)
+        for name in actor_names:
             if "/reader/" in name and (actor := get_actor(name)) is not None:
                 try:
                     readers[name] = ray.get(actor.status.remote(), timeout=timeout_s)
@@ -366,7 +368,7 @@ class PipelineHandle(Handle):
         for r in readers.values():
             for key, p in r.get("partitions", {}).items():
                 hws[key] = p.get("high_watermark")
-        states = _partition_states(self.name, timeout_s)
+        states = _partition_states(actor_names, timeout_s)
         lag: dict[str, int | None] = {}
         for key, hw in hws.items():
             committed = status.offsets.get(key)

@@ -71,11 +71,13 @@ class CommitState:
         self.start_offsets: dict[str, int] = {
             k: v for k, v in start_offsets.items() if k in self.partitions
         }
-        #: what the commit's compare-and-set expects: the table's offsets, which differ from
-        #: the START's only for a partition starting over (``protocol.offset_range``)
-        self.table_offsets: Mapping[str, int] = (
-            self.start_offsets if table_offsets is None else table_offsets
-        )
+        #: partitions starting over (``protocol.offset_range``) -> the table's stale offset,
+        #: which the commit's compare-and-set expects instead of the START's
+        self.starting_over: dict[str, int] = {
+            k: v
+            for k, v in (table_offsets or {}).items()
+            if k in self.start_offsets and self.start_offsets[k] != v
+        }
         self.started_at = started_at
         #: The commit interval counts from here: the previous round's END when that round
         #: finished, because participants read ahead from that END on; else the START.
@@ -199,9 +201,7 @@ class CommitState:
         """Its offset moves: it read something, or it starts over (its table offset lay
         outside its log), which the table must record even without records."""
         status = self.statuses[key]
-        table = self.table_offsets
-        over = key in table and self.start_offsets.get(key) != table[key]
-        return status.next_offset > status.first_offset or over
+        return status.next_offset > status.first_offset or key in self.starting_over
 
     def deadline(self) -> float | None:
         """When the round next needs a ``tick``: its END, or its write timeout."""
@@ -254,13 +254,12 @@ class CommitState:
         keys = sorted(self.committable())
         statuses = [self.statuses[k] for k in keys]
         files = {f.path: f for s in statuses for f in s.files}
-        table, starts = self.table_offsets, self.start_offsets
-        resets = {k: table[k] for k in keys if k in table and starts.get(k) != table[k]}
+        resets = {k: self.starting_over[k] for k in keys if k in self.starting_over}
         return CommitTable(
             epoch=self.epoch,
             txn_id=self.txn_id,
             files=tuple(files.values()),
-            expected={k: table.get(k) for k in keys},
+            expected={k: resets.get(k, self.start_offsets.get(k)) for k in keys},
             offsets={s.partition: s.next_offset for s in statuses},
             starts={s.partition: s.first_offset for s in statuses},
             metadata=RoundMetadata(

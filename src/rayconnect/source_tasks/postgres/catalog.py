@@ -171,9 +171,15 @@ def tables_of_publication(conn: Any, pub: str) -> list[tuple[str, str]]:
     return [(s, t) for s, t in rows]
 
 
+def slot_exists(settings: PostgresSettings, conn: Any) -> bool:
+    return bool(
+        query(conn, "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,))
+    )
+
+
 def ensure_slot(settings: PostgresSettings, conn: Any) -> bool:
     """Create the slot if missing (True if created). On a normal connection, by SQL."""
-    if query(conn, "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)):
+    if slot_exists(settings, conn):
         return False
     query(conn, "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (settings.slot,))
     return True
@@ -182,7 +188,7 @@ def ensure_slot(settings: PostgresSettings, conn: Any) -> bool:
 def drop_slot(settings: PostgresSettings, conn: Any, *, wait_s: float = 30.0) -> bool:
     """Drop the slot (waiting up to ``wait_s`` for its consumer to go); False if none."""
     check_slot(settings, conn, wait_s=wait_s)
-    if not query(conn, "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)):
+    if not slot_exists(settings, conn):
         return False
     query(conn, "SELECT pg_drop_replication_slot(%s)", (settings.slot,))
     return True

@@ -153,9 +153,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         s = self.settings
         (current,) = catalog.query(conn, "SELECT pg_current_wal_lsn()::text")[0]
         end = parse_lsn(current)
-        exists = catalog.query(
-            conn, "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (s.slot,)
-        )
+        exists = catalog.slot_exists(s, conn)
         committed = max(resumed.lsn, resumed.highest_segment_lsn())
         if exists and committed <= end:
             return False
