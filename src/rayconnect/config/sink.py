@@ -26,6 +26,7 @@ from rayconnect.formats.settings import (
     KeyFormat,
     RecordFormat,
     TruncateMode,
+    UpsertMode,
     ValueFormat,
     WriteMode,
 )
@@ -43,7 +44,7 @@ from rayconnect.protocol.streams import (
     with_default_properties,
 )
 from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
-from rayconnect.protocol.upkeep import CompactSettings, LogSettings
+from rayconnect.protocol.upkeep import CompactSettings, FoldDeletes, LogSettings
 from rayconnect.redact import redacted_repr
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.storage.location import StorageError, TableLocation
@@ -225,6 +226,10 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     write_mode: WriteMode = "append"
     #: upsert: the key's columns; empty: the record key's fields (``source.key_schema``)
     key_columns: tuple[str, ...] = ()
+    #: upsert: ``copy_on_write`` (the default) rewrites the files holding a round's keys;
+    #: ``merge_on_read`` writes deletion vectors instead (a round's cost follows its changes,
+    #: not the table; readers must read deletion vectors - docs/guides/upserts.md)
+    upsert_mode: UpsertMode = "copy_on_write"
     #: upsert with ``source.envelope: debezium``: a truncate event (``op: t``) ``apply``:
     #: empties the table at its place in the round (docs/guides/upserts.md#truncate);
     #: ``dead_letter``: a dead letter, the table keeps its rows
@@ -247,9 +252,15 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
             f"(columns: {RAW_RECORD_SCHEMA.names})",
         )
         try:
-            self.location()
+            location = self.location()
         except StorageError as e:
             raise ConfigError(f"sink.path: {e}") from None
+        require(
+            self.upsert_mode != "merge_on_read" or location.is_local,
+            "sink.upsert_mode: merge_on_read needs a local table path for now (its commit is "
+            "a put-if-absent that pyarrow's object-store filesystems lack); use "
+            "copy_on_write on object storage",
+        )
 
     def location(self) -> TableLocation:
         """Where the table lives, with its storage options (a local path made absolute)."""
@@ -316,6 +327,12 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     write_mode: WriteMode = "append"
     #: upsert: the key's columns; empty: the record key's fields (``source.key_schema``)
     key_columns: tuple[str, ...] = ()
+    #: upsert: ``merge_on_read`` (the default) writes position delete files for the rows a
+    #: round replaces (its cost follows its changes, not the table); ``copy_on_write``
+    #: rewrites the files holding its keys (docs/guides/upserts.md)
+    upsert_mode: UpsertMode = "merge_on_read"
+    #: merge-on-read: how upkeep folds the deletes into the data files (docs/guides/upkeep.md)
+    fold_deletes: FoldDeletes = FoldDeletes()
     #: upsert with ``source.envelope: debezium``: a truncate event (``op: t``) ``apply``:
     #: empties the table at its place in the round (docs/guides/upserts.md#truncate);
     #: ``dead_letter``: a dead letter, the table keeps its rows

@@ -22,6 +22,9 @@ ErrorPolicy = Literal["stop", "dead_letter"]
 Envelope = Literal["none", "debezium"]
 #: how a round's rows change a table: appended, or upserted by key (``write_modes``)
 WriteMode = Literal["append", "upsert"]
+#: how an upsert round changes the rows it replaces (docs/guides/upserts.md#merge-on-read):
+#: rewrites the files that hold them, or marks them deleted where they are
+UpsertMode = Literal["copy_on_write", "merge_on_read"]
 #: what an upsert table does with a Debezium truncate event: empties the table
 #: (``write_modes.fold``), or makes it a dead letter (the table keeps its rows)
 TruncateMode = Literal["apply", "dead_letter"]

@@ -69,6 +69,37 @@ class CompactSettings(msgspec.Struct, frozen=True):
         )
 
 
+class FoldDeletes(msgspec.Struct, frozen=True):
+    """When the pipeline folds a merge-on-read Iceberg table's deletes into its data files
+    (``tables.iceberg_compaction``): every merge-on-read round adds delete files that every
+    scan applies, so without this reads slow down round after round."""
+
+    #: the pipeline folds deletes (an upsert table with ``upsert_mode: merge_on_read``)
+    enabled: bool = True
+    #: at most this often
+    every_s: float = 300.0
+    #: a data file is rewritten once at least this fraction of its rows is deleted
+    min_deleted_fraction: float = 0.2
+    #: data files rewritten in one run (most deleted first): a short run rarely loses the
+    #: race with a round's commit
+    max_files: int = 16
+    #: a run that loses that race is tried again this many times, then left until next due
+    retries: int = 2
+
+    def __post_init__(self) -> None:
+        require(self.every_s >= 0, "sink.fold_deletes.every_s must be >= 0")
+        require(
+            0 < self.min_deleted_fraction <= 1,
+            "sink.fold_deletes.min_deleted_fraction must be in (0, 1]",
+        )
+        require(self.max_files >= 1, "sink.fold_deletes.max_files must be >= 1")
+        require(self.retries >= 0, "sink.fold_deletes.retries must be >= 0")
+
+    def schedule(self) -> CompactSettings:
+        """As the upkeep schedule's compaction: due every ``every_s`` once a round landed."""
+        return CompactSettings(enabled=self.enabled, min_files=2, every_s=self.every_s)
+
+
 class LogSettings(msgspec.Struct, frozen=True):
     """The Delta log's health: checkpoints, log retention, and how often upkeep runs.
 

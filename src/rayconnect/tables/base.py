@@ -32,6 +32,7 @@ from rayconnect.tables.round_committer import RoundLanded
 from rayconnect.write_modes.changes import NOTHING, RoundChanges
 from rayconnect.write_modes.fold import CHANGE_COLUMNS
 from rayconnect.write_modes.modes import WriteMode
+from rayconnect.write_modes.row_delta import LiveFile
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +225,14 @@ class TableCommitter(abc.ABC):
     @abc.abstractmethod
     def partition_counts(self) -> dict[str, int]:
         """Partition key -> rows in this table (a dead-letter table's bad records)."""
+
+    @abc.abstractmethod
+    def live_files(self, read: Any) -> Sequence[LiveFile]:
+        """The data files the table reads at ``read`` (merge-on-read searches them)."""
+
+    @abc.abstractmethod
+    def read_columns(self, live: LiveFile, columns: list[str]) -> pa.Table:
+        """Some columns of a live file: every row, deleted ones too, in file order."""
 
     @property
     @abc.abstractmethod

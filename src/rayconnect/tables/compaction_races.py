@@ -8,8 +8,8 @@ is detected in both orders). The pipeline compacts its table by itself and a use
 OPTIMIZE on it too, so this can happen to any rayconnect table, and the exactly-once promise
 would be broken by the table format's writer, not by the pipeline.
 
-What gives it away: a file path removed by two commits (paths are unique, so only a writer
-that did not see the first remove removes it again). ``CompactionRaces`` reads each new log
+What gives it away: a logical file removed by two commits (its path and deletion vector are
+unique, so only a writer that did not see the first remove removes it again). ``CompactionRaces`` reads each new log
 entry once (upkeep calls it after each compaction and tidy, before expired log entries are
 cleaned up), and for each such pair rewrites the rows of the doubly removed files' Kafka
 coordinates - one copy each - with a predicate overwrite (``write_deltalake(mode="overwrite",
@@ -32,6 +32,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from rayconnect.storage.delta_reads import delta_dataset
 from rayconnect.storage.location import TableLocation
+from rayconnect.tables.delta_dv import dv_unique_id
 from rayconnect.tables.delta_log import NO_LOG_CLEANUP
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class CompactionRaces:
         self._commit_actions = commit_actions
         self._read_file = read_file  # a table-relative path -> its rows (coordinates at least)
         self.scanned: int | None = None
-        self._removed_by: dict[str, int] = {}
+        self._removed_by: dict[tuple[str, str | None], int] = {}
         self.repaired = 0
         self._lock = threading.Lock()
 
@@ -104,11 +105,12 @@ class CompactionRaces:
     def _scan(self, first: int, last: int) -> Iterable[Race]:
         for version in range(first, last + 1):
             removes = [a["remove"] for a in self._commit_actions(version) if "remove" in a]
-            again = [r["path"] for r in removes if r["path"] in self._removed_by]
+            again = [r for r in removes if _logical_file(r) in self._removed_by]
             if again:
-                yield Race(self._removed_by[again[0]], version, again)
+                first = self._removed_by[_logical_file(again[0])]
+                yield Race(first, version, [r["path"] for r in again])
             for r in removes:
-                self._removed_by.setdefault(r["path"], version)
+                self._removed_by.setdefault(_logical_file(r), version)
 
     def repair(self, race: Race) -> int:
         """Rewrite, one copy each, every row whose coordinates a doubly removed file held.
@@ -134,6 +136,12 @@ class CompactionRaces:
 
 
 Range = tuple[str, str, int, int, int]  # cluster, topic, partition, first offset, last offset
+
+
+def _logical_file(remove: dict[str, Any]) -> tuple[str, str | None]:
+    """A removed file as Delta names a logical file: its path and its deletion vector (a
+    merge-on-read round removes a path and adds it back with a new one - not a race)."""
+    return remove["path"], dv_unique_id(remove)
 
 
 def _offset_ranges(keys: pa.Table) -> list[Range]:

@@ -47,6 +47,7 @@ from rayconnect.formats.settings import DEAD_LETTER_DIR, RecordFormat, typed_for
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.storage.location import TableLocation, as_location
+from rayconnect.tables import delta_row_delta
 from rayconnect.tables.base import (
     COORDINATOR_KEY,
     EMPTY_SCHEMA,
@@ -61,9 +62,10 @@ from rayconnect.tables.delta_log import NO_LOG_CLEANUP, DeltaLog, LogState
 from rayconnect.tables.delta_metrics import OPERATION_METRICS, operation_metrics
 from rayconnect.tables.delta_txns import TxnVersions
 from rayconnect.tables.files import STAGING_DIR, delta_stats_json
-from rayconnect.write_modes.changes import Appended, Upserted
+from rayconnect.write_modes.changes import Appended, RowDelta, Upserted
 from rayconnect.write_modes.delta_merge import merge_round
-from rayconnect.write_modes.modes import APPEND, WriteMode
+from rayconnect.write_modes.modes import APPEND, MergeOnRead, WriteMode
+from rayconnect.write_modes.row_delta import LiveFile
 
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168
@@ -163,6 +165,10 @@ class DeltaCommitter(TableCommitter):
             raise SchemaMismatchError(
                 f"{other}: partitioned by {state.partition_columns}, not {self.partition_by}"
             )
+        if isinstance(self.apply, MergeOnRead):
+            dt = DeltaTable(self.table_path, storage_options=self._options)
+            if not delta_row_delta.has_deletion_vectors(dt):
+                delta_row_delta.enable_deletion_vectors(dt)
         self._ensured = True
 
     def adopt_new(
@@ -351,6 +357,14 @@ class DeltaCommitter(TableCommitter):
             stats=delta_stats_json(data_file),
         )
 
+    def live_files(self, read: DeltaTable) -> list[LiveFile]:
+        return delta_row_delta.live_files(read, self.location, self.filesystem)
+
+    def read_columns(self, live: LiveFile, columns: list[str]) -> pa.Table:
+        return delta_row_delta.read_columns(
+            self.location, self.filesystem, live, columns, self._table_arrow_schema(self._table())
+        )
+
     def _write(self, read: DeltaTable, write: VersionWrite) -> int:
         """Every partition's offset is a txn; the epoch is re-asserted (same value) in one
         more, so a racing ``claim_epoch`` conflicts with this commit instead of being
@@ -370,6 +384,17 @@ class DeltaCommitter(TableCommitter):
             match changes:
                 case Upserted():
                     self._merge(read, changes, commit)
+                case RowDelta():
+                    delta_row_delta.commit_row_delta(
+                        read,
+                        self.location,
+                        self.filesystem,
+                        changes,
+                        [(t.app_id, t.version) for t in txns],
+                        metadata,
+                        self.partition_by,
+                        self._table_arrow_schema(read),
+                    )
                 case Appended():
                     read.create_write_transaction(
                         list(changes.adds),
@@ -439,7 +464,12 @@ class DeltaCommitter(TableCommitter):
         )
         if not dry_run and self.location.is_local:  # object stores have no folders to drop
             _remove_empty_dirs(os.path.join(self.table_path, STAGING_DIR))
-        return list(removed)
+        # deletion vectors live where delta-rs's vacuum never looks (``delta_row_delta``)
+        dt.update_incremental()
+        unused = delta_row_delta.vacuum_dv_files(
+            dt, self.location, self.filesystem, retention_hours, dry_run
+        )
+        return [*removed, *unused]
 
 
 def _remove_empty_dirs(root: str) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rayconnect.config.sink import DeltaSink, IcebergSink, TableSink
-from rayconnect.formats.settings import RecordFormat
+from rayconnect.formats.settings import RecordFormat, UpsertMode
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings, RouteUpkeep, UpkeepSchedule
 from rayconnect.tables.base import TableCommitter, TableUpkeep
-from rayconnect.write_modes.modes import APPEND, Upsert, WriteMode
+from rayconnect.write_modes.modes import APPEND, MergeOnRead, Upsert, WriteMode
 
 if TYPE_CHECKING:
     from rayconnect.tables.iceberg import IcebergCommitter
@@ -26,7 +26,10 @@ def open_committer(
         from rayconnect.tables.delta import DeltaCommitter
 
         return DeltaCommitter(
-            sink.location(), pipeline, record_format=record_format, apply=write_mode(record_format)
+            sink.location(),
+            pipeline,
+            record_format=record_format,
+            apply=write_mode(record_format, sink.upsert_mode),
         )
     raise TypeError(f"no committer for a sink of type {type(sink).__name__}")
 
@@ -44,7 +47,7 @@ def iceberg_committer(
         catalog_name=sink.catalog_name,
         keep_snapshots=sink.keep_snapshots,
         record_format=record_format,
-        apply=write_mode(record_format),
+        apply=write_mode(record_format, sink.upsert_mode),
     )
 
 
@@ -114,11 +117,14 @@ def route_tables(sink: TableSink, pipeline: str, catalog: Any = None) -> list[st
     return sorted(names)
 
 
-def write_mode(record_format: RecordFormat | None) -> WriteMode:
-    """How a round's files change the table: upserted by key if the format has keys."""
-    if record_format is not None and record_format.upsert_keys:
-        return Upsert(record_format.upsert_keys)
-    return APPEND
+def write_mode(record_format: RecordFormat | None, upsert_mode: UpsertMode) -> WriteMode:
+    """How a round's files change the table: upserted by key if the format has keys,
+    copy-on-write or merge-on-read as the sink says."""
+    if record_format is None or not record_format.upsert_keys:
+        return APPEND
+    if upsert_mode == "merge_on_read":
+        return MergeOnRead(record_format.upsert_keys)
+    return Upsert(record_format.upsert_keys)
 
 
 def open_upkeep(
@@ -136,7 +142,7 @@ def open_upkeep(
         from rayconnect.tables.iceberg_upkeep import IcebergUpkeep
 
         committer = iceberg_committer(sink, pipeline, record_format)
-        return IcebergUpkeep(committer, sink.vacuum_retention_hours)
+        return IcebergUpkeep(committer, sink.vacuum_retention_hours, sink.fold_deletes)
     if isinstance(sink, DeltaSink):
         from rayconnect.tables.delta_upkeep import DeltaUpkeep
 
@@ -180,6 +186,6 @@ def upkeep_schedule(sink: TableSink, now: float) -> UpkeepSchedule:
     hourly tidy (vacuum of files no metadata reaches) is scheduled."""
     if isinstance(sink, DeltaSink):
         return UpkeepSchedule(sink.compact, sink.log, now)
-    return UpkeepSchedule(
-        CompactSettings(enabled=False), LogSettings(tidy_every_s=VACUUM_EVERY_S), now
-    )
+    folds = sink.write_mode == "upsert" and sink.upsert_mode == "merge_on_read"
+    compact = sink.fold_deletes.schedule() if folds else CompactSettings(enabled=False)
+    return UpkeepSchedule(compact, LogSettings(tidy_every_s=VACUUM_EVERY_S), now)

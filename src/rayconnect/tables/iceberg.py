@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, assert_never
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyarrow import fs
 
 from rayconnect.config.rest_catalog import RestCatalog
@@ -65,9 +66,11 @@ from rayconnect.tables.base import (
     VersionWrite,
 )
 from rayconnect.tables.files import STAGING_DIR
-from rayconnect.write_modes.changes import Appended, Upserted
+from rayconnect.tables.iceberg_row_delta import row_delta
+from rayconnect.write_modes.changes import Appended, RowDelta, Upserted
 from rayconnect.write_modes.iceberg_upsert import upsert_round
 from rayconnect.write_modes.modes import APPEND, WriteMode
+from rayconnect.write_modes.row_delta import LiveFile
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +122,7 @@ class IcebergCommitter(TableCommitter):
         typed = typed_format(record_format)
         self.typed = typed is not None
         self.schema = initial_schema(typed) if typed is not None else schema
-        self.partition_by: list[PartitionSpec] = (
-            partition_specs(typed) if typed is not None else []
-        )
+        self.partition_by: list[PartitionSpec] = partition_specs(typed) if typed is not None else []
         self.keep_snapshots = keep_snapshots
         self._dead: IcebergCommitter | None = None
         if self.typed:
@@ -279,6 +280,10 @@ class IcebergCommitter(TableCommitter):
             return self.ensure_table()
         return self.catalog().load_table(self.identifier)
 
+    def load_current(self) -> Any:
+        """The table at its latest metadata (a new object: upkeep builds on it)."""
+        return self._table()
+
     def current_schema(self) -> pa.Schema:
         """The schema rows are decoded against: the table's now (a typed table's grows),
         its first one while it does not exist yet."""
@@ -329,6 +334,47 @@ class IcebergCommitter(TableCommitter):
     def file_entry(self, data_file: DataFile) -> str:
         return self.location.join(data_file.path)
 
+    def live_files(self, read: Any) -> list[LiveFile]:
+        """The data files of ``read``'s current snapshot, with the bounds of their int and
+        string columns (the only ones the key search prunes by)."""
+        from pyiceberg.conversions import from_bytes
+        from pyiceberg.manifest import ManifestContent
+
+        snapshot = read.current_snapshot()
+        if snapshot is None:
+            return []
+        fields = {
+            f.field_id: f
+            for f in read.schema().fields
+            if str(f.field_type) in ("int", "long", "string")
+        }
+        live = []
+        for manifest in snapshot.manifests(read.io):
+            if manifest.content != ManifestContent.DATA:
+                continue
+            for entry in manifest.fetch_manifest_entry(read.io, discard_deleted=True):
+                data = entry.data_file
+                low, high = data.lower_bounds or {}, data.upper_bounds or {}
+                bounds = {
+                    f.name: (from_bytes(f.field_type, low[i]), from_bytes(f.field_type, high[i]))
+                    for i, f in fields.items()
+                    if i in low and i in high
+                }
+                path = self.location.path(self._relative(data.file_path))
+                live.append(LiveFile(path, data, int(data.record_count), bounds))
+        return live
+
+    def _relative(self, uri: str) -> str:
+        """A file the table names by URI, relative to the table's location."""
+        root = _same_place(self.location.uri)
+        path = _same_place(uri)
+        if not path.startswith(root + "/"):
+            raise SchemaMismatchError(f"{uri}: a data file outside {self.location.uri}")
+        return path[len(root) + 1 :]
+
+    def read_columns(self, live: LiveFile, columns: list[str]) -> pa.Table:
+        return pq.read_table(live.path, columns=columns, filesystem=self.filesystem)
+
     def _write(self, read: Any, write: VersionWrite) -> int:
         """One transaction on exactly the metadata ``read`` was read at: the offsets (each
         in the snapshot summary, all of the pipeline's in a table property) and the epoch,
@@ -360,6 +406,8 @@ class IcebergCommitter(TableCommitter):
                 match changes:
                     case Upserted():
                         upsert_round(tx, changes.folded, changes.key_columns, summary)
+                    case RowDelta():
+                        row_delta(tx, changes, summary)
                     case Appended():
                         # Duplicates are excluded by the offsets' compare-and-set; pyiceberg's
                         # own check reads every manifest of the table (slower every round).

@@ -11,6 +11,7 @@ from typing import Any, TypeAlias
 import msgspec
 
 from rayconnect.write_modes.fold import Folded
+from rayconnect.write_modes.row_delta import FileDeletes, LiveFile
 
 
 class Appended(msgspec.Struct, frozen=True, tag="append"):
@@ -40,7 +41,24 @@ class Upserted(msgspec.Struct, frozen=True, tag="upsert"):
         return self.staged
 
 
+class RowDelta(msgspec.Struct, frozen=True, tag="row_delta"):
+    """Merge-on-read (``write_modes.row_delta``): the round marks the rows it replaces or
+    deletes as deleted where they are (``deletes``: Iceberg position delete files, Delta
+    deletion vectors), drops whole files (``drop``: a truncate of the table), and appends
+    ``rows`` (each key's last version, the format writes them in its partitions). No live
+    file is rewritten. ``staged``: as ``Upserted.staged``."""
+
+    rows: Any  # pa.Table: msgspec has no Arrow type; never encoded
+    deletes: tuple[FileDeletes, ...] = ()
+    drop: tuple[LiveFile, ...] = ()
+    staged: tuple[str, ...] = ()
+
+    @property
+    def discard(self) -> tuple[str, ...]:
+        return self.staged
+
+
 #: what one table version changes (a claim or an adoption: ``NOTHING``)
-RoundChanges: TypeAlias = Appended | Upserted
+RoundChanges: TypeAlias = Appended | Upserted | RowDelta
 
 NOTHING: RoundChanges = Appended()

@@ -9,6 +9,9 @@ variant it gets (``TableCommitter._write``).
   writes that in place (Delta: one MERGE; Iceberg: DELETE + APPEND in one transaction) with
   the round's offsets in the same version. The staged files are never referenced by the
   table: deleted once the version landed (vacuum removes those of a round that never did).
+- ``MergeOnRead``: folded as ``Upsert``, but the keys' old rows are found by position
+  (``write_modes.row_delta``) and marked deleted, the new versions appended: the format
+  writes deletes (Iceberg position delete files, Delta deletion vectors), no file rewritten.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import pyarrow.parquet as pq
 
 from rayconnect.protocol.types import DataFile
 from rayconnect.storage.location import TableLocation
-from rayconnect.write_modes.changes import Appended, RoundChanges, Upserted
-from rayconnect.write_modes.fold import fold
+from rayconnect.write_modes.changes import Appended, RoundChanges, RowDelta, Upserted
+from rayconnect.write_modes.fold import Folded, fold
+from rayconnect.write_modes.row_delta import LiveFile, find_deletes
 
 
 class StagedTable(Protocol):
@@ -36,6 +40,14 @@ class StagedTable(Protocol):
     def filesystem(self) -> Any: ...
 
     def file_entry(self, data_file: DataFile) -> Any: ...
+
+    def live_files(self, read: Any) -> Sequence[LiveFile]:
+        """The data files ``read`` reads (merge-on-read searches them for keys)."""
+        ...
+
+    def read_columns(self, live: LiveFile, columns: list[str]) -> pa.Table:
+        """Some columns of a live file, every row in file order (deleted rows too)."""
+        ...
 
 
 class WriteMode(Protocol):
@@ -63,9 +75,34 @@ class Upsert:
     def changes(self, table: StagedTable, read: Any, files: Sequence[DataFile]) -> RoundChanges:
         if not files:
             return Appended()
-        staged = [
-            pq.read_table(table.location.path(f.path), filesystem=table.filesystem) for f in files
-        ]
-        rows = pa.concat_tables(staged, promote_options="permissive")
-        folded = fold(rows, list(self.key_columns))
+        folded = _fold_staged(table, files, self.key_columns)
         return Upserted(folded, self.key_columns, staged=tuple(f.path for f in files))
+
+
+class MergeOnRead(Upsert):
+    """Upserts by ``key_columns``, merge-on-read (``upsert_mode: merge_on_read``)."""
+
+    def changes(self, table: StagedTable, read: Any, files: Sequence[DataFile]) -> RoundChanges:
+        if not files:
+            return Appended()
+        folded = _fold_staged(table, files, self.key_columns)
+        staged = tuple(f.path for f in files)
+        live = table.live_files(read)
+        if folded.truncated:  # every row the table held goes: whole files
+            return RowDelta(folded.rows, drop=tuple(live), staged=staged)
+        keys = pa.concat_tables(
+            [folded.rows.select(list(self.key_columns)), folded.deleted],
+            promote_options="permissive",
+        )
+        deletes = find_deletes(live, keys, folded.truncated_partitions, table.read_columns)
+        return RowDelta(folded.rows, deletes=deletes, staged=staged)
+
+
+def _fold_staged(
+    table: StagedTable, files: Sequence[DataFile], key_columns: tuple[str, ...]
+) -> Folded:
+    staged = [
+        pq.read_table(table.location.path(f.path), filesystem=table.filesystem) for f in files
+    ]
+    rows = pa.concat_tables(staged, promote_options="permissive")
+    return fold(rows, list(key_columns))

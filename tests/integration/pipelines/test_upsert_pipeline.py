@@ -104,16 +104,21 @@ class ChangeStream:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+@pytest.mark.parametrize("kind", ["delta", "delta-merge-on-read", "iceberg"])
 def test_upserts_and_deletes_exactly_once_through_kills_of_every_role(
     ray_session, kafka_broker, tmp_path: Path, kill, kind: str
 ) -> None:
+    """Iceberg: merge-on-read (its default); Delta: copy-on-write (its default) and
+    merge-on-read (deletion vectors)."""
     debezium = kind == "iceberg"  # both table kinds, both input shapes
     name = f"upsert-{kind}"
     stream = ChangeStream(kafka_broker.bootstrap_servers, name, debezium, seed=7)
     stream.more(3_000)
-    if kind == "delta":
-        sink: rc.DeltaSink | rc.IcebergSink = rc.DeltaSink(str(tmp_path / "t"), write_mode="upsert")
+    if kind.startswith("delta"):
+        mode = "merge_on_read" if kind == "delta-merge-on-read" else "copy_on_write"
+        sink: rc.DeltaSink | rc.IcebergSink = rc.DeltaSink(
+            str(tmp_path / "t"), write_mode="upsert", upsert_mode=mode
+        )
     else:
         sink = rc.IcebergSink(
             "db.upserts", warehouse=str(tmp_path / "wh"), write_mode="upsert", key_columns=("id",)
@@ -147,7 +152,7 @@ def test_upserts_and_deletes_exactly_once_through_kills_of_every_role(
     finally:
         handle.stop(commit=False)
 
-    if kind == "delta":
+    if kind.startswith("delta"):
         table = pl.read_delta(str(tmp_path / "t"))
         dead = pl.read_delta(str(tmp_path / "t" / DEAD_LETTER_DIR))
     else:

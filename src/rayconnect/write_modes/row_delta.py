@@ -1,0 +1,168 @@
+"""Merge-on-read: where a round's keys live in the table, as (data file, row position).
+
+A copy-on-write round rewrites every file that holds one of its keys, so its cost follows
+the table. A merge-on-read round instead marks the rows it replaces as deleted - Iceberg
+position delete files, Delta deletion vectors - and appends the new row versions: it reads
+the key columns of the files that may hold its keys and writes only what changed.
+
+This module is the part both table kinds share (written once): which live files may hold a
+key (their key statistics: a file whose key range misses every key of the round is not
+read), and the row positions of the round's keys in those that may. A row already deleted
+by an earlier round may be found again (the search does not read the table's deletes);
+deleting a position twice is harmless in both formats, and compaction folds them.
+
+A file is a candidate for a per-partition truncate (``Folded.truncated_partitions``) unless
+its ``_kafka_*`` statistics exclude those partitions; its rows of those partitions are
+deleted by position as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rayconnect.protocol.types import TopicPartition
+from rayconnect.write_modes.fold import PARTITION_COLUMNS
+
+#: string statistics at least this long may be truncated prefixes (Delta: 32, Iceberg's
+#: default metrics mode: 16): not a bound to prune by
+_STRING_BOUND_MAX = 16
+#: files read at once (Parquet reads release the GIL)
+_READERS = 4
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """A data file the table reads now, as the search needs it: ``path`` as the table's
+    filesystem opens it, ``entry`` the format's own record of it (an Iceberg ``DataFile``,
+    a Delta add action), ``rows`` its row count, ``bounds`` column -> (min, max) where its
+    statistics have them."""
+
+    path: str
+    entry: Any
+    rows: int
+    bounds: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FileDeletes:
+    """The rows of ``file`` a round deletes: 0-based row positions, sorted, unique."""
+
+    file: LiveFile
+    positions: np.ndarray
+
+
+def find_deletes(
+    live: Sequence[LiveFile],
+    keys: pa.Table,
+    partitions: Iterable[TopicPartition],
+    read_columns: Callable[[LiveFile, list[str]], pa.Table],
+) -> tuple[FileDeletes, ...]:
+    """The positions in ``live`` of the rows whose key is in ``keys`` (its columns are the
+    key columns) or whose ``_kafka_*`` partition is in ``partitions``. ``read_columns``
+    reads some columns of a live file, all its rows in order."""
+    truncated = sorted(partitions)
+    key_columns = list(keys.column_names)
+    if keys.num_rows == 0 and not truncated:
+        return ()
+    ranges = _key_ranges(keys) if keys.num_rows else {}
+    candidates = [
+        f
+        for f in live
+        if f.rows
+        and ((keys.num_rows and _may_hold(f, ranges)) or _may_hold_partitions(f, truncated))
+    ]
+    columns = key_columns + (list(PARTITION_COLUMNS) if truncated else [])
+
+    def search(f: LiveFile) -> FileDeletes | None:
+        rows = read_columns(f, columns)
+        mask = _matches(rows, keys) if keys.num_rows else np.zeros(rows.num_rows, dtype=bool)
+        if truncated:
+            mask |= _of_partitions(rows, truncated)
+        positions = np.flatnonzero(mask).astype(np.uint64)
+        return FileDeletes(f, positions) if len(positions) else None
+
+    if len(candidates) <= 1:
+        found = [search(f) for f in candidates]
+    else:
+        with ThreadPoolExecutor(min(_READERS, len(candidates))) as pool:
+            found = list(pool.map(search, candidates))
+    return tuple(d for d in found if d is not None)
+
+
+def _key_ranges(keys: pa.Table) -> dict[str, tuple[Any, Any]]:
+    """Each key column's (min, max) in the round, where it can be compared to statistics."""
+    ranges = {}
+    for name in keys.column_names:
+        column = keys.column(name)
+        if not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)):
+            continue
+        low_high = pc.min_max(column).as_py()
+        ranges[name] = (low_high["min"], low_high["max"])
+    return ranges
+
+
+def _may_hold(f: LiveFile, ranges: Mapping[str, tuple[Any, Any]]) -> bool:
+    """False only when some key column's statistics exclude every key of the round."""
+    for name, (low, high) in ranges.items():
+        bounds = f.bounds.get(name)
+        if bounds is None or low is None:
+            continue
+        file_low, file_high = bounds
+        if not _comparable(low, file_low) or not _comparable(high, file_high):
+            continue
+        if high < file_low or low > file_high:
+            return False
+    return True
+
+
+def _comparable(value: Any, bound: Any) -> bool:
+    if isinstance(value, str):
+        return isinstance(bound, str) and len(bound) < _STRING_BOUND_MAX
+    return isinstance(value, int) and isinstance(bound, int) and not isinstance(bound, bool)
+
+
+def _may_hold_partitions(f: LiveFile, partitions: Sequence[TopicPartition]) -> bool:
+    if not partitions:
+        return False
+    bounds = f.bounds.get(PARTITION_COLUMNS[2])
+    if bounds is None:
+        return True
+    low, high = bounds
+    return any(low <= tp.partition <= high for tp in partitions)
+
+
+def _matches(rows: pa.Table, keys: pa.Table) -> np.ndarray:
+    """Which of ``rows`` have a key in ``keys`` (a key column null in ``rows`` never
+    matches: such a row was never upserted by key)."""
+    names = keys.column_names
+    if len(names) == 1:
+        column = rows.column(names[0])
+        wanted = keys.column(names[0]).cast(column.type)
+        return pc.fill_null(pc.is_in(column, value_set=wanted), False).to_numpy(
+            zero_copy_only=False
+        )
+    indexed = rows.select(names).append_column(
+        "__pos", pa.array(np.arange(rows.num_rows, dtype=np.int64))
+    )
+    typed = pa.table({n: keys.column(n).cast(rows.column(n).type) for n in names})
+    joined = indexed.join(typed, names, join_type="inner", use_threads=False)
+    mask = np.zeros(rows.num_rows, dtype=bool)
+    mask[joined.column("__pos").to_numpy()] = True
+    return mask
+
+
+def _of_partitions(rows: pa.Table, partitions: Sequence[TopicPartition]) -> np.ndarray:
+    cluster, topic, partition = (
+        rows.column(c).to_numpy(zero_copy_only=False) for c in PARTITION_COLUMNS
+    )
+    mask = np.zeros(rows.num_rows, dtype=bool)
+    for tp in partitions:
+        mask |= (cluster == tp.cluster) & (topic == tp.topic) & (partition == tp.partition)
+    return mask
