@@ -47,6 +47,7 @@ from rayconnect.protocol.types import ClusterMetadata, KafkaStream, check_name
 from rayconnect.protocol.upkeep import CompactSettings, FoldDeletes, LogSettings
 from rayconnect.redact import redacted_repr
 from rayconnect.schema import RAW_RECORD_SCHEMA
+from rayconnect.storage import put_if_absent
 from rayconnect.storage.location import StorageError, TableLocation
 
 #: partitions of one topic per participant host, unless the pipeline says otherwise. Measured
@@ -230,6 +231,11 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     #: ``merge_on_read`` writes deletion vectors instead (a round's cost follows its changes,
     #: not the table; readers must read deletion vectors - docs/guides/upserts.md)
     upsert_mode: UpsertMode = "copy_on_write"
+    #: merge-on-read with one integer key column: the pipeline keeps where each key lives
+    #: (``write_modes.key_index``; ~16 bytes a row in the coordinator's memory) for tables
+    #: of up to this many rows, so a round's cost follows its changes; a larger table (or 0)
+    #: reads its files' key columns every round
+    key_index_rows: int = 100_000_000
     #: upsert with ``source.envelope: debezium``: a truncate event (``op: t``) ``apply``:
     #: empties the table at its place in the round (docs/guides/upserts.md#truncate);
     #: ``dead_letter``: a dead letter, the table keeps its rows
@@ -244,6 +250,7 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     def __post_init__(self) -> None:
         require(bool(self.path), "sink.path is empty")
         check_write_mode(self.write_mode, self.key_columns)
+        require(self.key_index_rows >= 0, "sink.key_index_rows must be >= 0")
         require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
         unknown = [c for c in self.compact.zorder_by if c not in RAW_RECORD_SCHEMA.names]
         require(
@@ -255,11 +262,11 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
             location = self.location()
         except StorageError as e:
             raise ConfigError(f"sink.path: {e}") from None
+        why = put_if_absent.problem(location) if self.upsert_mode == "merge_on_read" else None
         require(
-            self.upsert_mode != "merge_on_read" or location.is_local,
-            "sink.upsert_mode: merge_on_read needs a local table path for now (its commit is "
-            "a put-if-absent that pyarrow's object-store filesystems lack); use "
-            "copy_on_write on object storage",
+            why is None,
+            f"sink.upsert_mode: merge_on_read commits with a put-if-absent of the log entry, "
+            f"which sink.storage_options rule out: {why}; or use copy_on_write",
         )
 
     def location(self) -> TableLocation:
@@ -331,6 +338,11 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     #: round replaces (its cost follows its changes, not the table); ``copy_on_write``
     #: rewrites the files holding its keys (docs/guides/upserts.md)
     upsert_mode: UpsertMode = "merge_on_read"
+    #: merge-on-read with one integer key column: the pipeline keeps where each key lives
+    #: (``write_modes.key_index``; ~16 bytes a row in the coordinator's memory) for tables
+    #: of up to this many rows, so a round's cost follows its changes; a larger table (or 0)
+    #: reads its files' key columns every round
+    key_index_rows: int = 100_000_000
     #: merge-on-read: how upkeep folds the deletes into the data files (docs/guides/upkeep.md)
     fold_deletes: FoldDeletes = FoldDeletes()
     #: upsert with ``source.envelope: debezium``: a truncate event (``op: t``) ``apply``:
@@ -368,6 +380,7 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
         require(self.vacuum_retention_hours > 0, "sink.vacuum_retention_hours must be > 0")
         require(self.keep_snapshots >= 1, "sink.keep_snapshots must be >= 1")
         check_write_mode(self.write_mode, self.key_columns)
+        require(self.key_index_rows >= 0, "sink.key_index_rows must be >= 0")
         try:
             self.location()
         except StorageError as e:

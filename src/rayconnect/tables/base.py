@@ -279,6 +279,7 @@ class TableCommitter(abc.ABC):
             write = VersionWrite(changes, dict(offsets), dict(metadata or {}), epoch, pending)
             try:
                 version = self._write(read, write)
+                self.apply.landed()
                 break
             except CommitConflictError as conflict:
                 # delta-rs also fails a blind append when another writer's DELETE, UPDATE

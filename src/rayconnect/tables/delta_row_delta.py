@@ -7,8 +7,9 @@ without a ``deletionVector`` and its DELETE/MERGE rewrite files (copy-on-write),
 delta-rs call commits a DV. The entry is written put-if-absent as version ``read + 1``: of
 two writers of that version exactly one lands, so this commit is fenced against every other
 commit since ``read`` - stricter than delta-rs, which rebases over commits with other app
-ids. Local disks only for now (a hard link: atomic and never replacing); pyarrow's S3
-filesystem has no conditional put (apache/arrow#44281).
+ids. On a local disk it is a hard link (atomic and never replacing); on an object store a
+conditional PUT through obstore (``storage.put_if_absent``: pyarrow's filesystems have no
+conditional put, apache/arrow#44281).
 
 Why the log is read here too: delta-rs's ``get_add_actions`` has no deletion vectors (the
 column is not there, with or without ``flatten``) and ``deletion_vectors()`` gives only
@@ -40,6 +41,7 @@ from rayconnect.formats import partitioning
 from rayconnect.formats.partitioning import PartitionSpec
 from rayconnect.formats.rows import conform_to_table
 from rayconnect.storage.location import TableLocation
+from rayconnect.storage.put_if_absent import put_if_absent
 from rayconnect.tables import delta_dv
 from rayconnect.tables.base import CommitConflictError
 from rayconnect.tables.delta_dv import Descriptor
@@ -248,11 +250,6 @@ def commit_row_delta(
 
     ``dt`` must be the snapshot ``changes.deletes`` were found in (``live_files``): the
     put-if-absent of ``dt.version() + 1`` is what makes the positions still true."""
-    if not location.is_local:
-        raise NotImplementedError(
-            f"{location.uri}: a merge-on-read commit needs a put-if-absent of the log entry, "
-            "which pyarrow's object-store filesystems lack; only local tables for now"
-        )
     version = dt.version() + 1
     log = DeltaLog(location, lambda: filesystem)
     entry = log.path(f"{version:020d}.json")
@@ -273,7 +270,14 @@ def commit_row_delta(
         *({"txn": {"appId": app, "version": v, "lastUpdated": now}} for app, v in txns),
         *file_actions,
     ]
-    _put_if_absent(entry, "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in lines))
+    text = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in lines)
+    try:
+        if location.is_local:
+            _put_if_absent(entry, text)
+        else:
+            put_if_absent(location, f"_delta_log/{version:020d}.json", text.encode())
+    except FileExistsError:
+        raise CommitConflictError(f"{entry} was committed meanwhile") from None
     return version
 
 
@@ -315,17 +319,16 @@ def _metrics(actions: Sequence[dict[str, Any]]) -> dict[str, str]:
 
 
 def _put_if_absent(path: str, text: str) -> None:
-    """The log entry appears whole or not at all, and never over another's: written to a
-    temporary name, then hard-linked to its own (``link`` fails if the name exists)."""
+    """On a local disk: the log entry appears whole or not at all, and never over another's:
+    written to a temporary name, then hard-linked to its own (``link`` fails if the name
+    exists)."""
     tmp = f"{os.path.dirname(path)}/_commit_{uuid.uuid4().hex}.json.tmp"
     with open(tmp, "x", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     try:
-        os.link(tmp, path)
-    except FileExistsError:
-        raise CommitConflictError(f"{path} was committed meanwhile") from None
+        os.link(tmp, path)  # FileExistsError if it exists
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

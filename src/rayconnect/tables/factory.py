@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rayconnect.config.sink import DeltaSink, IcebergSink, TableSink
-from rayconnect.formats.settings import RecordFormat, UpsertMode
+from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings, RouteUpkeep, UpkeepSchedule
 from rayconnect.tables.base import TableCommitter, TableUpkeep
 from rayconnect.write_modes.modes import APPEND, MergeOnRead, Upsert, WriteMode
@@ -29,7 +29,7 @@ def open_committer(
             sink.location(),
             pipeline,
             record_format=record_format,
-            apply=write_mode(record_format, sink.upsert_mode),
+            apply=write_mode(record_format, sink),
         )
     raise TypeError(f"no committer for a sink of type {type(sink).__name__}")
 
@@ -47,7 +47,7 @@ def iceberg_committer(
         catalog_name=sink.catalog_name,
         keep_snapshots=sink.keep_snapshots,
         record_format=record_format,
-        apply=write_mode(record_format, sink.upsert_mode),
+        apply=write_mode(record_format, sink),
     )
 
 
@@ -117,13 +117,13 @@ def route_tables(sink: TableSink, pipeline: str, catalog: Any = None) -> list[st
     return sorted(names)
 
 
-def write_mode(record_format: RecordFormat | None, upsert_mode: UpsertMode) -> WriteMode:
+def write_mode(record_format: RecordFormat | None, sink: DeltaSink | IcebergSink) -> WriteMode:
     """How a round's files change the table: upserted by key if the format has keys,
     copy-on-write or merge-on-read as the sink says."""
     if record_format is None or not record_format.upsert_keys:
         return APPEND
-    if upsert_mode == "merge_on_read":
-        return MergeOnRead(record_format.upsert_keys)
+    if sink.upsert_mode == "merge_on_read":
+        return MergeOnRead(record_format.upsert_keys, sink.key_index_rows)
     return Upsert(record_format.upsert_keys)
 
 

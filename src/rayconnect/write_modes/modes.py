@@ -26,6 +26,7 @@ from rayconnect.protocol.types import DataFile
 from rayconnect.storage.location import TableLocation
 from rayconnect.write_modes.changes import Appended, RoundChanges, RowDelta, Upserted
 from rayconnect.write_modes.fold import Folded, fold
+from rayconnect.write_modes.key_index import Found, KeyIndex
 from rayconnect.write_modes.row_delta import LiveFile, find_deletes
 
 
@@ -51,9 +52,12 @@ class StagedTable(Protocol):
 
 
 class WriteMode(Protocol):
-    """A write mode: the changes of one round's files, read on ``read``."""
+    """A write mode: the changes of one round's files, read on ``read``; told when the
+    version of the last changes it made landed."""
 
     def changes(self, table: StagedTable, read: Any, files: Sequence[DataFile]) -> RoundChanges: ...
+
+    def landed(self) -> None: ...
 
 
 class Append:
@@ -61,6 +65,9 @@ class Append:
 
     def changes(self, table: StagedTable, read: Any, files: Sequence[DataFile]) -> RoundChanges:
         return Appended(adds=tuple(table.file_entry(f) for f in files))
+
+    def landed(self) -> None:
+        """Nothing kept between rounds."""
 
 
 APPEND = Append()
@@ -72,6 +79,9 @@ class Upsert:
     def __init__(self, key_columns: tuple[str, ...]) -> None:
         self.key_columns = key_columns
 
+    def landed(self) -> None:
+        """Nothing kept between rounds."""
+
     def changes(self, table: StagedTable, read: Any, files: Sequence[DataFile]) -> RoundChanges:
         if not files:
             return Appended()
@@ -80,7 +90,17 @@ class Upsert:
 
 
 class MergeOnRead(Upsert):
-    """Upserts by ``key_columns``, merge-on-read (``upsert_mode: merge_on_read``)."""
+    """Upserts by ``key_columns``, merge-on-read (``upsert_mode: merge_on_read``); the key
+    index (``write_modes.key_index``) for tables of up to ``index_rows`` rows."""
+
+    def __init__(self, key_columns: tuple[str, ...], index_rows: int = 0) -> None:
+        super().__init__(key_columns)
+        self.index = KeyIndex(key_columns[0], index_rows if len(key_columns) == 1 else 0)
+        self._found = Found()
+
+    def landed(self) -> None:
+        self.index.forget(self._found)
+        self._found = Found()
 
     def changes(self, table: StagedTable, read: Any, files: Sequence[DataFile]) -> RoundChanges:
         if not files:
@@ -94,7 +114,11 @@ class MergeOnRead(Upsert):
             [folded.rows.select(list(self.key_columns)), folded.deleted],
             promote_options="permissive",
         )
-        deletes = find_deletes(live, keys, folded.truncated_partitions, table.read_columns)
+        self._found = Found()
+        if not folded.truncated_partitions and self.index.sync(live, table.read_columns):
+            deletes, self._found = self.index.find(keys.column(0), live)
+        else:
+            deletes = find_deletes(live, keys, folded.truncated_partitions, table.read_columns)
         return RowDelta(folded.rows, deletes=deletes, staged=staged)
 
 

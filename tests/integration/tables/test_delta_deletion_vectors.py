@@ -338,9 +338,3 @@ def test_read_columns_fills_partition_columns(tmp_path: Path) -> None:
     assert got.column_names == ["p", "id"]
     assert got.num_rows == f.rows
     assert pc.unique(got.column("p")).to_pylist() == [f.entry["partitionValues"]["p"]]
-
-
-def test_object_store_is_refused(table: Table) -> None:
-    remote = TableLocation.parse("s3://bucket/t")
-    with pytest.raises(NotImplementedError, match="put-if-absent"):
-        rd.commit_row_delta(table.dt, remote, None, RowDelta(rows=None), [], {}, [], table.schema)

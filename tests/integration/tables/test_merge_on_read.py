@@ -26,6 +26,7 @@ from rayconnect.tables.base import TableCommitter
 from rayconnect.tables.factory import open_committer, open_upkeep
 from rayconnect.tables.files import STAGING_DIR, describe_file
 from rayconnect.write_modes.fold import DELETE_COLUMN, PARTITION_TRUNCATE_COLUMN, TRUNCATE_COLUMN
+from rayconnect.write_modes.modes import MergeOnRead
 
 pytestmark = [pytest.mark.timeout(180)]
 PARTITIONS = 4
@@ -161,7 +162,14 @@ def as_model(rows: pa.Table) -> Model:
     )
 
 
-def iceberg_sink(tmp_path: Path, partition_by: tuple[str, ...] = ()) -> rc.IcebergSink:
+#: (partition_by, key_index_rows): with the key index (the default) and without it
+LAYOUTS = [((), 100_000_000), (("region",), 100_000_000), ((), 0)]
+LAYOUT_IDS = ["unpartitioned", "by-region", "no-key-index"]
+
+
+def iceberg_sink(
+    tmp_path: Path, partition_by: tuple[str, ...] = (), key_index_rows: int = 100_000_000
+) -> rc.IcebergSink:
     return rc.IcebergSink(
         "db.mor",
         warehouse=str(tmp_path / "warehouse"),
@@ -170,6 +178,7 @@ def iceberg_sink(tmp_path: Path, partition_by: tuple[str, ...] = ()) -> rc.Icebe
         partition_by=partition_by,
         upsert_mode="merge_on_read",
         fold_deletes=FoldDeletes(min_deleted_fraction=0.05),
+        key_index_rows=key_index_rows,
     )
 
 
@@ -184,13 +193,16 @@ def iceberg_reads(sink: rc.IcebergSink) -> Reads:
     return {"pyiceberg": pyiceberg, "duckdb iceberg_scan": duckdb}
 
 
-def delta_sink(tmp_path: Path, partition_by: tuple[str, ...] = ()) -> rc.DeltaSink:
+def delta_sink(
+    tmp_path: Path, partition_by: tuple[str, ...] = (), key_index_rows: int = 100_000_000
+) -> rc.DeltaSink:
     return rc.DeltaSink(
         str(tmp_path / "delta"),
         write_mode="upsert",
         key_columns=("id",),
         partition_by=partition_by,
         upsert_mode="merge_on_read",
+        key_index_rows=key_index_rows,
     )
 
 
@@ -226,9 +238,10 @@ def run_history(
     seed: int,
     after_round: Callable[[TableCommitter, str | None, int], None],
     fold: Callable[[], None],
-) -> None:
+) -> TableCommitter:
     """``PLAN`` through the committer; after each round (``after_round(committer,
-    truncate, version before)``) and each fold, every reader equals the model."""
+    truncate, version before)``) and each fold, every reader equals the model. Returns the
+    committer."""
     c = open_committer(sink, "p", fmt(partition_by))
     c.ensure_table()
     history = History(seed)
@@ -248,13 +261,20 @@ def run_history(
         after_round(c, step, before)
         for reader, read in reads.items():
             assert read() == history.model, f"{reader} after round {history.round}"
+    return c
 
 
-@pytest.mark.parametrize("partition_by", [(), ("region",)], ids=["unpartitioned", "by-region"])
+def uses_key_index(c: TableCommitter) -> bool:
+    mode = c.apply
+    assert isinstance(mode, MergeOnRead)
+    return mode.index.usable and mode.index.rows > 0
+
+
+@pytest.mark.parametrize(("partition_by", "key_index_rows"), LAYOUTS, ids=LAYOUT_IDS)
 def test_delta_merge_on_read_histories_equal_the_model_after_every_round(
-    tmp_path: Path, partition_by: tuple[str, ...]
+    tmp_path: Path, partition_by: tuple[str, ...], key_index_rows: int
 ) -> None:
-    sink = delta_sink(tmp_path, partition_by)
+    sink = delta_sink(tmp_path, partition_by, key_index_rows)
     upkeep = open_upkeep(sink, "p", fmt(partition_by))
 
     def with_dvs() -> bool:
@@ -272,14 +292,15 @@ def test_delta_merge_on_read_histories_equal_the_model_after_every_round(
         upkeep.compact()
         assert not with_dvs()
 
-    run_history(sink, partition_by, delta_reads(sink.path), 11, after_round, fold)
+    c = run_history(sink, partition_by, delta_reads(sink.path), 11, after_round, fold)
+    assert uses_key_index(c) == bool(key_index_rows)
 
 
-@pytest.mark.parametrize("partition_by", [(), ("region",)], ids=["unpartitioned", "by-region"])
+@pytest.mark.parametrize(("partition_by", "key_index_rows"), LAYOUTS, ids=LAYOUT_IDS)
 def test_iceberg_merge_on_read_histories_equal_the_model_after_every_round(
-    tmp_path: Path, partition_by: tuple[str, ...]
+    tmp_path: Path, partition_by: tuple[str, ...], key_index_rows: int
 ) -> None:
-    sink = iceberg_sink(tmp_path, partition_by)
+    sink = iceberg_sink(tmp_path, partition_by, key_index_rows)
     upkeep = open_upkeep(sink, "p", fmt(partition_by))
     seen: list[set[str]] = [set()]
 
@@ -300,7 +321,8 @@ def test_iceberg_merge_on_read_histories_equal_the_model_after_every_round(
         assert len(delete_files(sink)) < len(deletes)
         seen[0] = data_files(sink)
 
-    run_history(sink, partition_by, iceberg_reads(sink), 7, after_round, fold)
+    c = run_history(sink, partition_by, iceberg_reads(sink), 7, after_round, fold)
+    assert uses_key_index(c) == bool(key_index_rows)
 
 
 def live_delta_files(sink: rc.DeltaSink) -> list:
