@@ -350,12 +350,19 @@ def mirror_source(
 
 
 def mirror_sink(
-    name: str, bootstrap: str, lake: Path, prefix: str, iceberg: bool = False, **settings: Any
+    name: str,
+    bootstrap: str,
+    lake: Path,
+    prefix: str,
+    iceberg: bool = False,
+    upsert_mode: str | None = None,
+    **settings: Any,
 ) -> Any:
     """The sink half: ONE pipeline whose topic-pattern route upserts each table's change
     events into ``lake/<table>`` (Delta), or with ``iceberg`` into ``<prefix>.<table>`` of
     the embedded SQL catalog in the warehouse ``lake``; each made at its first record.
-    ``settings``: the SinkPipeline's (commit_interval_s, spark...)."""
+    ``upsert_mode``: the sink's (None: the table kind's default); ``settings``: the
+    SinkPipeline's (commit_interval_s, spark...)."""
     import rayconnect as rc
 
     pattern = topic_pattern(prefix)
@@ -366,6 +373,8 @@ def mirror_sink(
     )
     routes = rc.Routes(rules=(rc.Route(table="{1}", topic_pattern=pattern),))
     upsert: dict[str, Any] = {"write_mode": "upsert", "key_columns": ("id",), "routes": routes}
+    if upsert_mode is not None:
+        upsert["upsert_mode"] = upsert_mode
     if iceberg:
         sink: Any = rc.IcebergSink(f"{prefix}.unrouted", warehouse=str(lake), **upsert)
     else:

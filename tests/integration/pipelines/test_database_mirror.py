@@ -41,7 +41,10 @@ pytestmark = [pytest.mark.usefixtures("ray_session")]
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("lake_format", ["delta", pytest.param("iceberg", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "lake_format",
+    ["delta", "delta-merge-on-read", pytest.param("iceberg", marks=pytest.mark.slow)],
+)
 def test_a_database_of_20_tables_mirrored_through_kills_of_both_sides(
     postgres: PostgresServer,
     durable_broker: EmbeddedBroker,
@@ -54,8 +57,9 @@ def test_a_database_of_20_tables_mirrored_through_kills_of_both_sides(
     db.create(rows_per_table=100)
     lake = tmp_path / "lake"
     src = mirror_source("mirror-src", postgres, bootstrap, db.names, "db").start()
-    iceberg = lake_format == "iceberg"
-    pipeline = mirror_sink("mirror", bootstrap, lake, "db", iceberg, commit_interval_s=2)
+    iceberg = lake_format == "iceberg"  # merge-on-read, Iceberg's default
+    mode = "merge_on_read" if lake_format == "delta-merge-on-read" else None
+    pipeline = mirror_sink("mirror", bootstrap, lake, "db", iceberg, mode, commit_interval_s=2)
     sink = pipeline.start()
     try:
         db.start(changes_per_s=300)
