@@ -361,8 +361,10 @@ class DeltaCommitter(TableCommitter):
         return delta_row_delta.live_files(read, self.location, self.filesystem)
 
     def read_columns(self, live: LiveFile, columns: list[str]) -> pa.Table:
+        """(Never through ``_table()``: that would move the read the round commits on.
+        Partition columns are typed by the first schema: they never change.)"""
         return delta_row_delta.read_columns(
-            self.location, self.filesystem, live, columns, self._table_arrow_schema(self._table())
+            self.location, self.filesystem, live, columns, self.schema
         )
 
     def _write(self, read: DeltaTable, write: VersionWrite) -> int:

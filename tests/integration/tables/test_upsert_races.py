@@ -3,7 +3,8 @@ a user's OPTIMIZE or DELETE that rewrites the files a round's MERGE rewrites, co
 inside the round (after its read) or planned before it and committed after it. One side
 fails cleanly - the round retries on the new version, or the outside writer is refused -
 and the table always equals the change stream's state: each key once, none lost, none
-resurrected. A VACUUM of the files MERGEs removed does not disturb later rounds."""
+resurrected. A VACUUM of the files MERGEs removed does not disturb later rounds. Every
+test runs copy-on-write (MERGE) and merge-on-read (deletion vectors)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from typed_files import UPSERT_BY_ID, raw, stage_records
 
 from rayconnect.config.sink import DeltaSink
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings
+from rayconnect.storage.delta_reads import read_delta
 from rayconnect.storage.location import TableLocation
 from rayconnect.tables.delta import current_schema
 from rayconnect.tables.delta_upkeep import DeltaUpkeep
 from rayconnect.tables.factory import open_committer
+from rayconnect.write_modes.modes import MergeOnRead
 
 pytestmark = [pytest.mark.timeout(90)]
 PIPELINE = "p"
@@ -35,9 +38,10 @@ class UpsertRounds:
     """A pipeline's upsert rounds on one table through its committer (``write_mode:
     upsert``), and the state the changes leave: key -> value, absent once deleted."""
 
-    def __init__(self, table: Path) -> None:
+    def __init__(self, table: Path, upsert_mode: str) -> None:
         self.table = table
-        self.committer = open_committer(DeltaSink(str(table), write_mode="upsert"), PIPELINE, FMT)
+        sink = DeltaSink(str(table), write_mode="upsert", upsert_mode=upsert_mode)  # type: ignore[arg-type]
+        self.committer = open_committer(sink, PIPELINE, FMT)
         self.committer.ensure_table()
         self.epoch = self.committer.claim_epoch()
         self.next = 0
@@ -88,16 +92,16 @@ class UpsertRounds:
 
 
 def table_state(table: Path) -> dict[int, str]:
-    t = DeltaTable(str(table)).to_pyarrow_table(columns=["id", "v"])
+    t = read_delta(str(table), columns=["id", "v"])
     ids = t.column("id").to_pylist()
     assert [k for k, n in Counter(ids).items() if n > 1] == []  # each key once
     return dict(zip(ids, t.column("v").to_pylist(), strict=True))
 
 
-@pytest.fixture
-def rounds(tmp_path: Path) -> UpsertRounds:
+@pytest.fixture(params=["copy_on_write", "merge_on_read"])
+def rounds(tmp_path: Path, request: pytest.FixtureRequest) -> UpsertRounds:
     """Four rounds of 50 new keys each: four files, key ranges apart."""
-    r = UpsertRounds(tmp_path / "t")
+    r = UpsertRounds(tmp_path / "t", request.param)
     for start in range(0, 200, 50):
         r.commit([(k, f"a{k}") for k in range(start, start + 50)])
     assert len(DeltaTable(str(r.table)).file_uris()) == 4
@@ -171,7 +175,8 @@ def test_vacuum_of_the_files_merges_removed_between_rounds(rounds):
     removed = DeltaTable(str(rounds.table)).vacuum(
         retention_hours=0, enforce_retention_duration=False, dry_run=False
     )
-    assert removed  # the files the MERGE rewrote (and no live one)
+    # the files the MERGE rewrote (and no live one); merge-on-read rewrites none
+    assert removed or isinstance(rounds.committer.apply, MergeOnRead)
     rounds.commit(changes_over_every_file("c"))
     assert table_state(rounds.table) == rounds.state
     assert rounds.committer.committed_offsets() == {KEY: rounds.next}
@@ -186,7 +191,9 @@ def test_the_pipelines_compaction_planned_before_a_round_retries_after_it(rounds
     )  # fmt: skip
     stale = DeltaTable(str(rounds.table))
     rounds.commit([(1, "b1"), (2, None), (900, "b900")])  # rewrites the first file only
-    assert len(DeltaTable(str(rounds.table)).file_uris()) == 4
+    # (merge-on-read: deletes in the first file, one new file)
+    added = isinstance(rounds.committer.apply, MergeOnRead)
+    assert len(DeltaTable(str(rounds.table)).file_uris()) == 4 + added
     with pytest.raises(CommitFailedError):
         keeper._compact_once(stale)
     fresh = keeper._table
