@@ -2,12 +2,12 @@
 snapshot - staged in the committer's transaction beside the offsets.
 
 Why format v2 position deletes (Parquet ``file_path``, ``pos``) and not v3 deletion
-vectors: every reader this project tests reads them (pyiceberg's scan, DuckDB's
-``iceberg_scan``, Spark, Trino), while v3 tables are not yet written by pyiceberg 0.12 and
-DuckDB 1.4's extension reads v3 deletion vectors only in part. A round writes one delete file
-per table partition it deletes in (the Iceberg spec scopes a position delete file to its
-partition; its ``file_path`` bounds let a reader skip it for other files), sorted by path
-and position as the spec requires.
+vectors: a v3 table cannot be committed through pyiceberg 0.12 at all (measured: creating one
+raises "Writing V3 is not yet supported", iceberg-python#1551), while every reader tested
+here reads v2 position deletes (pyiceberg's scan, DuckDB's ``iceberg_scan``; Spark, Trino and
+Flink read them by the spec). A round writes one delete file per table partition it deletes
+in (the spec scopes a position delete file to its partition; its ``file_path`` bounds let a
+reader skip it for other files), sorted by path and position as the spec requires.
 
 pyiceberg has no row-delta operation; ``_RowDelta`` is its merging append with one more
 manifest, of content ``deletes``, holding the round's delete files: the snapshot's data and
