@@ -232,7 +232,7 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     #: not the table; readers must read deletion vectors - docs/guides/upserts.md)
     upsert_mode: UpsertMode = "copy_on_write"
     #: merge-on-read with one integer key column: the pipeline keeps where each key lives
-    #: (``write_modes.key_index``; ~16 bytes a row in the coordinator's memory) for tables
+    #: (``write_modes.key_index``; ~17 bytes a row in the coordinator's memory) for tables
     #: of up to this many rows, so a round's cost follows its changes; a larger table (or 0)
     #: reads its files' key columns every round
     key_index_rows: int = 100_000_000
@@ -339,7 +339,7 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     #: rewrites the files holding its keys (docs/guides/upserts.md)
     upsert_mode: UpsertMode = "merge_on_read"
     #: merge-on-read with one integer key column: the pipeline keeps where each key lives
-    #: (``write_modes.key_index``; ~16 bytes a row in the coordinator's memory) for tables
+    #: (``write_modes.key_index``; ~17 bytes a row in the coordinator's memory) for tables
     #: of up to this many rows, so a round's cost follows its changes; a larger table (or 0)
     #: reads its files' key columns every round
     key_index_rows: int = 100_000_000

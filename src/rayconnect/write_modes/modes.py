@@ -93,9 +93,12 @@ class MergeOnRead(Upsert):
     """Upserts by ``key_columns``, merge-on-read (``upsert_mode: merge_on_read``); the key
     index (``write_modes.key_index``) for tables of up to ``index_rows`` rows."""
 
-    def __init__(self, key_columns: tuple[str, ...], index_rows: int = 0) -> None:
+    def __init__(
+        self, key_columns: tuple[str, ...], index_rows: int = 0, background: bool = True
+    ) -> None:
         super().__init__(key_columns)
-        self.index = KeyIndex(key_columns[0], index_rows if len(key_columns) == 1 else 0)
+        rows = index_rows if len(key_columns) == 1 else 0
+        self.index = KeyIndex(key_columns[0], rows, background)
         self._found = Found()
 
     def landed(self) -> None:

@@ -4,6 +4,8 @@ the same files - through many run merges."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyarrow as pa
 
@@ -42,7 +44,7 @@ class Table:
 
 def test_lookups_equal_a_brute_force_search_through_merges_and_dropped_files() -> None:
     rng = np.random.default_rng(3)
-    table, index = Table(), KeyIndex("id", max_rows=1_000_000)
+    table, index = Table(), KeyIndex("id", max_rows=1_000_000, background=False)
     for round_no in range(40):
         keys = sorted({int(k) for k in rng.integers(0, 500, 60)})
         assert index.sync(table.live(), table.read_columns)
@@ -60,8 +62,24 @@ def test_lookups_equal_a_brute_force_search_through_merges_and_dropped_files() -
     assert index.rows < 40 * 60  # deleted rows and dropped files were swept by merges
 
 
+def test_the_first_build_runs_beside_the_rounds_which_search_without_it_meanwhile() -> None:
+    table = Table()
+    table.add("a", [1, 2, 3])
+    index = KeyIndex("id", max_rows=1_000)
+    assert not index.sync(table.live(), table.read_columns)  # started, not ready
+    for _ in range(200):
+        if index.sync(table.live(), table.read_columns):
+            break
+        time.sleep(0.01)
+    assert index.ready
+    table.add("b", [3, 4])  # not in the build's snapshot: read at the next sync
+    assert index.sync(table.live(), table.read_columns)
+    deletes, _ = index.find(pa.array([3]), table.live())
+    assert {d.file.path: d.positions.tolist() for d in deletes} == {"a": [2], "b": [0]}
+
+
 def test_each_file_is_read_once() -> None:
-    table, index = Table(), KeyIndex("id", max_rows=1_000)
+    table, index = Table(), KeyIndex("id", max_rows=1_000, background=False)
     table.add("a", [1, 2, 3])
     assert index.sync(table.live(), table.read_columns)
     table.add("b", [4, 5])
@@ -71,7 +89,7 @@ def test_each_file_is_read_once() -> None:
 
 
 def test_a_table_beyond_max_rows_or_a_non_integer_key_is_not_indexed() -> None:
-    table, index = Table(), KeyIndex("id", max_rows=4)
+    table, index = Table(), KeyIndex("id", max_rows=4, background=False)
     table.add("a", [1, 2, 3])
     assert index.sync(table.live(), table.read_columns)
     table.add("b", [4, 5])
@@ -79,4 +97,6 @@ def test_a_table_beyond_max_rows_or_a_non_integer_key_is_not_indexed() -> None:
     assert not index.usable and index.rows == 0
     strings = Table()
     strings.files["s"] = pa.table({"id": pa.array(["x", "y"])})
-    assert not KeyIndex("id", max_rows=100).sync(strings.live(), strings.read_columns)
+    assert not KeyIndex("id", max_rows=100, background=False).sync(
+        strings.live(), strings.read_columns
+    )
