@@ -336,3 +336,33 @@ def data_files(sink: rc.IcebergSink) -> set[str]:
 
 def delete_files(sink: rc.IcebergSink) -> set[str]:
     return set(load_table(sink).inspect.delete_files()["file_path"].to_pylist())
+
+
+def test_folding_deletes_planned_before_a_round_fails_and_retries_after_it(
+    tmp_path: Path,
+) -> None:
+    """A round that landed after the fold read the table may have deleted rows of a file
+    the fold rewrites: the fold's commit fails (the catalog swaps only on the snapshot it
+    read), nothing lost; run again on a fresh read, it lands."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from rayconnect.tables.iceberg_compaction import fold_deletes
+
+    sink = iceberg_sink(tmp_path)
+    c = open_committer(sink, "p", fmt())
+    c.ensure_table()
+    history = History(seed=5)
+    expected: dict[str, int | None] = {f"c/t/{p}": None for p in range(PARTITIONS)}
+    for _ in range(3):
+        c.commit(stage(c, history.changes(1_500)), history.offsets(), expected)
+        expected = dict(history.offsets())
+    stale = load_table(sink)  # the fold reads here ...
+    c.commit(stage(c, history.changes(1_500)), history.offsets(), expected)  # ... a round lands
+    with pytest.raises(CommitFailedException):
+        fold_deletes(stale, 100, 0.01, {})
+    for read in iceberg_reads(sink).values():
+        assert read() == history.model
+    done = open_upkeep(sink, "p", fmt()).compact()
+    assert done["files_rewritten"] > 0
+    for read in iceberg_reads(sink).values():
+        assert read() == history.model
