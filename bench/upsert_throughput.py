@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -166,16 +167,28 @@ async def _produce(bootstrap: str, topic: str, partitions: int, changes: list) -
     return counts
 
 
-def _check(table: str, want: dict[int, int]) -> dict[str, Any]:
-    """The table's keys and versions against the stream's final state."""
-    from deltalake import DeltaTable
-
-    got = DeltaTable(table).to_pyarrow_table(columns=["id", "version"])
-    ids = got.column("id").to_numpy()
-    ok = len(ids) == len(want) and len(np.unique(ids)) == len(ids)
+def _equals(got: pa.Table, want: dict[int, int]) -> dict[str, Any]:
+    """A table's ``id`` and ``version`` columns against a state (key -> last version): the
+    same keys, each once, with the same versions."""
+    ids, versions = got.column("id").to_numpy(), got.column("version").to_numpy()
+    keys = np.fromiter(want.keys(), np.int64, len(want))
+    ok = len(ids) == len(keys)
     if ok:
-        ok = dict(zip(ids.tolist(), got.column("version").to_pylist(), strict=True)) == want
-    return {"rows": got.num_rows, "expected_rows": len(want), "equals_final_state": ok}
+        have, expect = np.argsort(ids, kind="stable"), np.argsort(keys)
+        ok = np.array_equal(ids[have], keys[expect]) and np.array_equal(
+            versions[have], np.fromiter(want.values(), np.int64, len(want))[expect]
+        )
+    return {"rows": len(ids), "expected_rows": len(want), "equals_final_state": bool(ok)}
+
+
+def _check(table: str, want: dict[int, int]) -> dict[str, Any]:
+    """The Delta table's keys and versions against the stream's final state (read with
+    delta-rs's ``QueryBuilder``, which applies deletion vectors)."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    query = QueryBuilder().register("t", DeltaTable(table))
+    out = _equals(pa.table(query.execute("SELECT id, version FROM t").read_all()), want)
+    return out | {"data_files": len(DeltaTable(table).file_uris())}
 
 
 # --------------------------------------------------------------------------------------
@@ -269,10 +282,10 @@ async def baseline(a: argparse.Namespace) -> dict:
 _BASE_OFFSETS = "bench.offsets"
 
 
-def _iceberg_sink(warehouse: str, name: str) -> Any:
+def _iceberg_sink(warehouse: str, name: str, **settings: Any) -> Any:
     import rayconnect as rc
 
-    return rc.IcebergSink(f"bench.{name}", warehouse=warehouse, write_mode="upsert")
+    return rc.IcebergSink(f"bench.{name}", warehouse=warehouse, write_mode="upsert", **settings)
 
 
 async def baseline_iceberg(a: argparse.Namespace) -> dict:
@@ -317,25 +330,38 @@ def _check_iceberg(sink: Any, want: dict[int, int]) -> dict[str, Any]:
     from rayconnect.tables.factory import open_committer
 
     table = open_committer(sink, "bench").catalog().load_table(sink.table)
-    got = table.scan(selected_fields=("id", "version")).to_arrow()
-    ids = got.column("id").to_numpy()
-    ok = len(ids) == len(want) and len(np.unique(ids)) == len(ids)
-    if ok:
-        ok = dict(zip(ids.tolist(), got.column("version").to_pylist(), strict=True)) == want
-    files = len(table.inspect.files())
-    return {"rows": got.num_rows, "expected_rows": len(want), "equals_final_state": ok,
-            "data_files": files}  # fmt: skip
+    out = _equals(table.scan(selected_fields=("id", "version")).to_arrow(), want)
+    files = table.inspect.files()
+    deletes = int(pc.sum(pc.equal(files.column("content"), 1)).as_py() or 0)
+    return out | {"data_files": files.num_rows - deletes, "delete_files": deletes}
 
 
-def _stream(a: argparse.Namespace, events: int) -> tuple[list, list, dict[int, int], dict]:
-    """The initial table's records, ``events`` changes, the final state, and their figures."""
-    log = ChangeLog(a.keys)
-    initial = [(k, _value(k, 0)) for k in range(a.keys)]
+def _copy_iceberg(source: Any, *copies: Any) -> int:
+    """Each of ``copies`` (sinks) a new table holding ``source``'s rows; the source's
+    files."""
+    from rayconnect.tables.factory import open_committer
+
+    catalog = open_committer(source, "bench").catalog()
+    loaded = catalog.load_table(source.table).scan().to_arrow()
+    for sink in copies:
+        catalog.create_table(sink.table, loaded.schema, location=sink.location().uri).append(loaded)
+    return len(catalog.load_table(source.table).inspect.files())
+
+
+def _stream(
+    a: argparse.Namespace, keys: int, events: int, head: int = 0
+) -> tuple[list, list, dict[int, int], dict[int, int], dict]:
+    """The initial table's ``keys`` records, ``events`` changes, the final state, the state
+    after the first ``head`` changes, and their figures."""
+    log = ChangeLog(keys)
+    initial = [(k, _value(k, 0)) for k in range(keys)]
     t = time.monotonic()
-    changes = log.changes(events)
+    changes = log.changes(head)
+    want_head = dict(log.version) if head else {}
+    changes += log.changes(events - head)
     want = dict(log.version)
     out: dict[str, Any] = {
-        "keys": a.keys,
+        "keys": keys,
         "events": events,
         "partitions": a.partitions,
         "deletes": sum(v is None for _, v in changes),
@@ -343,27 +369,52 @@ def _stream(a: argparse.Namespace, events: int) -> tuple[list, list, dict[int, i
         "final_keys": len(want),
         "generate_s": time.monotonic() - t,
     }
-    return initial, changes, want, out
+    return initial, changes, want, want_head, out
+
+
+def _rc_rates(r: dict[str, Any], events: int) -> dict[str, Any]:
+    """``run_backlog``'s result with events/s from the pipeline ready (``start()``
+    returned) and from ``start()`` called, both to the commit of the last version."""
+    r.pop("records_per_s")
+    r["events_per_s"] = events / max(r["seconds"] - r["startup_s"], 1e-3)
+    r["events_per_s_from_start"] = events / r["seconds"]
+    return r
+
+
+def _memory_guard(min_available_gib: float) -> Any:
+    """Stops the run (KeyboardInterrupt) when less than ``min_available_gib`` of the
+    machine's memory is left (no swap): ``merge_on_read.MemoryGuard`` on used memory."""
+    import psutil
+    from merge_on_read import MemoryGuard
+
+    return MemoryGuard((psutil.virtual_memory().total / 2**30) - min_available_gib)
 
 
 def run_iceberg(a: argparse.Namespace, work: str) -> dict[str, Any]:
-    """The stream into Iceberg tables: baseline and rayconnect's defaults, same run."""
+    """The stream into Iceberg tables, same run: rayconnect's defaults (merge-on-read) the
+    whole stream; the baseline and rayconnect copy-on-write its first ``--slow-events``."""
     from common import RaySession, run_helper
     from rc_runner import run_backlog
 
     from rayconnect.kafka.embedded import EmbeddedBroker
-    from rayconnect.tables.factory import open_committer
 
-    initial, changes, want, out = _stream(a, a.iceberg_events)
+    head = min(a.slow_events, a.iceberg_events)
+    initial, changes, want, want_head, out = _stream(a, a.keys, a.iceberg_events, head)
+    out["slow_events"] = head
     warehouse = f"{work}/wh"
-    ours, theirs = _iceberg_sink(warehouse, "rc"), _iceberg_sink(warehouse, "base")
+    ours = _iceberg_sink(warehouse, "rc")
+    theirs = _iceberg_sink(warehouse, "base")
+    cow = _iceberg_sink(warehouse, "cow", upsert_mode="copy_on_write")
     broker = EmbeddedBroker("bench").start()
     try:
         bs = broker.bootstrap_servers
+        t = time.monotonic()
         load_counts = asyncio.run(_produce(bs, "load", a.partitions, initial))
         del initial
         counts = asyncio.run(_produce(bs, "changes", a.partitions, changes))
+        head_counts = asyncio.run(_produce(bs, "changes-head", a.partitions, changes[:head]))
         del changes
+        out["produce_s"] = time.monotonic() - t
         with RaySession():
             t = time.monotonic()
             run_backlog(
@@ -372,34 +423,85 @@ def run_iceberg(a: argparse.Namespace, work: str) -> dict[str, Any]:
             )  # fmt: skip
             out["load_s"] = time.monotonic() - t
             print(f"loaded {a.keys:,} keys in {out['load_s']:.0f} s", file=sys.stderr)
-            catalog = open_committer(ours, "bench").catalog()
-            loaded = catalog.load_table(ours.table).scan().to_arrow()
-            copy = catalog.create_table(theirs.table, loaded.schema, location=theirs.location().uri)
-            copy.append(loaded)
-            out["table_files_before"] = len(catalog.load_table(ours.table).inspect.files())
-            del loaded
+            out["table_files_before"] = _copy_iceberg(ours, theirs, cow)
             r = run_helper(
-                "upsert_throughput.py", "baseline-iceberg", bs, "changes", "base",
-                a.iceberg_events, "--warehouse", warehouse,
+                "upsert_throughput.py", "baseline-iceberg", bs, "changes-head", "base",
+                head, "--warehouse", warehouse,
             )  # fmt: skip
-            r["check"] = _check_iceberg(theirs, want)
+            r["check"] = _check_iceberg(theirs, want_head)
             out["baseline"] = r
             print(f"iceberg baseline: {r['events_per_s']:,.0f} events/s {r['check']}",
                   file=sys.stderr)  # fmt: skip
-            r = run_backlog(
-                "upsert-ice-defaults", bs, "changes", ours, counts,
-                dict(source=SOURCE), exclude_pids=(broker.pid,),
-            )  # fmt: skip
-            r.pop("memory", None)
-            r["events_per_s"] = r.pop("records_per_s")
-            r["events_per_s_from_start"] = a.iceberg_events / (r["seconds"] + r["startup_s"])
-            r["check"] = _check_iceberg(ours, want)
-            out["rayconnect_defaults"] = r
-            print(f"iceberg rayconnect defaults: {r['events_per_s']:,.0f} events/s {r['check']}",
-                  file=sys.stderr)  # fmt: skip
+            for name, sink, topic, n, state, c in (
+                ("cow", cow, "changes-head", head, want_head, head_counts),
+                ("defaults", ours, "changes", a.iceberg_events, want, counts),
+            ):
+                r = _rc_rates(run_backlog(
+                    f"upsert-ice-{name}", bs, topic, sink, c,
+                    dict(source=SOURCE), exclude_pids=(broker.pid,),
+                ), n)  # fmt: skip
+                r["check"] = _check_iceberg(sink, state)
+                out[f"rayconnect_{name}"] = r
+                print(f"iceberg rayconnect {name}: {r['events_per_s']:,.0f} events/s "
+                      f"{r['check']}", file=sys.stderr)  # fmt: skip
     finally:
         broker.stop()
     return out
+
+
+def run_delta_mor(a: argparse.Namespace, work: str) -> dict[str, Any]:
+    """The stream into a ``--delta-keys``-key Delta table (loaded by a copy-on-write upsert
+    pipeline, timed): rayconnect's defaults (copy-on-write) vs merge-on-read (deletion
+    vectors), each into its own copy of the loaded table, the whole stream."""
+    from common import RaySession
+    from rc_runner import run_backlog
+
+    from rayconnect.kafka.embedded import EmbeddedBroker
+
+    initial, changes, want, _, out = _stream(a, a.delta_keys, a.events)
+    broker = EmbeddedBroker("bench").start()
+    try:
+        bs = broker.bootstrap_servers
+        t = time.monotonic()
+        load_counts = asyncio.run(_produce(bs, "load", a.partitions, initial))
+        del initial
+        counts = asyncio.run(_produce(bs, "changes", a.partitions, changes))
+        del changes
+        out["produce_s"] = time.monotonic() - t
+        print(f"produced in {out['produce_s']:.0f} s", file=sys.stderr)
+        base = f"{work}/loaded"
+        with RaySession():
+            t = time.monotonic()
+            r = run_backlog(
+                "upsert-load", bs, "load", base, load_counts,
+                dict(RC_LOAD, source=SOURCE, sink=dict(write_mode="upsert")),
+                exclude_pids=(broker.pid,), timeout_s=3600,
+            )  # fmt: skip
+            out["load_s"] = time.monotonic() - t
+            out["load"] = _rc_rates(r, a.delta_keys)
+            out["table_mb_before"] = _folder_mb(base)
+            print(f"loaded {a.delta_keys:,} keys in {out['load_s']:.0f} s "
+                  f"({out['table_mb_before']:.0f} MB)", file=sys.stderr)  # fmt: skip
+            for name, mode in (("defaults", {}), ("mor", {"upsert_mode": "merge_on_read"})):
+                shutil.copytree(base, f"{work}/{name}")
+                r = _rc_rates(run_backlog(
+                    f"upsert-{name}", bs, "changes", f"{work}/{name}", counts,
+                    dict(source=SOURCE, sink=dict(write_mode="upsert", **mode)),
+                    exclude_pids=(broker.pid,),
+                ), a.events)  # fmt: skip
+                r["check"] = _check(f"{work}/{name}", want)
+                r["table_mb"] = _folder_mb(f"{work}/{name}")
+                out[f"rayconnect_{name}"] = r
+                print(f"delta rayconnect {name}: {r['events_per_s']:,.0f} events/s "
+                      f"{r['check']}", file=sys.stderr)  # fmt: skip
+                shutil.rmtree(f"{work}/{name}", ignore_errors=True)
+    finally:
+        broker.stop()
+    return out
+
+
+def _folder_mb(path: str) -> float:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 1e6
 
 
 # --------------------------------------------------------------------------------------
@@ -413,7 +515,7 @@ def run_stream(a: argparse.Namespace, work: str) -> dict[str, Any]:
 
     from rayconnect.kafka.embedded import EmbeddedBroker
 
-    initial, changes, want, out = _stream(a, a.events)
+    initial, changes, want, _, out = _stream(a, a.keys, a.events)
     broker = EmbeddedBroker("bench").start()
     try:
         bs = broker.bootstrap_servers
@@ -443,13 +545,10 @@ def run_stream(a: argparse.Namespace, work: str) -> dict[str, Any]:
             out["baseline"] = r
             print(f"baseline: {r['events_per_s']:,.0f} events/s {r['check']}", file=sys.stderr)
             for name, settings in RC_SETTINGS.items():
-                r = run_backlog(
+                r = _rc_rates(run_backlog(
                     f"upsert-{name}", bs, "changes", f"{work}/{name}", counts,
                     dict(settings, source=SOURCE, sink=sink), exclude_pids=(broker.pid,),
-                )  # fmt: skip
-                r.pop("memory", None)
-                r["events_per_s"] = r.pop("records_per_s")
-                r["events_per_s_from_start"] = a.events / (r["seconds"] + r["startup_s"])
+                ), a.events)  # fmt: skip
                 r["check"] = _check(f"{work}/{name}", want)
                 out[f"rayconnect_{name}"] = r
                 print(f"rayconnect {name}: {r['events_per_s']:,.0f} events/s", file=sys.stderr)
@@ -600,21 +699,60 @@ def markdown(res: dict[str, Any]) -> str:
     ice = res.get("iceberg")
     if ice:
         b, r = ice["baseline"], ice["rayconnect_defaults"]
+        head = ice.get("slow_events", ice["events"])
+        partial = f" (first {head:,} events)" if head < ice["events"] else ""
+        rows = [(f"baseline (one process, DELETE + APPEND per 50k){partial}", b)]
+        if "rayconnect_cow" in ice:  # results from before it was measured have none
+            rows.append((f"rayconnect copy_on_write{partial}", ice["rayconnect_cow"]))
+        rows.append((f"rayconnect defaults (merge_on_read), {ice['events']:,} events", r))
         lines += [
             f"### Iceberg: {ice['events']:,} change events (70% updates, 20% inserts, 10% "
             f"deletes) into a {ice['keys']:,}-key Iceberg table, {ice['partitions']} partitions",
             "",
             "| contender | events/s (ready -> last commit) | events/s from start() | "
-            "x baseline | commits | table = final state |",
+            "x baseline | commits | table = state after its events |",
             "|---|---|---|---|---|---|",
-            f"| baseline (one process, DELETE + APPEND per 50k) | {b['events_per_s']:,.0f} | "
-            f"| 1.00 | {b['merges']} | {b['check']['equals_final_state']} |",
-            f"| rayconnect defaults | {r['events_per_s']:,.0f} | "
-            f"{r['events_per_s_from_start']:,.0f} | "
-            f"{r['events_per_s'] / b['events_per_s']:.2f} | {r['rounds_committed']} | "
-            f"{r['check']['equals_final_state']} |",
-            "",
         ]
+        for name, c in rows:
+            lines.append(
+                f"| {name} | {c['events_per_s']:,.0f} | "
+                f"{_fmt(c.get('events_per_s_from_start'))} | "
+                f"{c['events_per_s'] / b['events_per_s']:.2f} | "
+                f"{c.get('rounds_committed', c.get('merges'))} | "
+                f"{c['check']['equals_final_state']} |"
+            )
+        ok = r["events_per_s"] >= 50_000 and r["events_per_s"] >= 5 * b["events_per_s"]
+        lines += ["", f"Target (>= 50k events/s and >= 5x the baseline): "
+                  f"{'met' if ok else 'NOT met'}.", ""]  # fmt: skip
+    d = res.get("delta_mor")
+    if d:
+        load = d["load"]
+        lines += [
+            f"### Delta: {d['events']:,} change events (70% updates, 20% inserts, 10% deletes) "
+            f"into a {d['keys']:,}-key Delta table, {d['partitions']} partitions",
+            "",
+            f"Loaded by a copy-on-write upsert pipeline ({_settings(RC_LOAD)}): "
+            f"{d['load_s']:.0f} s, {load['events_per_s']:,.0f} keys/s from ready "
+            f"({load['rounds_committed']} versions, {d['table_mb_before']:.0f} MB).",
+            "",
+            "| contender | events/s (ready -> last commit) | events/s from start() | "
+            "x defaults | versions | round s (median/max) | peak PSS MB | table = final state |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        base = d["rayconnect_defaults"]["events_per_s"]
+        for name, label in (("defaults", "defaults (copy_on_write)"),
+                            ("mor", 'upsert_mode="merge_on_read" (deletion vectors)')):  # fmt: skip
+            c = d[f"rayconnect_{name}"]
+            lines.append(
+                f"| rayconnect {label} | {c['events_per_s']:,.0f} | "
+                f"{c['events_per_s_from_start']:,.0f} | {c['events_per_s'] / base:.2f} | "
+                f"{c['rounds_committed']} | {_fmt(c.get('round_s_median'), '.1f')}/"
+                f"{_fmt(c.get('round_s_max'), '.1f')} | "
+                f"{_fmt(c.get('memory', {}).get('peak_pss_mb'))} | "
+                f"{c['check']['equals_final_state']} |"
+            )
+        ok = d["rayconnect_mor"]["events_per_s"] >= 50_000
+        lines += ["", f"Target (merge-on-read >= 50k events/s): {'met' if ok else 'NOT met'}.", ""]
     rounds = res.get("round")
     if rounds:
         lines += [
@@ -634,6 +772,14 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _settings(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def _fmt(x: float | None, spec: str = ",.0f") -> str:
+    return "" if x is None else format(x, spec)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=1_000_000)
@@ -644,7 +790,15 @@ def main() -> None:
     ap.add_argument("--file-rows", type=int, default=250_000)
     ap.add_argument("--repeats", type=int, default=2, help="round: runs of each, the fastest")
     ap.add_argument("--iceberg-events", type=int, default=100_000)
-    ap.add_argument("--only", default="stream,round", help="stream,round,iceberg")
+    ap.add_argument(
+        "--slow-events", type=int, default=200_000,
+        help="iceberg: the baseline and copy-on-write consume only the first N events",
+    )  # fmt: skip
+    ap.add_argument("--delta-keys", type=int, default=10_000_000)
+    ap.add_argument("--min-available-gib", type=float, default=5.0,
+                    help="stop the run when less of the machine's memory is left")  # fmt: skip
+    ap.add_argument("--only", default="stream,round", help="stream,round,iceberg,delta-mor")
+    ap.add_argument("--name", help="results file name (default: the scenarios run)")
     ap.add_argument("--markdown", help="only print the table of a results .json")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args()
@@ -656,27 +810,30 @@ def main() -> None:
     res: dict[str, Any] = {"at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     res["load_before"] = os.getloadavg()
     work = tempfile.mkdtemp(prefix="rc-upsert-bench-")
+    guard = _memory_guard(a.min_available_gib).__enter__()
     try:
         if "stream" in only:
             res["stream"] = run_stream(a, work)
             for name, settings in RC_SETTINGS.items():
                 res["stream"][f"rayconnect_{name}"]["settings_shown"] = (
-                    "(" + ", ".join(f"{k}={v}" for k, v in settings.items()) + ")"
-                    if settings
-                    else ""
+                    f"({_settings(settings)})" if settings else ""
                 )
         if "round" in only:
             res["round"] = run_round(a, work)
         if "iceberg" in only:
             res["iceberg"] = run_iceberg(a, work)
+        if "delta-mor" in only:
+            res["delta_mor"] = run_delta_mor(a, work)
     finally:
+        guard.__exit__()
         shutil.rmtree(work, ignore_errors=True)
+    res["machine_used_gib_peak"] = guard.peak / 2**30
     res["load_after"] = os.getloadavg()
     table = markdown(res)
     print(table)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = "-".join(only)
+    stamp = a.name or "-".join(only)
     (out / f"{stamp}.json").write_text(json.dumps(res, indent=1, default=str))
     (out / f"{stamp}.md").write_text(
         f"Run {res['at']}, load average before/after {res['load_before'][0]:.0f}/"
