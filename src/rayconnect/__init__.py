@@ -18,6 +18,7 @@ _EXPORTS = {
     "PipelineError": "rayconnect.errors",
     "PipelineNotFoundError": "rayconnect.errors",
     "PipelineAlreadyRunningError": "rayconnect.errors",
+    "TableRecoveryError": "rayconnect.errors",
     "RayUnavailableError": "rayconnect.errors",
     "PipelineStatus": "rayconnect.protocol.status",
     "TableStatus": "rayconnect.protocol.status",

@@ -37,6 +37,13 @@ class PipelineAlreadyRunningError(PipelineError):
     """A pipeline of that name runs already: starting it again would make a second copy."""
 
 
+class TableRecoveryError(PipelineError):
+    """A starting pipeline's coordinator could not open its table and read the committed
+    offsets (the first recovery failed: a folder it may not write, a table whose schema or
+    location conflicts with the sink's): ``start()`` ends with it at once, the message being
+    the table's error, and leaves no actor behind."""
+
+
 class DiscoveryError(RayconnectError, RuntimeError):
     """A Kafka cluster cannot be reached, or a subscribed topic does not exist."""
 

@@ -47,6 +47,7 @@ import ray
 
 from rayconnect.actors import directory, names
 from rayconnect.config.sink import SinkPipelineConfig
+from rayconnect.errors import TableRecoveryError
 from rayconnect.metrics import SinkMetrics
 from rayconnect.protocol.commit_outcome import CommitOutcome, FailedCommit, judge, late_line
 from rayconnect.protocol.coordinator import Coordinator
@@ -140,6 +141,7 @@ class CoordinatorActor:
         self.last_failed_commit: CommitOutcome | None = None
         self._metrics = SinkMetrics(config.name)  # dashboard metrics (rayconnect.metrics)
         self._recovered = asyncio.Event()
+        self._recovery_failed = asyncio.Event()  # a claim failed (``_error`` says how)
         self._stopped = asyncio.Event()  # the machine's Stopped: a stop asked for is done
         self._error: str | None = None
         self.gave_up: str | None = None  # the housekeeping's StopRounds
@@ -192,6 +194,7 @@ class CoordinatorActor:
                 return epoch, offsets
             except Exception as e:
                 self._error = f"recovery failed: {type(e).__name__}: {e}"
+                self._recovery_failed.set()  # a start() waiting in ready(fail_fast) ends now
                 self._store(self._error)
                 log.warning("coordinator %s: %s", self.config.name, self._error)
                 await asyncio.sleep(1.0)
@@ -285,13 +288,30 @@ class CoordinatorActor:
         ``reason``, or reachable again (``reason`` None)."""
         self._do(self.housekeeping.failing(what, reason, time.time(), since))
 
-    async def ready(self, timeout_s: float = 120.0) -> bool:
-        """Wait until the coordinator claimed its epoch and sent the first START."""
+    async def ready(self, timeout_s: float = 120.0, *, fail_fast: bool = False) -> bool:
+        """Wait until the coordinator claimed its epoch and sent the first START.
+
+        ``fail_fast`` (``start()``): a failed recovery raises ``TableRecoveryError`` with the
+        table's error at once, instead of being retried until ``timeout_s`` (a restarted
+        coordinator retries for ever: its store may be coming back; a starting pipeline's
+        store was checked a moment ago, so its table's error is the answer)."""
+        waits = [asyncio.ensure_future(self._recovered.wait())]
+        if fail_fast:
+            waits.append(asyncio.ensure_future(self._recovery_failed.wait()))
         try:
-            await asyncio.wait_for(self._recovered.wait(), timeout_s)
-        except TimeoutError:
-            raise RuntimeError(f"coordinator not ready in {timeout_s} s: {self._error}") from None
-        return True
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        if self._recovered.is_set():
+            return True
+        if fail_fast and self._recovery_failed.is_set():
+            why = (self._error or "").removeprefix("recovery failed: ")
+            raise TableRecoveryError(
+                f"pipeline {self.config.name!r} cannot start: recovering its table "
+                f"{self.config.sink.path} failed: {why}"
+            )
+        raise RuntimeError(f"coordinator not ready in {timeout_s} s: {self._error}")
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -502,9 +522,7 @@ class CoordinatorActor:
         while self.gave_up is None:
             try:
                 offsets, epoch, version = await asyncio.to_thread(self._read_table)
-                self.committer.check_reloaded(
-                    self.machine.offsets, offsets, self.machine.resetting
-                )
+                self.committer.check_reloaded(self.machine.offsets, offsets, self.machine.resetting)
                 break
             except TableBrokenError as e:
                 await self._stop_broken(f"{type(e).__name__}: {e}")

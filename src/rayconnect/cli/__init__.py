@@ -26,7 +26,8 @@ Exit codes (for an error, from its type alone: ``rayconnect.cli.exit_codes.exit_
   1  the work ran but failed: the demo's table does not match what was produced; the last
      round of a stop could not be committed
   2  bad usage or configuration: bad arguments, an invalid pipeline file (the message names
-     file, line and field), a missing topic or an unreachable Kafka cluster
+     file, line and field), a missing topic or an unreachable Kafka cluster, a table location
+     that cannot be written (checked before start), a table the coordinator cannot recover
   3  a missing requirement: Java 17 (JavaNotFoundError), or no Ray cluster to connect to
      (RayUnavailableError)
   4  no pipeline of that name is running (status, stop: PipelineNotFoundError), or it

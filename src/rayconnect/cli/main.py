@@ -11,6 +11,7 @@ from rayconnect.cli.exit_codes import (
     EXIT_OK,
     EXIT_REQUIREMENT,
     EXIT_USAGE,
+    exit_code,
 )
 
 
@@ -263,7 +264,7 @@ def _demo(args: argparse.Namespace) -> int:
     """The demo the arguments ask for; its exit code."""
     from rayconnect.demo.local_postgres import PostgresNotInstalledError
     from rayconnect.demo.sink import DemoError, run_demo
-    from rayconnect.errors import JavaNotFoundError
+    from rayconnect.errors import JavaNotFoundError, RayconnectError
 
     if args.source and args.table is not None:
         build_parser().error("--table is for the sink demo, not with --source")
@@ -292,6 +293,9 @@ def _demo(args: argparse.Namespace) -> int:
     except (DemoError, PostgresNotInstalledError) as e:
         print(f"rayconnect: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except RayconnectError as e:  # e.g. --table where nothing can be written: one line
+        print(f"rayconnect: {e}", file=sys.stderr)
+        return exit_code(e)
     return EXIT_OK if result.ok else EXIT_FAILED
 
 

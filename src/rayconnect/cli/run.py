@@ -154,7 +154,7 @@ def run_command(args) -> int:
     from rayconnect.config.sink import SinkPipelineConfig
     from rayconnect.config.source import SourcePipelineConfig
     from rayconnect.errors import ConfigError
-    from rayconnect.pipelines.sink import SinkPipeline
+    from rayconnect.pipelines.sink import SinkPipeline, check_sink
 
     err = _err
     try:
@@ -211,6 +211,7 @@ def run_command(args) -> int:
         print(f"starting pipeline {config.name!r} from {args.file} ...", flush=True)
         started = time.monotonic()
         try:
+            check_sink(config.sink)  # before Ray starts; start() checks again (milliseconds)
             check_ray(args.address)
             ensure_ray(args.address, own_session=True)
             handle = SinkPipeline.from_config(config).start(address=args.address)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from rayconnect.aio import run_sync
 from rayconnect.config.placement import Placement
 from rayconnect.config.sink import (
     DEFAULT_PARTITIONS_PER_HOST,
+    DeltaSink,
     IcebergSink,
     KafkaSource,
     SinkPipelineConfig,
@@ -32,6 +34,7 @@ from rayconnect.errors import (
     ConfigError,
     PipelineAlreadyRunningError,
     PipelineNotFoundError,
+    TableRecoveryError,
     no_such,
 )
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
@@ -199,9 +202,14 @@ class SinkPipeline:
         ).remote(cfg)
         handle = PipelineHandle(cfg.name)
         try:
-            ray.get(coordinator.ready.remote(), timeout=timeout_s)
-        except Exception:
+            # fail_fast: a table that cannot be recovered ends start() at once (the
+            # coordinator would retry it until the timeout)
+            ray.get(coordinator.ready.remote(fail_fast=True), timeout=timeout_s)
+        except Exception as e:
             handle.stop(commit=False)  # no reader, host or writer left behind
+            cause = getattr(e, "cause", None)  # a RayTaskError carries the actor's error
+            if isinstance(cause, TableRecoveryError):
+                raise TableRecoveryError(str(cause)) from None  # one line, no traceback
             raise
         phases.done("coordinator (table recovered)")
         handle.wait_for(lambda s: s["readers_ready"], timeout_s=timeout_s, poll_s=0.2)
@@ -256,17 +264,58 @@ class StartupPhases:
 
 
 def check_sink(sink: TableSink) -> None:
-    """The table's store answers, takes the credentials and has the bucket - or a
-    ConfigError naming the setting, before any actor starts."""
-    from rayconnect.storage.check import check_table_store
+    """Before any actor starts, the table's location can be written - a local folder
+    (``storage.check.check_local_folder``: a folder, writable, a probe file made and
+    removed), an object store's endpoint, credentials and bucket (``check_table_store``) -
+    and an Iceberg sink's catalog opens (its sqlite folder writable first); else a
+    ConfigError naming the setting. Route tables live under the sink's path or warehouse:
+    the root's check covers them. No table is created."""
+    from rayconnect.storage.check import check_local_folder, check_table_store
     from rayconnect.storage.location import StorageError
 
+    location = sink.location()
     try:
-        check_table_store(sink.location())
+        if location.is_local:
+            check_local_folder(location.uri, _location_setting(sink))
+        else:
+            check_table_store(location)
     except StorageError as e:
-        raise ConfigError(f"sink {sink.path}: {e}") from None
+        raise ConfigError(str(e) if location.is_local else f"sink {sink.path}: {e}") from None
     if isinstance(sink, IcebergSink):
+        try:
+            for folder, setting in _catalog_folders(sink):
+                check_local_folder(folder, setting)
+        except StorageError as e:
+            raise ConfigError(str(e)) from None
         check_catalog(sink)
+
+
+def _location_setting(sink: TableSink) -> str:
+    """The setting that says where the table's files go (as ``location()`` picks it)."""
+    if isinstance(sink, DeltaSink):
+        return "sink.path"
+    if sink.table_location:
+        return "sink.table_location"
+    if sink.warehouse:
+        return "sink.warehouse"
+    return "sink.rest_catalog.warehouse" if sink.rest_catalog else "sink.catalog.warehouse"
+
+
+def _catalog_folders(sink: IcebergSink) -> list[tuple[str, str]]:
+    """The local folders an SQL catalog on sqlite keeps its file in, with their setting:
+    the embedded catalog's warehouse, or a ``sink.catalog`` uri ``sqlite:///...``."""
+    from rayconnect.storage.location import TableLocation
+
+    if sink.rest_catalog is not None:
+        return []
+    if not sink.catalog:
+        warehouse = TableLocation.parse(sink.warehouse)
+        return [(warehouse.uri, "sink.warehouse")] if warehouse.is_local else []
+    uri = sink.catalog.get("uri", "")
+    database = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else ":memory:"
+    if database == ":memory:":
+        return []
+    return [(os.path.dirname(database) or ".", "sink.catalog.uri")]
 
 
 def check_catalog(sink: IcebergSink) -> None:
