@@ -4,6 +4,8 @@ one-process baseline, and the cost of one round by table size and files touched.
     .venv/bin/python bench/upsert_throughput.py [--keys 1000000] [--events 2000000]
                                                 [--round-rows 1000000,10000000] [--only stream,round]
     .venv/bin/python bench/upsert_throughput.py --only iceberg [--iceberg-events 100000]
+                                                [--slow-events 200000]
+    .venv/bin/python bench/upsert_throughput.py --only delta-mor [--delta-keys 10000000]
 
 **stream**: a table of ``--keys`` keys (loaded by a rayconnect upsert pipeline from a topic of
 inserts, not measured), then ``--events`` change events - 70% updates of a live key, 20%
@@ -18,9 +20,10 @@ contender upserts them into its own copy of the loaded table, back to back in on
 - rayconnect with its defaults, and tuned (``commit_interval_s=30``,
   ``commit_when_caught_up``): fewer, larger rounds, each one MERGE.
 
-events/s = events / (commit time of the last version - pipeline ready); the rate from
-``start()`` (start-up included) beside it. Every table is checked at the end: its keys and
-row count equal the stream's final state.
+events/s = events / (commit time of the last version - pipeline ready, ``start()``
+returned); the rate from ``start()`` called (start-up included) beside it. Every table is
+checked at the end (read with what applies deletes: delta-rs ``QueryBuilder``, pyiceberg
+``scan``): its keys and their versions equal the stream's final state.
 
 **round**: one round of 100k changes (same mix) merged (``write_modes.delta_merge.merge_round``,
 what the committer runs) into tables of ``--round-rows`` rows written in files of
@@ -29,12 +32,23 @@ range: few files) or random (every file): seconds and delta-rs's files/rows rewr
 
 **iceberg**: the same stream (``--iceberg-events`` changes, default 100k) into a ``--keys``-key
 Iceberg table (embedded SQL catalog, local warehouse), the table loaded by a rayconnect upsert
-pipeline (not measured) and copied for the baseline. Contenders, back to back: the baseline
-(``baseline-iceberg`` sub-command: aiokafka -> fold -> one pyiceberg transaction per 50k events
-or 5 s: ``write_modes.iceberg_upsert.upsert_round`` - the key's DELETE + APPEND - plus the
-batch's offsets as a table property) and rayconnect with its defaults.
+pipeline (not measured) and copied for the other contenders. Contenders, back to back: the
+baseline (``baseline-iceberg`` sub-command: aiokafka -> fold -> one pyiceberg transaction per
+50k events or 5 s: ``write_modes.iceberg_upsert.upsert_round`` - the key's DELETE + APPEND -
+plus the batch's offsets as a table property), rayconnect with ``upsert_mode="copy_on_write"``
+and rayconnect with its defaults (merge-on-read). The two slow ones (a few k events/s) consume
+only the first ``--slow-events`` (200k) changes (a topic of their own holding them) and are
+checked against the state after those; rayconnect's defaults take the whole stream.
 
-Prints a markdown table and writes it to ``bench/results/upsert/`` (``.md`` and ``.json``).
+**delta-mor**: the same stream (``--events``) into a ``--delta-keys``-key (10M) Delta table,
+loaded by a copy-on-write upsert pipeline (timed) and copied for each contender: rayconnect's
+defaults (copy-on-write) and ``upsert_mode="merge_on_read"`` (deletion vectors).
+
+Every scenario stops (KeyboardInterrupt) when less than ``--min-available-gib`` (5) of the
+machine's memory is left.
+
+Prints a markdown table and writes it to ``bench/results/upsert/`` (``.md`` and ``.json``,
+named after the scenarios run, or ``--name``).
 """
 
 from __future__ import annotations
@@ -825,8 +839,11 @@ def main() -> None:
         if "delta-mor" in only:
             res["delta_mor"] = run_delta_mor(a, work)
     finally:
+        from common import cleanup_private_tmp
+
         guard.__exit__()
         shutil.rmtree(work, ignore_errors=True)
+        cleanup_private_tmp()  # this run's /tmp/rcb<pid> (its Ray sessions are gone already)
     res["machine_used_gib_peak"] = guard.peak / 2**30
     res["load_after"] = os.getloadavg()
     table = markdown(res)
