@@ -235,7 +235,7 @@ class DeltaSink(msgspec.Struct, frozen=True, tag="delta"):
     #: (``write_modes.key_index``; ~17 bytes a row in the coordinator's memory) for tables
     #: of up to this many rows, so a round's cost follows its changes; a larger table (or 0)
     #: reads its files' key columns every round
-    key_index_rows: int = 100_000_000
+    key_index_rows: int = 64_000_000
     #: upsert with ``source.envelope: debezium``: a truncate event (``op: t``) ``apply``:
     #: empties the table at its place in the round (docs/guides/upserts.md#truncate);
     #: ``dead_letter``: a dead letter, the table keeps its rows
@@ -342,7 +342,7 @@ class IcebergSink(msgspec.Struct, frozen=True, tag="iceberg"):
     #: (``write_modes.key_index``; ~17 bytes a row in the coordinator's memory) for tables
     #: of up to this many rows, so a round's cost follows its changes; a larger table (or 0)
     #: reads its files' key columns every round
-    key_index_rows: int = 100_000_000
+    key_index_rows: int = 64_000_000
     #: merge-on-read: how upkeep folds the deletes into the data files (docs/guides/upkeep.md)
     fold_deletes: FoldDeletes = FoldDeletes()
     #: upsert with ``source.envelope: debezium``: a truncate event (``op: t``) ``apply``:

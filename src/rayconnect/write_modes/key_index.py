@@ -112,7 +112,13 @@ class KeyIndex:
 
     @property
     def ready(self) -> bool:
+        """Installed: rounds look their keys up in it."""
         return self._built
+
+    @property
+    def building(self) -> bool:
+        """The first build runs in its thread (the round after it ends installs it)."""
+        return self._build is not None and not self._build.done()
 
     def sync(self, live: Sequence[LiveFile], read_columns: ReadColumns) -> bool:
         """Bring the index in line with ``live``: files gone are dead, new files read.
