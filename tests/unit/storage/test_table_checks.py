@@ -7,7 +7,6 @@ test_s3_tables.py, tables/test_iceberg_rest.py)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -80,16 +79,6 @@ def test_an_immutable_folder_is_refused_even_for_root(immutable_folder: Path) ->
     assert str(immutable_folder) in message
     # the table folder itself, existing and immutable
     assert "cannot be written" in refused(rc.DeltaSink(str(immutable_folder)))
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in a 0555 folder anyway")
-def test_a_read_only_folder_is_refused(tmp_path: Path) -> None:
-    folder = tmp_path / "read-only"
-    folder.mkdir(mode=0o555)
-    try:
-        assert "is not writable by this process" in refused(rc.DeltaSink(str(folder / "t")))
-    finally:
-        folder.chmod(0o755)
 
 
 def test_iceberg_settings_are_named(tmp_path: Path, immutable_folder: Path) -> None:
