@@ -239,9 +239,11 @@ class KeyIndex:
             idx = starts + offsets
             idx = idx[run.alive[idx] & self._file_alive[run.files[idx]]]
             entries.append((run, idx))
-            files = run.files[idx]
-            for file_id in np.unique(files):
-                by_file.setdefault(int(file_id), []).append(run.positions[idx[files == file_id]])
+            order = np.argsort(run.files[idx], kind="stable")  # grouped by file, one pass
+            files, positions = run.files[idx][order], run.positions[idx][order]
+            ids, starts = np.unique(files, return_index=True)
+            for file_id, part in zip(ids, np.split(positions, starts[1:]), strict=True):
+                by_file.setdefault(int(file_id), []).append(part)
         live_by_path = {f.path: f for f in live}
         deletes = tuple(
             FileDeletes(
