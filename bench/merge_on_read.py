@@ -904,7 +904,7 @@ def round_markdown(res: dict[str, Any], rounds: list[dict[str, Any]]) -> list[st
             index = "off"
         elif r.get("index_rows") is not None and not r.get("index_usable", True):
             index += " (gave up)"
-        after = r.get("build_wait_s")
+        after = r.get("build_wait_s") if r["mode"] == "merge_on_read" else None
         first = f"{r['build_s']:.2f}" + (f" ({after:.1f})" if after is not None else "")
         lines.append(
             f"{head}| {first} | **{r['round_s']:.2f}** | {each} | {index} | "
