@@ -238,6 +238,8 @@ class KeyIndex:
             offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
             idx = starts + offsets
             idx = idx[run.alive[idx] & self._file_alive[run.files[idx]]]
+            if not len(idx):  # every match deleted already, or in a file gone
+                continue
             entries.append((run, idx))
             order = np.argsort(run.files[idx], kind="stable")  # grouped by file, one pass
             files, positions = run.files[idx][order], run.positions[idx][order]

@@ -78,6 +78,19 @@ def test_the_first_build_runs_beside_the_rounds_which_search_without_it_meanwhil
     assert {d.file.path: d.positions.tolist() for d in deletes} == {"a": [2], "b": [0]}
 
 
+def test_keys_whose_rows_are_all_deleted_or_gone_find_nothing() -> None:
+    table, index = Table(), KeyIndex("id", max_rows=1_000, background=False)
+    table.add("a", [1, 2])
+    table.add("b", [3])
+    assert index.sync(table.live(), table.read_columns)
+    _, found = index.find(pa.array([1]), table.live())
+    index.forget(found)  # the round that deleted key 1's row landed
+    del table.files["b"]  # and file b was compacted away
+    assert index.sync(table.live(), table.read_columns)
+    deletes, found = index.find(pa.array([1, 3]), table.live())
+    assert deletes == () and found.entries == ()
+
+
 def test_each_file_is_read_once() -> None:
     table, index = Table(), KeyIndex("id", max_rows=1_000, background=False)
     table.add("a", [1, 2, 3])
