@@ -3,11 +3,11 @@ round's cost follows its changes, not the table.
 
 Without it a round reads the key column of every live file whose statistics may hold one of
 its keys - and when keys are spread at random (an update of any row of a busy database
-table), every file holds some: the search costs the table (bench/results/merge-on-read:
-~2.2 s a round at 50M rows, ~45 ns a table row). Data files never change once written, so
-the key column of each is read once, when it first appears among the live files, and kept
-as sorted runs of (key, file, row position) - 17 bytes a row with its alive flag. A
-round's lookup is a binary search of its keys in each run.
+table), every file holds some: the search costs the table (bench/results/merge-on-read).
+Data files never change once written, so the key column of each is read once, when it first
+appears among the live files, and kept as sorted runs of (key, file, row position) - 17
+bytes a row with its alive flag. A round's lookup is a binary search of its keys in each
+run.
 
 - **Built in the background.** The first index of a table (at the pipeline's start, after a
   coordinator restart) reads every file's key column and sorts them in a thread of its own;
