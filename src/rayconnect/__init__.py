@@ -55,6 +55,9 @@ _EXPORTS = {
     "DeltaTableSource": "rayconnect.source_tasks",
     "PostgresSource": "rayconnect.source_tasks",
     "GeneratorSource": "rayconnect.source_tasks",
+    "Mirror": "rayconnect.pipelines.mirror",
+    "MirrorHandle": "rayconnect.pipelines.mirror",
+    "MirrorConfig": "rayconnect.config.mirror",
 }
 
 __all__ = sorted(_EXPORTS)

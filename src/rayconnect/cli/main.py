@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tables", type=_positive, default=8, help="--database: shop tables, 1-20 (default 8)"
     )
     _add_pipeline_commands(sub)
+    _add_mirror_command(sub)
     return parser
 
 
@@ -230,9 +231,10 @@ def _add_pipeline_commands(sub) -> None:
         dest="release",
         action="store_true",
         help=(
-            "a source pipeline deleted for good: once its tasks stopped, free what its source "
-            "keeps for it (a postgres source drops its replication slot, so Postgres stops "
-            "keeping WAL for it; a later run snapshots again)"
+            "a source pipeline (or mirror) deleted for good: once its tasks stopped, free what "
+            "its source keeps for it (a postgres source drops its replication slot, so Postgres "
+            "stops keeping WAL for it, and a mirror's own publication; a later run snapshots "
+            "again)"
         ),
     )
     stop.add_argument(
@@ -240,6 +242,65 @@ def _add_pipeline_commands(sub) -> None:
         type=_interval,
         default=120.0,
         help="seconds to wait for the last round (default 120)",
+    )
+
+
+def _add_mirror_command(sub) -> None:
+    mirror = sub.add_parser(
+        "mirror",
+        help="mirror a PostgreSQL database into Delta/Iceberg tables, one table per table",
+        description=(
+            "Runs the Postgres source pipeline (snapshot, then the WAL, exactly once into one "
+            "topic per table) and ONE sink pipeline upserting each topic into its own table "
+            "under --to, as one mirror: lag per table live, Ctrl-C stops both (the sink once "
+            "it read everything). Without --kafka an embedded broker runs for the command's "
+            "lifetime. The password comes from an environment variable (--password-env, or "
+            "PGPASSWORD), never from the URL. `rayconnect status NAME` / `stop NAME` treat the "
+            "two pipelines as one; `stop NAME --drop-slot` when the mirror is deleted for "
+            "good. The same as a file: kind: mirror (rayconnect run FILE)."
+        ),
+    )
+    mirror.add_argument(
+        "database", metavar="URL", help="postgresql://USER@HOST:PORT/DATABASE (no password)"
+    )
+    mirror.add_argument(
+        "--to",
+        required=True,
+        help="where the tables go: a folder or s3://... (Delta), or "
+        "with --format iceberg the embedded catalog's warehouse folder",
+    )
+    mirror.add_argument(
+        "--name", default=None, help="the mirror's name (default: <database>-mirror)"
+    )
+    mirror.add_argument("--format", choices=("delta", "iceberg"), default="delta")
+    mirror.add_argument(
+        "--tables",
+        default=None,
+        help="comma-separated tables (default: every table of schema public at start)",
+    )
+    mirror.add_argument(
+        "--kafka", default=None, help="Kafka bootstrap servers (default: an embedded broker)"
+    )
+    mirror.add_argument("--topic-prefix", default=None, help="default: the mirror's name")
+    mirror.add_argument(
+        "--password-env",
+        default=None,
+        help="environment variable with the password (default: libpq's own: PGPASSWORD, ~/.pgpass)",
+    )
+    mirror.add_argument("--slot", default=None, help="replication slot (default: from the name)")
+    mirror.add_argument(
+        "--publication",
+        default=None,
+        help="an existing publication to capture (kept on "
+        "--drop-slot; default: the mirror's own, made for the tables)",
+    )
+    mirror.add_argument(
+        "--partitions", type=_positive, default=None, help="partitions per topic (default 2)"
+    )
+    _address(mirror)
+    mirror.add_argument("--detach", action="store_true", help="return once it runs (needs --kafka)")
+    mirror.add_argument(
+        "--interval", type=_interval, default=2.0, help="seconds between lag blocks (default 2)"
     )
 
 
@@ -307,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         from rayconnect.cli.run import run_command
 
         return run_command(args)
+    if args.command == "mirror":
+        from rayconnect.cli.mirror import mirror_command
+
+        return mirror_command(args)
     if args.command in ("list", "status", "stop"):
         from rayconnect.cli import status
 

@@ -43,6 +43,14 @@ for any SourceTask subclass, imported when the file is read::
     transaction_boundary: poll      # poll | interval | connector
     exactly_once: required          # requested | required
 
+A database mirror (``kind: mirror``, ``rayconnect.config.mirror.MirrorConfig``) is the two
+pipelines of a Postgres database mirrored into lake tables, as one file::
+
+    kind: mirror
+    name: shop-mirror
+    database: postgresql://cdc@db:5432/shop   # password: password_env / PGPASSWORD
+    to: /data/lake/shop                        # a Delta table per Postgres table
+
 Rules:
 
 - Every error is a ``PipelineFileError`` (a ``ConfigError``) naming the file, the line, the path
@@ -71,16 +79,21 @@ from typing import Any
 import msgspec
 import yaml
 
+from rayconnect.config.mirror import MirrorConfig
 from rayconnect.config.sink import SinkPipelineConfig
 from rayconnect.config.source import SourcePipelineConfig
 from rayconnect.errors import ConfigError
 
 __all__ = ["KINDS", "PipelineFileError", "load_pipeline_file", "loads_pipeline"]
 
-PipelineConfig = SinkPipelineConfig | SourcePipelineConfig
+PipelineConfig = SinkPipelineConfig | SourcePipelineConfig | MirrorConfig
 
 # kind -> config type
-KINDS: dict[str, type] = {"sink": SinkPipelineConfig, "source": SourcePipelineConfig}
+KINDS: dict[str, type] = {
+    "sink": SinkPipelineConfig,
+    "source": SourcePipelineConfig,
+    "mirror": MirrorConfig,
+}
 
 
 class PipelineFileError(ConfigError):
@@ -427,7 +440,8 @@ def _literal_choices(message: str, tp: Any, segments: list[Any]) -> str:
 
 def loads_pipeline(text: str, file: str = "<string>", env: Mapping[str, str] | None = None) -> Any:
     """Decode a pipeline file's text into its config type (``SinkPipelineConfig`` for
-    ``kind: sink``, ``SourcePipelineConfig`` for ``kind: source``)."""
+    ``kind: sink``, ``SourcePipelineConfig`` for ``kind: source``, ``MirrorConfig`` for
+    ``kind: mirror``)."""
     env = os.environ if env is None else env
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sys
 import time
 from typing import Any
@@ -38,6 +37,7 @@ from rayconnect.cli.exit_codes import (
     EXIT_USAGE,
     exit_code,
 )
+from rayconnect.cli.stop_signals import stop_signals
 from rayconnect.errors import (
     ConfigError,
     DiscoveryError,
@@ -151,6 +151,7 @@ def _failed(error: RayconnectError, file: str) -> int:
 
 def run_command(args) -> int:
     from rayconnect.cli.pipeline_file import load_pipeline_file
+    from rayconnect.config.mirror import MirrorConfig
     from rayconnect.config.sink import SinkPipelineConfig
     from rayconnect.config.source import SourcePipelineConfig
     from rayconnect.errors import ConfigError
@@ -174,6 +175,13 @@ def run_command(args) -> int:
             return EXIT_USAGE
     if isinstance(config, SourcePipelineConfig):
         return run_source(config, args)
+    if isinstance(config, MirrorConfig):
+        from rayconnect.cli.mirror import run_mirror
+
+        if args.embedded_broker:  # a mirror without kafka: has an embedded broker already
+            err(f"{args.file}: a mirror without kafka: runs an embedded broker by itself")
+            return EXIT_USAGE
+        return run_mirror(config, args, args.file)
     if not isinstance(config, SinkPipelineConfig):
         err(f"{args.file}: kind {type(config).__name__} cannot be run by this version yet")
         return EXIT_USAGE
@@ -237,39 +245,8 @@ def _detached(name: str) -> int:
     return EXIT_OK
 
 
-#: A second stop signal this soon after the first is the same stop, not a second Ctrl-C:
-#: ``timeout(1)`` sends its one SIGTERM to the command and then to its process group, so the
-#: command gets it twice within milliseconds; a person pressing Ctrl-C again takes longer.
-SAME_STOP_WITHIN_S = 1.0
-
-
-@contextlib.contextmanager
-def _stop_signals():
-    """While inside: the first Ctrl-C/SIGTERM is recorded in the yielded list (the loop then
-    stops cleanly); a second one, ``SAME_STOP_WITHIN_S`` or more later, raises
-    KeyboardInterrupt (stop at once)."""
-    stop_requested: list[str] = []
-    first_at: list[float] = []
-
-    def on_signal(signum, _frame) -> None:
-        now = time.monotonic()
-        if stop_requested:
-            if now - first_at[0] < SAME_STOP_WITHIN_S:
-                return  # the same stop delivered twice
-            raise KeyboardInterrupt  # a second signal: stop without the last round
-        stop_requested.append(signal.Signals(signum).name)
-        first_at.append(now)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop_requested
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
 def _foreground(handle, args, producer) -> int:
-    with _stop_signals() as stop_requested:
+    with stop_signals() as stop_requested:
         return _sink_loop(handle, args, producer, stop_requested)
 
 
@@ -435,7 +412,7 @@ def run_source(config, args) -> int:
         )
         if args.detach:
             return _detached(config.name)
-        with _stop_signals() as stop_requested:
+        with stop_signals() as stop_requested:
             return source_loop(handle, args.interval, stop_requested)
     return EXIT_FAILED  # pragma: no cover - unreachable
 

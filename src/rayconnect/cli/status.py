@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from rayconnect.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, exit_code
 from rayconnect.errors import RayconnectError
+from rayconnect.pipelines.mirror import MirrorRecord, find_mirror
 from rayconnect.protocol.source_status import SourcePipelineStatus
 from rayconnect.protocol.source_status import encode as encode_source
 from rayconnect.protocol.status import PipelineStatus, WriterStatus, encode
@@ -231,26 +233,70 @@ def status_json(s: PipelineStatus | SourcePipelineStatus, pretty: bool = True) -
 
 
 def status_command(args) -> int:
-    from rayconnect.errors import PipelineNotFoundError
-
     if (code := _connect_or_exit(args.address)) is not None:
         return code
+    if (mirror := find_mirror(args.name)) is not None:  # its two pipelines as one
+        return watch(args, lambda: mirror_status_text(mirror, args))
+    return watch(args, lambda: _pipeline_status_text(args))
+
+
+def mirror_status_text(record: MirrorRecord, args) -> str | None:
+    """What ``status NAME`` prints of a mirror: both pipelines' status (``--json``: one
+    object ``{mirror, source, sink}``); None once the mirror stopped."""
+    import contextlib
+
+    if find_mirror(record.name) is None:
+        return None
+    source = sink = None  # one not answering (restarting) is shown as such
+    with contextlib.suppress(Exception):
+        source = source_pipeline_status(record.source)  # credentials masked, actors
+    with contextlib.suppress(Exception):
+        sink = pipeline_status(record.sink)
+    if args.json:
+        data = {
+            "mirror": record.name,
+            "source": None if source is None else msgspec.json.decode(status_json(source)),
+            "sink": None if sink is None else msgspec.json.decode(status_json(sink)),
+        }
+        return msgspec.json.encode(data).decode()
+    return "\n".join(
+        [
+            f"mirror {record.name}: source pipeline {record.source}, sink pipeline "
+            f"{record.sink}, {record.format} tables in {record.to}",
+            "",
+            render_status(source) if source is not None else "source: not answering",
+            "",
+            render_status(sink) if sink is not None else "sink: not answering",
+        ]
+    )
+
+
+def _pipeline_status_text(args) -> str | None:
+    """What ``status NAME`` prints of a sink or source pipeline (None: none runs)."""
+    from rayconnect.errors import PipelineNotFoundError
+
+    kind = pipeline_kind(args.name)
+    if kind is None:
+        return None
+    try:
+        s = pipeline_status(args.name) if kind == "sink" else source_pipeline_status(args.name)
+    except PipelineNotFoundError:
+        return None
+    return status_json(s, pretty=not args.watch) if args.json else render_status(s)
+
+
+def watch(args, text: Callable[[], str | None]) -> int:
+    """Print ``text()`` once, or with ``--watch`` every ``--interval`` s until Ctrl-C (the
+    screen cleared on a terminal); exit 4 once it is None (nothing of that name runs)."""
     while True:
-        kind = pipeline_kind(args.name)
-        if kind is None:
+        shown = text()
+        if shown is None:
             return _not_running(args.name)
-        try:
-            s = pipeline_status(args.name) if kind == "sink" else source_pipeline_status(args.name)
-        except PipelineNotFoundError:
-            return _not_running(args.name)
-        if args.json:
-            print(status_json(s, pretty=not args.watch), flush=True)
-        else:
-            if args.watch and sys.stdout.isatty():
-                print("\x1b[2J\x1b[H", end="")
-            print(render_status(s), flush=True)
-            if args.watch:
-                print(f"\n(every {args.interval:g} s; Ctrl-C to quit)", flush=True)
+        if args.watch and not args.json and sys.stdout.isatty():
+            print("\x1b[2J\x1b[H", end="")
+        print(shown, flush=True)
+        if args.watch and not args.json:
+            print(f"\n(every {args.interval:g} s; Ctrl-C to quit)", flush=True)
         if not args.watch:
             return EXIT_OK
         try:
@@ -340,6 +386,10 @@ def stop_command(args) -> int:
 
     if (code := _connect_or_exit(args.address)) is not None:
         return code
+    if (mirror := find_mirror(args.name)) is not None:  # its two pipelines as one
+        from rayconnect.cli.mirror import mirror_stop_command
+
+        return mirror_stop_command(mirror, args)
     if get_actor(names.coordinator(args.name)) is None and pipeline_kind(args.name) == "source":
         return _stop_source(args)
     if get_actor(names.coordinator(args.name)) is None and not pipeline_actor_names(args.name):

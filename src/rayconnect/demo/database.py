@@ -30,8 +30,8 @@ from rayconnect.protocol.source_status import SourcePipelineStatus
 from rayconnect.protocol.status import PipelineStatus
 from rayconnect.protocol.types import TopicPartition
 
-SOURCE = "shop-source"
-SINK = "shop-mirror"
+MIRROR = "shop-mirror"
+"""The mirror (``rc.Mirror``): its sink pipeline's name; the source is ``shop-mirror-source``."""
 PREFIX = "shop"
 SHOP_TABLES = (
     "customers", "products", "orders", "order_lines", "payments", "shipments", "reviews",
@@ -206,21 +206,32 @@ def _mirror(
     chaos: bool,
     catch_up_timeout_s: float,
 ) -> DatabaseDemoResult:
+    import rayconnect as rc
     from rayconnect.actors import names as actor_names
-    from rayconnect.demo.mirror_database import difference, lake_rows, mirror_sink, mirror_source
+    from rayconnect.demo.mirror_database import difference, lake_rows
 
     step = stage.step
     t = time.monotonic()
-    view.event("pipelines starting: the source task, then the sink's writer, coordinator...")
-    source = mirror_source(SOURCE, server, stage.bootstrap, db.names, PREFIX).start()
-    sink = mirror_sink(
-        SINK, stage.bootstrap, lake, PREFIX, commit_interval_s=interval_s, write_timeout_s=10
+    view.event("mirror starting: the source task, then the sink's writer, coordinator...")
+    mirror = rc.Mirror(
+        MIRROR,
+        server.url,
+        to=str(lake),
+        tables=list(db.names),
+        kafka=stage.bootstrap,
+        topic_prefix=PREFIX,
+        password_file=server.password_file,
+        commit=rc.CommitSettings(commit_interval_s=interval_s, write_timeout_s=10),
     ).start()
+    source, sink = mirror.source, mirror.sink
     step("start", t)
-    view.event(f"pipelines {SOURCE!r} and {SINK!r} running ({time.monotonic() - t:.1f} s to start)")
+    view.event(
+        f"mirror {MIRROR!r} running: pipelines {source.name!r} and {sink.name!r} "
+        f"({time.monotonic() - t:.1f} s to start)"
+    )
     kills = [
-        _Kill("source task", actor_names.task(SOURCE, 0), "sigkill", _task_pid),
-        _Kill("sink coordinator", actor_names.coordinator(SINK), "ray.kill", _sink_epoch),
+        _Kill("source task", actor_names.task(source.name, 0), "sigkill", _task_pid),
+        _Kill("sink coordinator", actor_names.coordinator(sink.name), "ray.kill", _sink_epoch),
     ]
     watch = _Watch(view, source, sink, db, kills if chaos else [])
     try:
@@ -242,8 +253,8 @@ def _mirror(
         step("catch_up", t)
         view.event("caught up" if caught_up else f"NOT caught up after {catch_up_timeout_s:g} s")
         t = time.monotonic()
-        sink.stop(commit=True, timeout_s=60)
-        source.stop(release=True)  # drops the replication slot: the database is thrown away
+        # the slot goes too: the database is thrown away
+        mirror.stop(drop_slot=True, drain_timeout_s=30, timeout_s=60)
         step("stop", t)
     finally:
         with contextlib.suppress(Exception):  # the error in flight matters more
@@ -337,6 +348,8 @@ class _Watch:
 
 
 def _summary(r: DatabaseDemoResult, lake: Path, out: TextIO) -> None:
+    from rayconnect.demo.sink import read_commands
+
     def line(label: str, text: str) -> None:
         print(f"  {label:<18} {text}", file=out)
 
@@ -346,6 +359,10 @@ def _summary(r: DatabaseDemoResult, lake: Path, out: TextIO) -> None:
         line(f"  {table}", f"{pg:,} rows in Postgres, {rows:,} in {lake / table}")
     for label, text in r.summary_lines():
         line(label, text)
+    if r.tables:
+        table = str(lake / next(iter(r.tables)))
+        for label, command in zip(("read it", ""), read_commands(table), strict=True):
+            line(label, command)
     verdict = (
         f"OK: every lake table equals SELECT * of its Postgres table ({len(r.tables)} tables)"
         if r.ok

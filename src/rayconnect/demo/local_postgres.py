@@ -76,6 +76,11 @@ class PostgresServer:
         return f"host=127.0.0.1 port={self.port} user={USER} dbname=postgres"
 
     @property
+    def url(self) -> str:
+        """The same as a ``postgresql://`` URL (what ``rayconnect mirror`` takes)."""
+        return f"postgresql://{USER}@127.0.0.1:{self.port}/postgres"
+
+    @property
     def password_file(self) -> str:
         """A file holding the superuser's password (what a task is given: Ray's workers do
         not see environment variables set in the test process after Ray started)."""

@@ -27,6 +27,8 @@ from typing import Any
 
 import psycopg2
 
+from rayconnect.config.mirror import CHANGE_FORMAT as MIRROR_CHANGE_FORMAT
+from rayconnect.config.mirror import topic_pattern
 from rayconnect.demo.local_postgres import PostgresServer
 
 Row = dict[str, Any]
@@ -301,21 +303,9 @@ def wait_mirrored(db: MirrorDatabase, lake: Lake, timeout_s: float) -> str | Non
     return problem
 
 
-#: how the mirror's sink decodes the source's records (``KafkaSource`` settings): Debezium
-#: events with inferred JSON rows, keyed by the JSON key's ``id``
-CHANGE_FORMAT: dict[str, Any] = {
-    "value_format": "json",
-    "key_format": "json",
-    "key_schema": {"id": "long"},
-    "include_key": True,
-    "envelope": "debezium",
-    "errors": "dead_letter",
-}
-
-
-def topic_pattern(prefix: str) -> str:
-    """The topics of the public schema's tables, the table's name as group 1."""
-    return rf"{prefix}\.public\.(.*)"
+#: how the mirror's sink decodes the source's records (``KafkaSource`` settings): the
+#: mirror's (``config.mirror``), keyed by the JSON key's ``id``
+CHANGE_FORMAT: dict[str, Any] = {**MIRROR_CHANGE_FORMAT, "key_schema": {"id": "long"}}
 
 
 def mirror_source(

@@ -180,11 +180,12 @@ def test_source_foreground_stops_cleanly_on_sigint(capsys):
     import os
     import signal
 
-    from rayconnect.cli.run import _stop_signals, source_loop
+    from rayconnect.cli.run import source_loop
+    from rayconnect.cli.stop_signals import stop_signals
 
     before = signal.getsignal(signal.SIGINT)
     handle = _FakeSourceHandle(lambda n: n == 3 and os.kill(os.getpid(), signal.SIGINT))
-    with _stop_signals() as stop_requested:
+    with stop_signals() as stop_requested:
         assert source_loop(handle, 0.01, stop_requested) == EXIT_OK
     assert signal.getsignal(signal.SIGINT) is before  # handlers restored
     out = capsys.readouterr().out
@@ -203,9 +204,9 @@ def test_one_signal_delivered_twice_is_one_stop_a_later_second_stops_at_once():
 
     import pytest
 
-    from rayconnect.cli.run import SAME_STOP_WITHIN_S, _stop_signals
+    from rayconnect.cli.stop_signals import SAME_STOP_WITHIN_S, stop_signals
 
-    with _stop_signals() as stop_requested:
+    with stop_signals() as stop_requested:
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)  # the handlers run

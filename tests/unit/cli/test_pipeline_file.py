@@ -9,6 +9,7 @@ import pytest
 
 import rayconnect as rc
 from rayconnect.cli.pipeline_file import PipelineFileError, load_pipeline_file, loads_pipeline
+from rayconnect.config.mirror import MirrorConfig
 from rayconnect.config.sink import SinkPipelineConfig
 from rayconnect.config.source import (
     DeltaTask,
@@ -54,7 +55,7 @@ def test_there_are_examples():
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_decodes(path):
     config = load_pipeline_file(path, env=EXAMPLE_ENV)
-    assert isinstance(config, SinkPipelineConfig | SourcePipelineConfig)
+    assert isinstance(config, SinkPipelineConfig | SourcePipelineConfig | MirrorConfig)
     assert "s3cr3t-pw" not in repr(config)
 
 
@@ -133,7 +134,7 @@ def test_iceberg_sink_decodes_and_its_errors_name_the_field():
 
 
 def test_kind_and_metadata_type():
-    assert "missing; expected one of: sink" in str(_error(GOOD.replace("kind: sink\n", "")))
+    assert "missing; expected one of: mirror, sink, source" in str(_error(GOOD.replace("kind: sink\n", "")))
     assert _error(GOOD.replace("kind: sink", "kind: sideways")).path == "$.kind"
     # type: static is the default, and may be written
     loads_pipeline(GOOD.replace("    streams:", "    type: static\n    streams:", 1), env={})
@@ -284,7 +285,9 @@ def test_source_missing_fields_and_kinds():
     assert "missing required field `target`" in str(_error(SOURCE.split("target:")[0]))
     e = _error(SOURCE.replace("  topic: numbers\n", ""))
     assert e.path == "$.task" and "missing required field `topic`" in e.message
-    assert "expected one of: sink, source" in str(_error(GOOD.replace("kind: sink", "kind: x")))
+    assert "expected one of: mirror, sink, source" in str(
+        _error(GOOD.replace("kind: sink", "kind: x"))
+    )
 
 
 def test_source_environment_interpolation_and_secrets():

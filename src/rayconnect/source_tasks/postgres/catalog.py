@@ -194,6 +194,15 @@ def drop_slot(settings: PostgresSettings, conn: Any, *, wait_s: float = 30.0) ->
     return True
 
 
+def drop_publication(settings: PostgresSettings, conn: Any) -> bool:
+    """Drop the publication (False if there was none)."""
+    pub = settings.publication_name
+    if not query(conn, "SELECT 1 FROM pg_publication WHERE pubname = %s", (pub,)):
+        return False
+    query(conn, f'DROP PUBLICATION "{pub}"')
+    return True
+
+
 def export_snapshot(settings: PostgresSettings) -> tuple[Any, int, str]:
     """A temporary slot's exported snapshot: (its replication connection - keep it open
     until the snapshot is imported -, its consistent point, the snapshot's name)."""

@@ -40,7 +40,9 @@ class PostgresSettings(msgspec.Struct, frozen=True):
         Debezium truncate event (``op: t``, no key, no row) per table in each partition of the
         table's topic (header ``rayconnect.truncate: partition``), in its place in the
         transaction; ``skip``, nothing (counted as ``truncates_skipped`` and logged):
-        Debezium's default, for readers that cannot take ``op: t``."""
+        Debezium's default, for readers that cannot take ``op: t``. ``own_publication``: the
+        publication is this pipeline's alone (a mirror's): ``release`` (``stop --drop-slot``)
+        drops it with the slot; otherwise it is kept."""
 
     dsn: str
     slot: str
@@ -60,6 +62,7 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     connect_timeout_s: PositiveInt = 10
     truncate: Literal["event", "skip"] = "event"
     offsets_out_of_range: Literal["fail", "snapshot", "latest"] = "fail"
+    own_publication: bool = False
 
     __repr__ = redacted_repr
 

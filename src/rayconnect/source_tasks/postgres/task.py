@@ -78,10 +78,14 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
 
     def drop_slot(self, wait_s: float = 30.0) -> bool:
         """Drop the replication slot (and so stop Postgres keeping WAL for it): for a
-        pipeline deleted for good. A later start snapshots again. False if there was none."""
+        pipeline deleted for good. A later start snapshots again. False if there was none.
+        The publication goes too when it is the pipeline's own (``own_publication``)."""
         conn = catalog.connect(self.settings)
         try:
-            return catalog.drop_slot(self.settings, conn, wait_s=wait_s)
+            dropped = catalog.drop_slot(self.settings, conn, wait_s=wait_s)
+            if self.settings.own_publication:
+                catalog.drop_publication(self.settings, conn)
+            return dropped
         finally:
             conn.close()
 

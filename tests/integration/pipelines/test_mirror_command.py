@@ -1,0 +1,91 @@
+"""``rc.Mirror`` and ``rayconnect status/stop NAME`` of a mirror (issue 42.1), on a real
+Postgres, a real broker, Ray and Spark: the two pipelines of a database mirror started,
+watched and stopped as one.
+
+One test, three acts (a Spark pipeline start is the cost; each act reuses what the one before
+left): the mirror on its own embedded broker, every table of schema public listed at start,
+under writes, stopped by ``rayconnect stop NAME`` - every lake table equal to ``SELECT *`` and
+the slot kept; started again on that broker given as ``kafka`` (resumes from the slot and
+the tables), more writes, ``stop NAME --drop-slot`` - equal again, slot and the mirror's
+publication gone.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+import rayconnect as rc
+from rayconnect.cli import main
+from rayconnect.demo.local_postgres import PostgresServer
+from rayconnect.demo.mirror_database import MirrorDatabase, difference
+from rayconnect.pipelines.mirror import find_mirror
+
+pytestmark = [pytest.mark.usefixtures("ray_session")]
+
+
+def _catalog(server: PostgresServer, sql: str) -> list[tuple[object, ...]]:
+    conn = psycopg2.connect(server.password_dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
+    postgres: PostgresServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = MirrorDatabase(postgres, tables=3)
+    db.create(rows_per_table=50)
+    lake = tmp_path / "lake"
+    settings = {
+        "to": str(lake),
+        "password_file": postgres.password_file,
+        "commit": rc.CommitSettings(commit_interval_s=1.0, write_timeout_s=10),
+    }
+    with pytest.raises(rc.ConfigError, match=r"tables: public.nope does not exist"):
+        rc.Mirror("pgm", postgres.url, tables=["nope"], **settings).check()
+
+    handle = rc.Mirror("pgm", postgres.url, **settings).start()  # embedded broker
+    broker = handle.broker
+    assert broker is not None
+    try:
+        db.start(changes_per_s=150)
+        handle.sink.wait_for(lambda s: s.records_committed_since_start > 0, 120, 0.5)
+        time.sleep(3)
+        db.stop()
+        assert main(["status", "pgm"]) == 0
+        out = capsys.readouterr().out
+        assert "mirror pgm: source pipeline pgm-source, sink pipeline pgm" in out, out
+        for table in db.names:
+            assert table in out, out
+
+        assert main(["stop", "pgm"]) == 0
+        out = capsys.readouterr().out
+        assert "stopped mirror pgm" in out and "slot dropped" not in out, out
+        assert find_mirror("pgm") is None
+        assert difference(db, lake) is None
+        assert _catalog(postgres, "SELECT slot_name FROM pg_replication_slots") == [("pgm",)]
+
+        # again, on the same broker given as Kafka: resumes where it stopped
+        again = rc.Mirror("pgm", postgres.url, kafka=broker.bootstrap_servers, **settings).start()
+        assert again.broker is None
+        db.start(changes_per_s=150)
+        time.sleep(4)
+        db.stop()
+        assert main(["stop", "pgm", "--drop-slot"]) == 0
+        out = capsys.readouterr().out
+        assert "replication slot dropped" in out, out
+        assert difference(db, lake) is None
+        assert _catalog(postgres, "SELECT slot_name FROM pg_replication_slots") == []
+        assert _catalog(postgres, "SELECT pubname FROM pg_publication") == []
+    finally:
+        if find_mirror("pgm") is not None:
+            rc.MirrorHandle.attach("pgm").stop(commit=False, drain_timeout_s=0)
+        broker.stop()
