@@ -247,15 +247,15 @@ class Phases:
         from pyiceberg.table import Transaction
 
         from rayconnect.tables import delta, iceberg, iceberg_row_delta
-        from rayconnect.write_modes import modes
+        from rayconnect.write_modes import modes, row_delta
 
         for cls in (iceberg.IcebergCommitter, delta.DeltaCommitter):
             self.wrap(cls, "_snapshot", "read table")
             self.wrap(cls, "_grow", "check files")
             self.wrap(cls, "live_files", "live files")
-            self.wrap(cls, "read_columns", "read key columns (sum of threads)")
             self.wrap(cls, "_discard", "discard staged")
             self.wrap(cls, "_after_commit", "after commit")
+        self.wrap(row_delta.ColumnReader, "__call__", "read key columns (sum of threads)")
         self.wrap(modes, "_fold_staged", "read staged + fold")
         self.wrap(modes, "find_deletes", "key search")
         from rayconnect.write_modes.key_index import KeyIndex
@@ -296,30 +296,6 @@ def record_format() -> Any:
     return RecordFormat(value_format="json", value_schema=VALUE_SCHEMA, upsert_keys=("id",))
 
 
-def _delta_stand_in(sink: Any, fmt: Any) -> Any:
-    """A DeltaCommitter when ``open_committer`` cannot make one (this tree:
-    ``TableCommitter.live_files``/``read_columns`` are abstract and DeltaCommitter does not
-    have them yet): the factory's arguments, the two hooks taken from
-    ``tables.delta_row_delta`` (only merge-on-read calls them)."""
-    from rayconnect.tables import delta
-    from rayconnect.tables.factory import write_mode
-
-    class DeltaStandIn(delta.DeltaCommitter):
-        def live_files(self, read: Any) -> Any:
-            from rayconnect.tables import delta_row_delta
-
-            return delta_row_delta.live_files(read, self.location, self.filesystem)
-
-        def read_columns(self, live: Any, columns: list[str]) -> pa.Table:
-            from rayconnect.tables import delta_row_delta
-
-            return delta_row_delta.read_columns(self.location, self.filesystem, live, columns)
-
-    return DeltaStandIn(
-        sink.location(), "p", record_format=fmt, apply=write_mode(fmt, sink.upsert_mode)
-    )
-
-
 @dataclass
 class Table:
     kind: str
@@ -354,13 +330,7 @@ class Table:
         else:
             sink = rc.DeltaSink(str(self.root / "table"), **common)
         self.sink = sink
-        try:
-            self.committer = open_committer(sink, "p", fmt)
-        except TypeError as exc:
-            if self.kind != "delta" or "abstract" not in str(exc):
-                raise
-            self.note = f"open_committer: {exc}; a stand-in subclass used"
-            self.committer = _delta_stand_in(sink, fmt)
+        self.committer = open_committer(sink, "p", fmt)
         self.committer.ensure_table()
         self.expected = {f"{CLUSTER}/{TOPIC}/{p}": None for p in range(PARTITIONS)}
 

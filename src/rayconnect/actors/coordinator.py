@@ -83,6 +83,7 @@ from rayconnect.tables.base import (
 )
 from rayconnect.tables.round_committer import RoundCommitter, RoundLanded
 from rayconnect.tables.sink_tables import open_round_committer
+from rayconnect.write_modes.key_search import SearchOnWriter
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,9 @@ class CoordinatorActor:
         routed = config.sink.routes is not None
         #: one table, or the tables of the routes (each committed by its own committer):
         #: the same contract either way
-        self.committer: RoundCommitter = open_round_committer(config)
+        #: merge-on-read rounds search their keys in the writer (Spark's executors once up)
+        self.key_search = SearchOnWriter(names.writer(config.name), names.NAMESPACE)
+        self.committer: RoundCommitter = open_round_committer(config, self.key_search)
         self.upkeep = open_upkeep(config.sink, config.name, config.record_format())
         # one clock for probes, upkeep and outages: the wall clock readers report outages in
         self.housekeeping = Housekeeping(
@@ -666,6 +669,7 @@ class CoordinatorActor:
             upkeep_by_table=self.housekeeping.route_upkeep_status(),
             upkeep_recent=tuple(self.upkeep_log),
             tables=self.committer.table_status(),
+            key_searches=self.key_search.counts,
         )
 
 

@@ -51,6 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import ray
 
@@ -70,6 +71,7 @@ from rayconnect.spark_bridge.executor_group import (
     reserve_executors,
 )
 from rayconnect.spark_bridge.executor_watch import ExecutorWatch
+from rayconnect.spark_bridge.key_search import search_on_spark
 from rayconnect.spark_bridge.parquet_writer import (
     RoutedWrite,
     WriteResult,
@@ -79,6 +81,7 @@ from rayconnect.spark_bridge.parquet_writer import (
 from rayconnect.spark_bridge.session import registered_executors, start_spark, stop_spark
 from rayconnect.spark_bridge.start_policy import BusyWindow
 from rayconnect.storage.location import TableLocation, as_location
+from rayconnect.write_modes.row_delta import SearchJob, search_here
 
 if TYPE_CHECKING:
     from rayconnect.tables.table_set import RouteSchemas
@@ -217,6 +220,8 @@ class WriterActor:
             "spark_writes": 0,
             "spark_jobs": 0,
             "writes_here": 0,  # writes made without Spark (before it was up, or small ones)
+            "spark_searches": 0,  # merge-on-read key searches run on Spark's executors
+            "searches_here": 0,  # ... and in this process (before Spark was up)
             "last_job_ids": [],
             "last_groups": 0,
             "last_write_s": None,
@@ -408,6 +413,21 @@ class WriterActor:
     ) -> list[list[DataFile]]:
         """``write`` for several groups at once (one Spark job); files per group, in order."""
         return list(await asyncio.gather(*(self.write(table, refs) for refs in groups)))
+
+    # -- merge-on-read key searches ---------------------------------------------------------
+
+    async def find_rows(self, job: SearchJob) -> list[np.ndarray]:
+        """A merge-on-read round's key search (``write_modes.key_search``): on Spark's
+        executors once Spark is up (the writes' rule: the load started it), else in this
+        process, off the event loop either way."""
+        if self._spark is not None and self._start_failure() is None and self._start_task_done():
+            self._stats["spark_searches"] += 1
+            return list(await self._run_in_spark_thread(search_on_spark, self._spark, job))
+        self._stats["searches_here"] += 1
+        return await asyncio.to_thread(search_here, job)
+
+    def _start_task_done(self) -> bool:
+        return self._start_task is not None and self._start_task.done()
 
     async def _drain_loop(self) -> None:
         assert self._wakeup is not None

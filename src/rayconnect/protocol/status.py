@@ -125,8 +125,23 @@ class WriterStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: why the warm-up writes failed (the table's store away while Spark started); the
     #: writer goes on and writes once the store is back
     warm_up_failed: str | None = None
+    #: merge-on-read key searches the writer ran on Spark's executors
+    spark_searches: int | None = None
+    #: ... and in its own process (Spark not up)
+    searches_here: int | None = None
     #: why the writer did not answer (it is restarting)
     error: str | None = None
+
+
+class KeySearchCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the coordinator's merge-on-read rounds searched their keys (the ones not in a
+    key index): sent to the writer, or run in the coordinator because the writer did not
+    answer (``write_modes.key_search``)."""
+
+    on_writer: int = 0
+    here: int = 0
+    #: why the last search did not run in the writer
+    last_fallback: str | None = None
 
 
 class ActorStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -226,6 +241,8 @@ class PipelineStatus(ByName, msgspec.Struct, frozen=True, kw_only=True):
     #: a sink with routes: route table -> its version, rows, last commit, offsets and lag
     #: (empty for a sink of one table)
     tables: dict[str, TableStatus] = {}
+    #: merge-on-read rounds' key searches: in the writer, or here when it did not answer
+    key_searches: KeySearchCounts = KeySearchCounts()
     # -- added by the handle, from the other actors ------------------------------------------
     #: the enumerator's report: clusters, streams, splits per reader, last error
     discovery: dict[str, Any] | None = None

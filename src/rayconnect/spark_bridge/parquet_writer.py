@@ -535,7 +535,7 @@ class _Blocks:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         n = len(self.group_of)
-        slices = max(1, min(n, _executor_cores(spark)))
+        slices = max(1, min(n, executor_cores(spark)))
         return spark.range(0, n, 1, slices).mapInArrow(fn, from_arrow_schema(out))
 
 
@@ -693,7 +693,7 @@ def _frame(
     return transformed.mapInArrow(write, from_arrow_schema(_RESULT_SCHEMA))
 
 
-def _executor_cores(spark: SparkSession) -> int:
+def executor_cores(spark: SparkSession) -> int:
     conf = spark.sparkContext.getConf()
     try:
         return int(conf.get("spark.executor.instances", "1")) * int(

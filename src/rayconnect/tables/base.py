@@ -32,7 +32,7 @@ from rayconnect.tables.round_committer import RoundLanded
 from rayconnect.write_modes.changes import NOTHING, RoundChanges
 from rayconnect.write_modes.fold import CHANGE_COLUMNS
 from rayconnect.write_modes.modes import WriteMode
-from rayconnect.write_modes.row_delta import LiveFile
+from rayconnect.write_modes.row_delta import ColumnReader, LiveFile
 
 log = logging.getLogger(__name__)
 
@@ -230,9 +230,11 @@ class TableCommitter(abc.ABC):
     def live_files(self, read: Any) -> Sequence[LiveFile]:
         """The data files the table reads at ``read`` (merge-on-read searches them)."""
 
-    @abc.abstractmethod
-    def read_columns(self, live: LiveFile, columns: list[str]) -> pa.Table:
-        """Some columns of a live file: every row, deleted ones too, in file order."""
+    @property
+    def column_reader(self) -> ColumnReader:
+        """Reads some columns of a live file: every row, deleted ones too, in file order
+        (picklable: a merge-on-read search reads where it runs)."""
+        return ColumnReader(self.filesystem)
 
     @property
     @abc.abstractmethod

@@ -65,7 +65,7 @@ from rayconnect.tables.files import STAGING_DIR, delta_stats_json
 from rayconnect.write_modes.changes import Appended, RowDelta, Upserted
 from rayconnect.write_modes.delta_merge import merge_round
 from rayconnect.write_modes.modes import APPEND, MergeOnRead, WriteMode
-from rayconnect.write_modes.row_delta import LiveFile
+from rayconnect.write_modes.row_delta import ColumnReader, LiveFile
 
 #: delta-rs refuses a vacuum retention below this (table default) unless told not to check.
 DEFAULT_MIN_RETENTION_HOURS = 168
@@ -360,12 +360,16 @@ class DeltaCommitter(TableCommitter):
     def live_files(self, read: DeltaTable) -> list[LiveFile]:
         return delta_row_delta.live_files(read, self.location, self.filesystem)
 
-    def read_columns(self, live: LiveFile, columns: list[str]) -> pa.Table:
+    @property
+    def column_reader(self) -> ColumnReader:
         """(Never through ``_table()``: that would move the read the round commits on.
         Partition columns are typed by the first schema: they never change.)"""
-        return delta_row_delta.read_columns(
-            self.location, self.filesystem, live, columns, self.schema
-        )
+        types = {
+            name: self.schema.field(name).type
+            for name in self.partition_by
+            if self.schema is not None and name in self.schema.names
+        }
+        return ColumnReader(self.filesystem, types)
 
     def _write(self, read: DeltaTable, write: VersionWrite) -> int:
         """Every partition's offset is a txn; the epoch is re-asserted (same value) in one

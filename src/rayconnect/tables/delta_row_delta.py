@@ -99,6 +99,7 @@ def _live_file(location: TableLocation, add: dict[str, Any], bounded: set[str]) 
         entry=add,
         rows=int(stats.get("numRecords") or 0),
         bounds=bounds,
+        partition_values=add.get("partitionValues") or {},
     )
 
 
@@ -166,36 +167,6 @@ def _as_json_action(add: dict[str, Any]) -> dict[str, Any]:
         out[key] = value
     out.setdefault("partitionValues", {})
     return out
-
-
-def read_columns(
-    location: TableLocation,
-    filesystem: Any,
-    live: LiveFile,
-    columns: Sequence[str],
-    schema: pa.Schema | None = None,
-) -> pa.Table:
-    """``columns`` of a live file, every physical row (deleted ones too) in file order. A
-    partition column is not in the file: it comes from the add's partition values (typed
-    by ``schema`` if given, else strings)."""
-    del location  # the LiveFile's path already is the filesystem's
-    in_file = set(pq.read_schema(live.path, filesystem=filesystem).names)
-    read = pq.read_table(
-        live.path, columns=[c for c in columns if c in in_file], filesystem=filesystem
-    )
-    values = live.entry.get("partitionValues") or {}
-    arrays = []
-    for name in columns:
-        if name in in_file:
-            arrays.append(read.column(name))
-            continue
-        if name not in values:
-            raise KeyError(f"{live.path} has no column {name!r}")
-        column = pa.array([values[name]] * live.rows, pa.string())
-        if schema is not None and name in schema.names:
-            column = column.cast(schema.field(name).type)
-        arrays.append(column)
-    return pa.table(arrays, names=list(columns))
 
 
 # -- the table feature --------------------------------------------------------------------

@@ -10,18 +10,23 @@ from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings, RouteUpkeep, UpkeepSchedule
 from rayconnect.tables.base import TableCommitter, TableUpkeep
 from rayconnect.write_modes.modes import APPEND, MergeOnRead, Upsert, WriteMode
+from rayconnect.write_modes.row_delta import Search, search_here
 
 if TYPE_CHECKING:
     from rayconnect.tables.iceberg import IcebergCommitter
 
 
 def open_committer(
-    sink: TableSink, pipeline: str, record_format: RecordFormat | None = None
+    sink: TableSink,
+    pipeline: str,
+    record_format: RecordFormat | None = None,
+    search: Search = search_here,
 ) -> TableCommitter:
     """The committer for ``sink``'s table, for pipeline ``pipeline`` (no IO yet);
-    ``record_format``: the source's decoding (None or raw: the raw table)."""
+    ``record_format``: the source's decoding (None or raw: the raw table); ``search``:
+    where a merge-on-read round's key search runs (``write_modes.key_search``)."""
     if isinstance(sink, IcebergSink):
-        return iceberg_committer(sink, pipeline, record_format)
+        return iceberg_committer(sink, pipeline, record_format, search)
     if isinstance(sink, DeltaSink):
         from rayconnect.tables.delta import DeltaCommitter
 
@@ -29,13 +34,16 @@ def open_committer(
             sink.location(),
             pipeline,
             record_format=record_format,
-            apply=write_mode(record_format, sink),
+            apply=write_mode(record_format, sink, search),
         )
     raise TypeError(f"no committer for a sink of type {type(sink).__name__}")
 
 
 def iceberg_committer(
-    sink: IcebergSink, pipeline: str, record_format: RecordFormat | None
+    sink: IcebergSink,
+    pipeline: str,
+    record_format: RecordFormat | None,
+    search: Search = search_here,
 ) -> IcebergCommitter:
     from rayconnect.tables.iceberg import IcebergCommitter
 
@@ -47,7 +55,7 @@ def iceberg_committer(
         catalog_name=sink.catalog_name,
         keep_snapshots=sink.keep_snapshots,
         record_format=record_format,
-        apply=write_mode(record_format, sink),
+        apply=write_mode(record_format, sink, search),
     )
 
 
@@ -117,13 +125,17 @@ def route_tables(sink: TableSink, pipeline: str, catalog: Any = None) -> list[st
     return sorted(names)
 
 
-def write_mode(record_format: RecordFormat | None, sink: DeltaSink | IcebergSink) -> WriteMode:
+def write_mode(
+    record_format: RecordFormat | None,
+    sink: DeltaSink | IcebergSink,
+    search: Search = search_here,
+) -> WriteMode:
     """How a round's files change the table: upserted by key if the format has keys,
     copy-on-write or merge-on-read as the sink says."""
     if record_format is None or not record_format.upsert_keys:
         return APPEND
     if sink.upsert_mode == "merge_on_read":
-        return MergeOnRead(record_format.upsert_keys, sink.key_index_rows)
+        return MergeOnRead(record_format.upsert_keys, sink.key_index_rows, search=search)
     return Upsert(record_format.upsert_keys)
 
 

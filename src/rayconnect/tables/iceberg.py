@@ -47,7 +47,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, assert_never
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyarrow import fs
 
 from rayconnect.config.rest_catalog import RestCatalog
@@ -371,9 +370,6 @@ class IcebergCommitter(TableCommitter):
         if not path.startswith(root + "/"):
             raise SchemaMismatchError(f"{uri}: a data file outside {self.location.uri}")
         return path[len(root) + 1 :]
-
-    def read_columns(self, live: LiveFile, columns: list[str]) -> pa.Table:
-        return pq.read_table(live.path, columns=columns, filesystem=self.filesystem)
 
     def _write(self, read: Any, write: VersionWrite) -> int:
         """One transaction on exactly the metadata ``read`` was read at: the offsets (each

@@ -7,10 +7,14 @@ from rayconnect.config.sink import SinkPipelineConfig
 from rayconnect.tables.factory import open_committer
 from rayconnect.tables.round_committer import RoundCommitter
 from rayconnect.tables.table_set import TableSet
+from rayconnect.write_modes.row_delta import Search, search_here
 
 
-def open_round_committer(config: SinkPipelineConfig) -> RoundCommitter:
-    """The committer of ``config``'s rounds (no IO yet)."""
+def open_round_committer(
+    config: SinkPipelineConfig, search: Search = search_here
+) -> RoundCommitter:
+    """The committer of ``config``'s rounds (no IO yet); ``search``: where merge-on-read
+    rounds search their keys (``write_modes.key_search``)."""
     if config.sink.routes is not None:
-        return TableSet(config.sink, config.name, config.route_formats())
-    return open_committer(config.sink, config.name, config.record_format())
+        return TableSet(config.sink, config.name, config.route_formats(), search)
+    return open_committer(config.sink, config.name, config.record_format(), search)

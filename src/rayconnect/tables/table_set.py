@@ -51,6 +51,7 @@ from rayconnect.tables.base import (
 )
 from rayconnect.tables.round_committer import RoundLanded, TableLanded
 from rayconnect.tables.skip_rows import without_rows_below
+from rayconnect.write_modes.row_delta import Search, search_here
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +66,19 @@ class TableSet:
     unrouted records and the epoch). Not thread-safe; one per coordinator; blocking IO."""
 
     def __init__(
-        self, sink: TableSink, pipeline: str, formats: Callable[[str], RecordFormat]
+        self,
+        sink: TableSink,
+        pipeline: str,
+        formats: Callable[[str], RecordFormat],
+        search: Search = search_here,
     ) -> None:
         from rayconnect.tables.factory import open_committer, open_own_table, route_tables
 
         self.sink, self.pipeline, self.formats = sink, pipeline, formats
         #: each table's committer keys, partitions and decodes as its own format says
-        self._open = lambda name: open_committer(sink.route_table(name), pipeline, formats(name))
+        self._open = lambda name: open_committer(
+            sink.route_table(name), pipeline, formats(name), search
+        )
         self._route_tables = lambda: route_tables(sink, pipeline)
         #: the sink's own table: unrouted records (a dead-letter table) and the epoch
         self.own = open_own_table(sink, pipeline)

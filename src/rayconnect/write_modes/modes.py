@@ -27,7 +27,13 @@ from rayconnect.storage.location import TableLocation
 from rayconnect.write_modes.changes import Appended, RoundChanges, RowDelta, Upserted
 from rayconnect.write_modes.fold import Folded, fold
 from rayconnect.write_modes.key_index import Found, KeyIndex
-from rayconnect.write_modes.row_delta import LiveFile, find_deletes
+from rayconnect.write_modes.row_delta import (
+    ColumnReader,
+    LiveFile,
+    Search,
+    find_deletes,
+    search_here,
+)
 
 
 class StagedTable(Protocol):
@@ -46,8 +52,9 @@ class StagedTable(Protocol):
         """The data files ``read`` reads (merge-on-read searches them for keys)."""
         ...
 
-    def read_columns(self, live: LiveFile, columns: list[str]) -> pa.Table:
-        """Some columns of a live file, every row in file order (deleted rows too)."""
+    @property
+    def column_reader(self) -> ColumnReader:
+        """Reads some columns of a live file, every row in file order (deleted rows too)."""
         ...
 
 
@@ -90,13 +97,21 @@ class Upsert:
 
 
 class MergeOnRead(Upsert):
-    """Upserts by ``key_columns``, merge-on-read (``upsert_mode: merge_on_read``); the key
-    index (``write_modes.key_index``) for tables of up to ``index_rows`` rows."""
+    """Upserts by ``key_columns``, merge-on-read (``upsert_mode: merge_on_read``). The rows
+    a round replaces are looked up in the key index (``write_modes.key_index``: tables of up
+    to ``index_rows`` rows, one key column, in this process's memory), else joined with the
+    candidate files' key columns where ``search`` runs the job (``write_modes.key_search``:
+    the pipeline's writer, Spark's executors)."""
 
     def __init__(
-        self, key_columns: tuple[str, ...], index_rows: int = 0, background: bool = True
+        self,
+        key_columns: tuple[str, ...],
+        index_rows: int = 0,
+        background: bool = True,
+        search: Search = search_here,
     ) -> None:
         super().__init__(key_columns)
+        self.search = search
         rows = index_rows if len(key_columns) == 1 else 0
         self.index = KeyIndex(key_columns[0], rows, background)
         self._found = Found()
@@ -118,10 +133,11 @@ class MergeOnRead(Upsert):
             promote_options="permissive",
         )
         self._found = Found()
-        if not folded.truncated_partitions and self.index.sync(live, table.read_columns):
+        read = table.column_reader
+        if not folded.truncated_partitions and self.index.sync(live, read):
             deletes, self._found = self.index.find(keys.column(0), live)
         else:
-            deletes = find_deletes(live, keys, folded.truncated_partitions, table.read_columns)
+            deletes = find_deletes(live, keys, folded.truncated_partitions, read, self.search)
         return RowDelta(folded.rows, deletes=deletes, staged=staged)
 
 

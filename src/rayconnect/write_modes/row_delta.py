@@ -14,6 +14,10 @@ deleting a position twice is harmless in both formats, and compaction folds them
 A file is a candidate for a per-partition truncate (``Folded.truncated_partitions``) unless
 its ``_kafka_*`` statistics exclude those partitions; its rows of those partitions are
 deleted by position as well.
+
+The pruning runs where the round commits (it needs only the table's metadata); the join of
+the round's keys with the candidates' key columns is a ``SearchJob`` - picklable, so it runs
+wherever ``write_modes.key_search`` sends it (the writer's process, Spark's executors).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from rayconnect.protocol.types import TopicPartition
 from rayconnect.write_modes.fold import PARTITION_COLUMNS
@@ -48,6 +53,44 @@ class LiveFile:
     entry: Any
     rows: int
     bounds: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: a Delta file's partition values (strings, as in its add action): its partition
+    #: columns are not in the file
+    partition_values: Mapping[str, str | None] = field(default_factory=dict)
+
+    def searched(self) -> LiveFile:
+        """What a search elsewhere needs of the file: not its entry or statistics."""
+        return LiveFile(self.path, None, self.rows, partition_values=self.partition_values)
+
+
+@dataclass(frozen=True)
+class ColumnReader:
+    """Reads some columns of a live file - every row, deleted ones too, in file order -
+    through the table's ``filesystem``. Picklable: a search reads the files where it runs.
+    A partition column that is not in the file (Delta) comes from the file's partition
+    values, typed by ``partition_types`` (else a string)."""
+
+    filesystem: Any
+    partition_types: Mapping[str, pa.DataType] = field(default_factory=dict)
+
+    def __call__(self, live: LiveFile, columns: list[str]) -> pa.Table:
+        if not live.partition_values:
+            return pq.read_table(live.path, columns=columns, filesystem=self.filesystem)
+        with self.filesystem.open_input_file(live.path) as source:
+            parquet = pq.ParquetFile(source)
+            in_file = set(parquet.schema_arrow.names)
+            read = parquet.read(columns=[c for c in columns if c in in_file])
+        arrays = []
+        for name in columns:
+            if name in in_file:
+                arrays.append(read.column(name))
+                continue
+            if name not in live.partition_values:
+                raise KeyError(f"{live.path} has no column {name!r}")
+            column = pa.array([live.partition_values[name]] * live.rows, pa.string())
+            if name in self.partition_types:
+                column = column.cast(self.partition_types[name])
+            arrays.append(column)
+        return pa.table(arrays, names=list(columns))
 
 
 @dataclass(frozen=True)
@@ -58,17 +101,56 @@ class FileDeletes:
     positions: np.ndarray
 
 
+@dataclass(frozen=True)
+class SearchJob:
+    """The join of a round's keys with some live files' key columns: ``keys`` (its columns
+    are the key columns), the Kafka partitions truncated (their rows go too), ``files``
+    (``LiveFile.searched``) and the reader of their columns. Picklable, pure: the same
+    answer wherever it runs."""
+
+    files: tuple[LiveFile, ...]
+    keys: pa.Table
+    truncated: tuple[TopicPartition, ...]
+    read: ColumnReader
+
+    def positions(self, index: int) -> np.ndarray:
+        """The sorted row positions in ``files[index]`` to delete (uint64, maybe none)."""
+        columns = list(self.keys.column_names)
+        if self.truncated:
+            columns += list(PARTITION_COLUMNS)
+        rows = self.read(self.files[index], columns)
+        if self.keys.num_rows:
+            mask = _matches(rows, self.keys)
+        else:
+            mask = np.zeros(rows.num_rows, dtype=bool)
+        if self.truncated:
+            mask |= _of_partitions(rows, self.truncated)
+        return np.flatnonzero(mask).astype(np.uint64)
+
+
+def search_here(job: SearchJob) -> list[np.ndarray]:
+    """``job`` in this process: each file's positions, files read ``_READERS`` at a time."""
+    if len(job.files) <= 1:
+        return [job.positions(i) for i in range(len(job.files))]
+    with ThreadPoolExecutor(min(_READERS, len(job.files))) as pool:
+        return list(pool.map(job.positions, range(len(job.files))))
+
+
+#: where a search job runs: each file's positions, in order
+Search = Callable[[SearchJob], list[np.ndarray]]
+
+
 def find_deletes(
     live: Sequence[LiveFile],
     keys: pa.Table,
     partitions: Iterable[TopicPartition],
-    read_columns: Callable[[LiveFile, list[str]], pa.Table],
+    read: ColumnReader,
+    search: Search = search_here,
 ) -> tuple[FileDeletes, ...]:
     """The positions in ``live`` of the rows whose key is in ``keys`` (its columns are the
-    key columns) or whose ``_kafka_*`` partition is in ``partitions``. ``read_columns``
-    reads some columns of a live file, all its rows in order."""
-    truncated = sorted(partitions)
-    key_columns = list(keys.column_names)
+    key columns) or whose ``_kafka_*`` partition is in ``partitions``: the files pruned
+    here, the rest joined by ``search``."""
+    truncated = tuple(sorted(partitions))
     if keys.num_rows == 0 and not truncated:
         return ()
     ranges = _key_ranges(keys) if keys.num_rows else {}
@@ -78,22 +160,11 @@ def find_deletes(
         if f.rows
         and ((keys.num_rows and _may_hold(f, ranges)) or _may_hold_partitions(f, truncated))
     ]
-    columns = key_columns + (list(PARTITION_COLUMNS) if truncated else [])
-
-    def search(f: LiveFile) -> FileDeletes | None:
-        rows = read_columns(f, columns)
-        mask = _matches(rows, keys) if keys.num_rows else np.zeros(rows.num_rows, dtype=bool)
-        if truncated:
-            mask |= _of_partitions(rows, truncated)
-        positions = np.flatnonzero(mask).astype(np.uint64)
-        return FileDeletes(f, positions) if len(positions) else None
-
-    if len(candidates) <= 1:
-        found = [search(f) for f in candidates]
-    else:
-        with ThreadPoolExecutor(min(_READERS, len(candidates))) as pool:
-            found = list(pool.map(search, candidates))
-    return tuple(d for d in found if d is not None)
+    if not candidates:
+        return ()
+    job = SearchJob(tuple(f.searched() for f in candidates), keys, truncated, read)
+    found = search(job)
+    return tuple(FileDeletes(f, p) for f, p in zip(candidates, found, strict=True) if len(p))
 
 
 def _key_ranges(keys: pa.Table) -> dict[str, tuple[Any, Any]]:

@@ -108,8 +108,9 @@ class ChangeStream:
 def test_upserts_and_deletes_exactly_once_through_kills_of_every_role(
     ray_session, kafka_broker, tmp_path: Path, kill, kind: str
 ) -> None:
-    """Iceberg: merge-on-read (its default); Delta: copy-on-write (its default) and
-    merge-on-read (deletion vectors)."""
+    """Iceberg: merge-on-read (its default, keys in the key index); Delta: copy-on-write
+    (its default) and merge-on-read (deletion vectors) without a key index: each round's
+    key search runs in the writer (``write_modes.key_search``), killed with the others."""
     debezium = kind == "iceberg"  # both table kinds, both input shapes
     name = f"upsert-{kind}"
     stream = ChangeStream(kafka_broker.bootstrap_servers, name, debezium, seed=7)
@@ -117,7 +118,7 @@ def test_upserts_and_deletes_exactly_once_through_kills_of_every_role(
     if kind.startswith("delta"):
         mode = "merge_on_read" if kind == "delta-merge-on-read" else "copy_on_write"
         sink: rc.DeltaSink | rc.IcebergSink = rc.DeltaSink(
-            str(tmp_path / "t"), write_mode="upsert", upsert_mode=mode
+            str(tmp_path / "t"), write_mode="upsert", upsert_mode=mode, key_index_rows=0
         )
     else:
         sink = rc.IcebergSink(
@@ -149,6 +150,11 @@ def test_upserts_and_deletes_exactly_once_through_kills_of_every_role(
             kill(victim, how)
         stream.more(1_000)
         handle.wait_for(stream.caught_up(), timeout_s=360)
+        searches = handle.status().key_searches  # since the coordinator's last restart
+        if kind == "delta-merge-on-read":
+            assert searches.on_writer >= 1, searches
+        elif kind == "delta":  # copy-on-write searches nothing (Iceberg's index: while
+            assert searches.on_writer == searches.here == 0, searches  # it builds, it may)
     finally:
         handle.stop(commit=False)
 

@@ -10,8 +10,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 import ray
@@ -32,10 +34,13 @@ from rayconnect.spark_bridge.parquet_writer import InputSchemaError, write_group
 from rayconnect.spark_bridge.session import require_java, spark_configs
 from rayconnect.tables.delta import DeltaCommitter
 from rayconnect.tables.files import STAGING_DIR
+from rayconnect.write_modes.key_search import SearchOnWriter
+from rayconnect.write_modes.row_delta import ColumnReader, LiveFile, SearchJob, search_here
 
 pytestmark = [pytest.mark.timeout(180)]
 
 NAMESPACE = "rayconnect-test"
+WRITER_NAME = names.writer(f"test-{uuid.uuid4().hex[:6]}")
 HEADERS_TYPE = RAW_RECORD_SCHEMA.field("headers").type
 
 
@@ -66,7 +71,7 @@ def writer() -> Iterator[ray.actor.ActorHandle]:
         t_ray = time.perf_counter() - t0
         t0 = time.perf_counter()
         handle = start_writer(
-            names.writer(f"test-{uuid.uuid4().hex[:6]}"),
+            WRITER_NAME,
             namespace=NAMESPACE,
             spark=SparkSettings(start="with_pipeline"),
         )
@@ -400,8 +405,9 @@ def test_when_needed_writes_here_until_busy_then_starts_spark(
     window) Spark starts, and from then on a write is a Spark job. Every write's rows
     exactly, whoever wrote them. Its Spark runs beside the module's writer's, in the same
     Ray namespace: RayDP's JVMs get a namespace per Spark app (raydp#386)."""
+    lazy_name = names.writer(f"lazy-{uuid.uuid4().hex[:6]}")
     lazy = start_writer(
-        names.writer(f"lazy-{uuid.uuid4().hex[:6]}"),
+        lazy_name,
         namespace=NAMESPACE,
         spark=SparkSettings(start="when_needed", busy_window_s=3, start_when_busy=0.5),
     )
@@ -415,6 +421,10 @@ def test_when_needed_writes_here_until_busy_then_starts_spark(
             time.sleep(0.8)
         stats = ray.get(lazy.stats.remote())
         assert stats["writes_here"] == 5 and stats["spark_writes"] == 0
+        job, expected = _search_job(tmp_path)  # a merge-on-read search: here too
+        assert [p.tolist() for p in SearchOnWriter(lazy_name, NAMESPACE)(job)] == expected
+        stats = ray.get(lazy.stats.remote())
+        assert stats["searches_here"] == 1 and stats["spark_searches"] == 0
         assert stats["spark_started_because"] is None and stats["spark_start_s"] is None
 
         big = ray.put(records(1, 0, 300_000))  # writes back to back: ~all of the window busy
@@ -449,14 +459,57 @@ def test_when_needed_writes_here_until_busy_then_starts_spark(
             ray.kill(lazy)
 
 
+def _search_job(tmp_path: Path) -> tuple[SearchJob, list[list[int]]]:
+    """A merge-on-read search over 3 real Parquet files of ids (file i holds i*1000 ...
+    i*1000+999, shuffled) and the positions it must answer, per file."""
+    rng = np.random.default_rng(5)
+    files, ids = [], []
+    for i in range(3):
+        column = rng.permutation(np.arange(i * 1000, i * 1000 + 1000))
+        path = tmp_path / f"part-{i}.parquet"
+        pq.write_table(pa.table({"id": column, "v": column.astype(str)}), path)
+        files.append(LiveFile(str(path), None, len(column)))
+        ids.append(column.tolist())
+    wanted = {5, 999, 1000, 1500, 2999, 7777}  # 7777: in no file
+    keys = pa.table({"id": pa.array(sorted(wanted), pa.int64())})
+    job = SearchJob(tuple(files), keys, (), ColumnReader(pafs.LocalFileSystem()))
+    expected = [sorted(p for p, k in enumerate(column) if k in wanted) for column in ids]
+    return job, expected
+
+
+def test_a_merge_on_read_search_runs_on_sparks_executors_once_spark_is_up(
+    writer: ray.actor.ActorHandle, tmp_path: Path
+) -> None:
+    """``write_modes.key_search``: the coordinator sends a round's key search to the writer,
+    whose Spark (up: ``with_pipeline``) runs it as one job over the files; the answer is
+    the one the search gives in-process. Without a writer to ask, it runs where it was
+    asked, and says why."""
+    job, expected = _search_job(tmp_path)
+    assert [p.tolist() for p in search_here(job)] == expected
+    before = ray.get(writer.stats.remote())
+    on_writer = SearchOnWriter(WRITER_NAME, NAMESPACE)
+    found = on_writer(job)
+    assert [p.tolist() for p in found] == expected
+    after = ray.get(writer.stats.remote())
+    assert after["spark_searches"] == before["spark_searches"] + 1
+    assert after["searches_here"] == before["searches_here"]
+    assert on_writer.counts.on_writer == 1 and on_writer.counts.here == 0
+
+    away = SearchOnWriter("no-such-pipeline/writer", NAMESPACE)
+    assert [p.tolist() for p in away(job)] == expected
+    assert away.counts.here == 1 and away.counts.on_writer == 0
+    assert "no-such-pipeline/writer" in (away.counts.last_fallback or "")
+
+
 def test_when_needed_goes_on_writing_here_while_spark_cannot_start(
     writer: ray.actor.ActorHandle, tmp_path: Path
 ) -> None:
     """``spark.start: when_needed``: a writer whose Spark, asked for once its writes kept it
     busy, cannot start - here its executors' CPUs never fit (4 cores on a 2-CPU Ray) - keeps
     writing in its own process and says why in ``problem`` (status)."""
+    lazy_name = names.writer(f"lazy-{uuid.uuid4().hex[:6]}")
     lazy = start_writer(
-        names.writer(f"lazy-{uuid.uuid4().hex[:6]}"),
+        lazy_name,
         namespace=NAMESPACE,
         spark=SparkSettings(
             start="when_needed",

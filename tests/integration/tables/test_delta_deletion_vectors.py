@@ -26,7 +26,7 @@ from rayconnect.tables.base import CommitConflictError
 from rayconnect.tables.delta_dv import Descriptor
 from rayconnect.tables.files import delta_stats_json, describe_file
 from rayconnect.write_modes.changes import RowDelta
-from rayconnect.write_modes.row_delta import FileDeletes, LiveFile
+from rayconnect.write_modes.row_delta import ColumnReader, FileDeletes, LiveFile
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -73,7 +73,7 @@ class Table:
         return rd.live_files(self.dt, self.location, self.fs)
 
     def ids(self, live: LiveFile) -> list[int]:
-        return rd.read_columns(self.location, self.fs, live, ["id"]).column("id").to_pylist()
+        return ColumnReader(self.fs)(live, ["id"]).column("id").to_pylist()
 
     def deleting(self, live: LiveFile, ids: set[int]) -> FileDeletes:
         """The positions of ``ids`` in a file (the search's job in a round), and forget
@@ -334,7 +334,8 @@ def test_txns_and_delta_rs_appends_on_top(table: Table) -> None:
 def test_read_columns_fills_partition_columns(tmp_path: Path) -> None:
     t = Table(tmp_path / "t", ["p"])
     f = t.live()[0]
-    got = rd.read_columns(t.location, t.fs, f, ["p", "id"], t.schema)
+    got = ColumnReader(t.fs, {"p": t.schema.field("p").type})(f, ["p", "id"])
     assert got.column_names == ["p", "id"]
     assert got.num_rows == f.rows
     assert pc.unique(got.column("p")).to_pylist() == [f.entry["partitionValues"]["p"]]
+    assert got.schema.field("p").type == t.schema.field("p").type
