@@ -12,8 +12,9 @@ it: one broker per cluster id, the file's topics created (``--partitions``) and 
 live in this process, so it cannot be combined with ``--detach``.
 
 ``--embedded-s3`` (sink pipelines) starts a local S3 (SeaweedFS, ``storage.EmbeddedS3``) in
-this process and moves the table onto it (see ``_on_embedded_s3``); it stops after the last
-round, so it cannot be combined with ``--detach`` either.
+this process and moves the table onto it (see ``_on_embedded_s3``); it prints the store's
+endpoint, keys and a read command, and it stops - removing the store and the table - after
+the last round, so it cannot be combined with ``--detach`` either.
 
 A source pipeline (``kind: source``) runs the same way: progress lines count transactions
 committed/aborted and records committed; Ctrl-C/SIGTERM makes every task commit its open
@@ -210,11 +211,11 @@ def run_command(args) -> int:
             table = _embedded_s3_table(config)
             s3 = stack.enter_context(EmbeddedS3(buckets=[table.bucket]))
             config = _on_embedded_s3(config, table, s3)
-            print(
-                f"embedded S3 at {s3.endpoint_url} (ready in {s3.start_seconds:.1f} s); "
-                f"table {config.sink.path}",
-                flush=True,
-            )
+            from rayconnect.cli.embedded_s3_notice import embedded_s3_notice
+            from rayconnect.config.sink import DeltaSink
+
+            delta = isinstance(config.sink, DeltaSink)
+            print("\n".join(embedded_s3_notice(s3, config.sink.path, delta)), flush=True)
 
         print(f"starting pipeline {config.name!r} from {args.file} ...", flush=True)
         started = time.monotonic()

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -169,9 +170,14 @@ def test_bad_arguments_exit_2_with_a_message(bad: list[str]) -> None:
     assert "error:" in done.stderr
 
 
-def run_then_ctrl_c(args: list[str], env: dict[str, str]) -> list[str]:
+def run_then_ctrl_c(
+    args: list[str],
+    env: dict[str, str],
+    while_running: Callable[[list[str]], None] | None = None,
+) -> list[str]:
     """``rayconnect run ARGS`` in its own process group (as a terminal job); once two rounds
-    committed, SIGINT the whole group as Ctrl-C does; it must exit 0. Returns its output."""
+    committed, ``while_running(output so far)``, then SIGINT the whole group as Ctrl-C does;
+    it must exit 0. Returns its output."""
     import os
     import signal
     import threading
@@ -198,6 +204,8 @@ def run_then_ctrl_c(args: list[str], env: dict[str, str]) -> list[str]:
     reader.start()
     try:
         assert committed.wait(240), "".join(lines)[-3000:]
+        if while_running is not None:
+            while_running(list(lines))
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
         assert proc.wait(120) == 0, "".join(lines)[-3000:]
     finally:
