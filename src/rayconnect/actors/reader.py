@@ -321,6 +321,7 @@ class ReaderActor:
                     else:
                         self._apply(first)
                 await self._hand(token, fetches)
+                await self._hand_skipped(token, fetched)
                 await self._check_ranges()
             except asyncio.CancelledError:
                 raise
@@ -384,19 +385,53 @@ class ReaderActor:
                         self._not_handed(token, c.key, c.first, e)
                     continue
                 waves[host] = [self._piece(c, h) for c, h in zip(host_cuts, handles, strict=True)]
-            results = await asyncio.gather(
-                *(self._hosts[h].records.remote(pieces) for h, pieces in waves.items()),
-                return_exceptions=True,
-            )
-            for pieces, result in zip(waves.values(), results, strict=True):
-                first_of = {p.key: p.first for p in pieces}
-                if isinstance(result, BaseException):  # the host is restarting
-                    failed = {p.key: result for p in pieces}
-                else:
-                    failed = {key: RuntimeError("batch not taken") for key in result}
-                for key, cause in failed.items():
+            await self._send(token, waves, pending)
+
+    async def _hand_skipped(self, token: PollToken, fetched: dict[Any, Any]) -> None:
+        """The resumed splits this poll moved past batches without a record for us (commit
+        markers, an aborted transaction) and handed nothing: each host gets an empty piece
+        up to where the consumer stands (``ReaderPositions.skipped``), so the table's
+        offsets pass them - a log that ends in markers is caught up (lag 0), not behind."""
+        seen = {TopicPartition(self.cluster_id, tp.topic, tp.partition).key for tp in fetched}
+        waves: dict[str, list[Piece]] = {}
+        for key in self._positions.resumed:
+            if key in seen:
+                continue
+            tp = self._tps[key]
+            moved = self._positions.skipped(token, key, self._consumer_position(tp))
+            if not isinstance(moved, Hand):
+                self._apply(moved)
+                continue
+            hw = self._consumer.highwater(tp)
+            self._metrics.read(key, 0, 0, high_watermark=hw, next_offset=moved.stop)
+            caught_up = hw is not None and moved.stop >= hw
+            piece = Piece(key, moved.first, moved.stop, 0, 0, None, caught_up, hw)
+            waves.setdefault(self._host_of[key], []).append(piece)
+        if waves:
+            await self._send(token, waves)
+
+    async def _send(
+        self,
+        token: PollToken,
+        waves: dict[str, list[Piece]],
+        pending: dict[str, Any] | None = None,
+    ) -> None:
+        """One ``records`` call per host; a piece that did not arrive is read again (and
+        its partition's ``pending`` pieces are not sent)."""
+        results = await asyncio.gather(
+            *(self._hosts[h].records.remote(pieces) for h, pieces in waves.items()),
+            return_exceptions=True,
+        )
+        for pieces, result in zip(waves.values(), results, strict=True):
+            first_of = {p.key: p.first for p in pieces}
+            if isinstance(result, BaseException):  # the host is restarting
+                failed = {p.key: result for p in pieces}
+            else:
+                failed = {key: RuntimeError("batch not taken") for key in result}
+            for key, cause in failed.items():
+                if pending is not None:
                     pending.pop(key, None)
-                    self._not_handed(token, key, first_of[key], cause)
+                self._not_handed(token, key, first_of[key], cause)
 
     async def _check_ranges(self) -> None:
         """Report the resumed splits whose position lies past their log's end

@@ -22,6 +22,10 @@ Rules
   own (``auto_offset_reset=none``); the participant seeks to the real one before it resumes
   the split. Re-assigning forgets the consumer's positions and pause flags: the kept splits'
   positions are sought again and the paused ones paused again.
+- A poll that moved the consumer past batches that hold no record for us - commit markers,
+  an aborted transaction - without handing any record moves the split too: the participant
+  is handed an empty piece up to where the consumer stands (``skipped``), so a partition
+  whose log ends in markers or an aborted transaction is caught up, not one behind for ever.
 
 Inputs are the methods; outputs are ``Seek`` (where to move the consumer), ``Hand`` (which
 records to give the split's participant) and the splits to pause, drop or attach.
@@ -178,6 +182,22 @@ class ReaderPositions:
             return Seek(key, first)
         split.position = stop
         return Hand(key, first, stop)
+
+    def skipped(self, token: PollToken, key: str, consumer_at: int | None) -> Hand | Seek | None:
+        """A poll handed no record of ``key`` and left the consumer at ``consumer_at``: past
+        the split's position, it moved over batches without records (control markers,
+        aborted transactions) - a Hand of that empty range. A Seek back when a seek or a
+        pause came while the poll was in flight (the consumer moved from an old position);
+        None when nothing moved."""
+        split = self._splits.get(key)
+        if split is None or split.position is None or consumer_at is None:
+            return None
+        if consumer_at <= split.position:
+            return None
+        first = self.fetched(token, key, consumer_at)
+        if not isinstance(first, int):
+            return first
+        return self.piece(token, key, first, consumer_at)
 
     def not_handed(self, token: PollToken, key: str, first: int) -> Seek | None:
         """The piece starting at ``first`` did not reach the participant: read it again,

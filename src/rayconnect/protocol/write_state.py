@@ -65,9 +65,13 @@ class WriteState:
             self.append(batch)
 
     def append(self, batch: Batch) -> None:
-        """Buffer a batch that starts exactly at ``self.next_offset`` (the caller checked)."""
-        self._batches.append(batch.handle)
+        """Buffer a batch that starts exactly at ``self.next_offset`` (the caller checked).
+        An empty one (commit markers, an aborted transaction: no record) only moves the
+        offset - it has no rows to flush."""
         self.next_offset = batch.next_offset
+        if not batch.count:
+            return
+        self._batches.append(batch.handle)
         self.records += batch.count
         self.buffered_records += batch.count
         self.buffered_bytes += batch.nbytes

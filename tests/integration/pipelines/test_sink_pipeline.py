@@ -15,6 +15,7 @@ import textwrap
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ray
@@ -33,7 +34,7 @@ from sink_checks import caught_up as _caught_up
 import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
-from rayconnect.kafka.admin import create_topic, produce_demo_records
+from rayconnect.kafka.admin import create_topic, high_watermarks, produce_demo_records
 from rayconnect.protocol.upkeep import CompactSettings, LogSettings
 
 CLUSTER = sink_checks.CLUSTER
@@ -281,7 +282,8 @@ def test_commit_when_caught_up_ends_rounds_without_waiting_for_the_interval(
     ray_session, kafka_broker, tmp_path
 ):
     """With a 600 s interval, only "caught up" can end a round: every record is still
-    committed, twice over (a backlog, then records that come later), exactly once."""
+    committed, twice over (a backlog, then records that come later), exactly once; then a
+    transactional producer's commit and abort (lag, exact)."""
     produced = Produced(kafka_broker.bootstrap_servers, "caughtup", 2)
     produced.more(3000)
     handle = _pipeline(
@@ -298,8 +300,60 @@ def test_commit_when_caught_up_ends_rounds_without_waiting_for_the_interval(
         status = handle.wait_for(_caught_up(produced), timeout_s=150)
         assert status.rounds_since_start.requested >= 2
         assert_exactly_once(tmp_path / "t", produced, status)
+        lag_tells_the_truth_about_transactions(
+            handle, kafka_broker.bootstrap_servers, produced, tmp_path / "t"
+        )
     finally:
         handle.stop(commit=False)
+
+
+def lag_tells_the_truth_about_transactions(
+    handle: Any, bootstrap: str, produced: Produced, table: Path
+) -> None:
+    """Lag on a transactional topic (issue 38): a log that ends in a commit marker, or in an
+    aborted transaction, is caught up - lag 0, the offsets past the markers - and lag is
+    never 0 while a transaction's records are not in the table."""
+    from rayconnect.kafka import clients
+
+    async def transaction(producer: Any, commit: bool) -> None:
+        await producer.begin_transaction()
+        for i in range(6):
+            await producer.send(produced.topic, f"txn-{i}".encode(), partition=i % 2)
+        await producer.flush()
+        if commit:
+            await producer.commit_transaction()
+
+    def lags(s: Any) -> dict[str, int | None]:
+        return {k: p.lag for k, p in s.partition_status.items()}
+
+    async def caught_up_with_lag_0() -> None:
+        """The table's offsets reach the high watermarks (past the last marker), and
+        every partition's lag is 0."""
+        hws = await high_watermarks(bootstrap, produced.topic)
+        ends = {f"{CLUSTER}/{produced.topic}/{p}": hw for p, hw in hws.items()}
+        status = await asyncio.to_thread(handle.wait_for, lambda s: s.offsets == ends, 60, 0.5)
+        assert lags(status) == dict.fromkeys(ends, 0)
+
+    async def run() -> None:
+        producer = clients.producer(bootstrap, transactional_id="lag-truth")
+        await producer.start()
+        try:
+            await transaction(producer, commit=True)  # 3 records + a marker per partition
+            await caught_up_with_lag_0()
+            await transaction(producer, commit=False)  # open: its records are not committed
+            for _ in range(6):  # never lag 0 (nor None) while they are not in the table
+                await asyncio.sleep(0.5)
+                status = await asyncio.to_thread(handle.status)
+                assert all(lag for lag in lags(status).values()), lags(status)
+            await producer.abort_transaction()  # the log now ends in an aborted transaction
+            await caught_up_with_lag_0()
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+    values = DeltaTable(str(table)).to_pyarrow_table(columns=["value"])["value"].to_pylist()
+    ours = Counter(v for v in values if v.startswith(b"txn-"))
+    assert ours == Counter(f"txn-{i}".encode() for i in range(6)), "committed once, aborted never"
 
 
 @pytest.mark.timeout(600)

@@ -129,6 +129,24 @@ def test_end_flushes_the_rest_then_reports_when_the_flush_returns() -> None:
     assert p.step(EndCommit(1, 1), now=3.0) == [send]  # duplicate END: same status again
 
 
+def test_an_empty_batch_past_markers_moves_the_offset_with_nothing_to_flush() -> None:
+    """The reader's empty piece over commit markers or an aborted transaction: the round
+    reports the offset past them, without a flush (no rows), alone or after records."""
+    p = writing(100)
+    assert p.records(100, 102, 0, 0, None, 0.0) == []
+    [send] = p.step(EndCommit(1, 1), now=1.0)
+    assert isinstance(send, SendMessage)
+    assert (send.message.next_offset, send.message.records, send.message.files) == (102, 0, ())
+    q = writing(100)
+    feed(q, 100, 3)
+    q.records(103, 105, 0, 0, None, 0.0)  # the aborted tail after the records
+    [flush] = q.step(EndCommit(1, 1), now=1.0)
+    assert isinstance(flush, Flush)
+    assert (flush.next_offset, flush.batches) == (105, ("batch@100",))
+    [send] = q.flushed(flush.flush_id, [FILE], now=2.0)
+    assert (send.message.next_offset, send.message.records) == (105, 3)
+
+
 def test_flush_by_records() -> None:
     p = writing(0, txn=1)
     assert feed(p, 0, 9) == []

@@ -112,6 +112,20 @@ def test_records_of_a_split_no_longer_ours_are_ignored() -> None:
     assert r.fetched(token, "a", 10) is None and r.piece(token, "a", 10, 11) is None
 
 
+def test_a_poll_past_markers_alone_hands_an_empty_piece_up_to_the_consumer() -> None:
+    r = reader("a", "b")
+    token = r.poll()  # offsets 10..12 of "a": an aborted transaction and its marker
+    assert r.skipped(token, "a", 13) == Hand("a", 10, 13)
+    assert r.position("a") == 13
+    assert r.skipped(token, "b", 10) is None  # nothing moved
+    assert r.skipped(token, "b", None) is None  # no position yet
+    r.seek("b", 20)
+    assert r.skipped(token, "b", 22) == Seek("b", 20)  # sought meanwhile: put back
+    token = r.poll()
+    r.pause("a")
+    assert r.skipped(token, "a", 15) == Seek("a", 13)  # paused meanwhile: put back
+
+
 def test_a_split_dropped_and_assigned_again_ignores_a_poll_from_before() -> None:
     r = reader("a")
     token = r.poll()
@@ -130,11 +144,12 @@ KEYS = ("s0", "s1", "s2")
 class Consumer:
     """aiokafka's rules as the reader meets them: assign() forgets positions and pause
     flags; a fetch is delivered only if the position is still where it started, and then
-    moves the position past it (and past markers after it); seeking an unassigned
-    partition is an error."""
+    moves the position past it (and past markers after it, up to the log's end: a fetch of
+    markers alone moves it and delivers nothing); seeking an unassigned partition is an
+    error."""
 
-    def __init__(self, logs: dict[str, list[int]]) -> None:
-        self.logs = logs
+    def __init__(self, logs: dict[str, list[int]], high: dict[str, int]) -> None:
+        self.logs, self.high = logs, high
         self.assigned: set[str] = set()
         self.paused: set[str] = set()
         self.position: dict[str, int | None] = {}
@@ -153,10 +168,8 @@ class Consumer:
         out = {}
         for key in sorted(self.assigned - self.paused):
             at = self.position[key]
-            if at is not None:
-                records = [o for o in self.logs[key] if o >= at][:size]
-                if records:
-                    out[key] = (at, records)
+            if at is not None and at < self.high[key]:
+                out[key] = (at, [o for o in self.logs[key] if o >= at][:size])
         return out
 
     def deliver(
@@ -165,10 +178,14 @@ class Consumer:
         out = {}
         for key, (at, records) in fetch.items():
             if key in self.assigned and self.position[key] == at:
-                after = [o for o in self.logs[key] if o > records[-1]]
-                end = after[0] if skip_markers and after else records[-1] + 1
-                self.position[key] = end
-                out[key] = records
+                last = records[-1] if records else at - 1
+                after = [o for o in self.logs[key] if o > last]
+                if skip_markers or not records:
+                    self.position[key] = after[0] if after else self.high[key]
+                else:
+                    self.position[key] = last + 1
+                if records:
+                    out[key] = records
         return out
 
 
@@ -187,8 +204,12 @@ class World:
             k: sorted(data.draw(st.sets(st.integers(0, 24), min_size=2, max_size=15), label=k))
             for k in KEYS
         }
-        self.high = {k: (log[-1] + 1 if log else 0) for k, log in self.logs.items()}
-        self.consumer = Consumer(self.logs)
+        # a log may end in commit markers or an aborted transaction: no record up to its end
+        self.high = {
+            k: (log[-1] + 1 if log else 0) + data.draw(st.integers(0, 2), label=f"{k} tail")
+            for k, log in self.logs.items()
+        }
+        self.consumer = Consumer(self.logs, self.high)
         self.model = ReaderPositions()
         self.participants = {k: Participant() for k in KEYS}
         self.in_flight: tuple[PollToken, dict[str, tuple[int, list[int]]]] | None = None
@@ -254,6 +275,7 @@ class World:
             for s in self.model.poll_failed():
                 self.consumer.seek(s)
             return
+        fetched_to = dict(self.consumer.position)
         for key, records in delivered.items():
             if not self.model.owns(key):
                 continue
@@ -261,15 +283,33 @@ class World:
             if not isinstance(first, int):
                 self.consumer.seek(first)
                 continue
-            self.hand(token, key, records, first, quiet)
+            self.hand(token, key, records, first, fetched_to[key], quiet)
+        for key in self.model.resumed:  # moved past markers alone: an empty piece
+            if key not in delivered:
+                moved = self.model.skipped(token, key, self.consumer.position[key])
+                if isinstance(moved, Hand):
+                    self.receive(moved, [])
+                else:
+                    self.consumer.seek(moved)
 
-    def hand(self, token: PollToken, key: str, records: list[int], first: int, quiet: bool) -> None:
+    def hand(
+        self,
+        token: PollToken,
+        key: str,
+        records: list[int],
+        first: int,
+        fetched_to: int | None,
+        quiet: bool,
+    ) -> None:
         size = 2  # max_poll_records
         for start in range(0, len(records), size):
             piece = records[start : start + size]
             if not quiet:
                 self.interfere()
-            decision = self.model.piece(token, key, first, piece[-1] + 1)
+            stop = piece[-1] + 1
+            if start + size >= len(records):  # the last piece: to where the consumer stands
+                stop = max(stop, fetched_to or 0)
+            decision = self.model.piece(token, key, first, stop)
             if not isinstance(decision, Hand):
                 self.consumer.seek(decision)
                 return
