@@ -2,7 +2,8 @@
 the database mirror's demo (``rayconnect demo --database``), benchmark and test share it.
 
 ``MirrorDatabase`` makes tables of a few column types (int, bigint, text, double, bool,
-timestamptz; every table keyed by ``id``), fills them, and runs random transactions of
+timestamptz, timestamp, numeric(12,2), date, text[], jsonb; every table keyed by ``id``),
+fills them, and runs random transactions of
 inserts, updates and deletes at a paced rate on one connection in a thread
 (``start``/``pause``/``resume``/``stop``: a Postgres restart must not cut a transaction
 whose outcome the caller then cannot know). ``changed_ms`` in every row is the writer's
@@ -11,13 +12,17 @@ clock at the change: commit -> visible freshness is the time a reader sees the r
 ``rows_of(table)`` is ``SELECT *`` of a table and ``lake_rows`` reads a lake table back (a
 Delta table under a folder, or an Iceberg route table of an ``IcebergSink``'s catalog);
 ``difference`` compares the two through ``normalize`` (timestamps as UTC ISO strings,
-whichever type each side gave them) and says the first table that differs, or None.
+whichever type each side gave them), and each lake column's type with ``LAKE_TYPES`` (the
+types the source's ``rayconnect.value_schema`` header gives them), and says the first table
+that differs, or None.
 """
 
 from __future__ import annotations
 
 import collections
 import datetime as dt
+import decimal
+import json
 import random
 import threading
 import time
@@ -26,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg2
+import psycopg2.extras
+import pyarrow as pa
 
 from rayconnect.config.mirror import CHANGE_FORMAT as MIRROR_CHANGE_FORMAT
 from rayconnect.config.mirror import topic_pattern
@@ -36,7 +43,30 @@ Row = dict[str, Any]
 #: catalog's namespace)
 Lake = Any  # Path | rc.IcebergSink (not imported here: the demo imports this module early)
 
-COLUMNS = "id int PRIMARY KEY, name text, qty int, total bigint, price double precision, ok boolean, at timestamptz, changed_ms bigint"
+COLUMNS = (
+    "id int PRIMARY KEY, name text, qty int, total bigint, price double precision, ok boolean, "
+    "at timestamptz, changed_ms bigint, amount numeric(12,2), day date, local_at timestamp, "
+    "tags text[], doc jsonb"
+)
+#: each column's type in the lake (Delta and Iceberg read back as Arrow; list item names and
+#: a timestamp's UTC spelling aside): the types the source's header gives them
+LAKE_TYPES: dict[str, pa.DataType] = {
+    "id": pa.int32(),
+    "name": pa.string(),
+    "qty": pa.int32(),
+    "total": pa.int64(),
+    "price": pa.float64(),
+    "ok": pa.bool_(),
+    "at": pa.timestamp("us", tz="UTC"),
+    "changed_ms": pa.int64(),
+    "amount": pa.decimal128(12, 2),
+    "day": pa.date32(),
+    "local_at": pa.timestamp("us"),
+    "tags": pa.list_(pa.string()),
+    "doc": pa.string(),
+}
+#: array elements that need quoting and escaping in Postgres's text form
+_TAGS = ["a", "b c", "x,y", 'q"t', "{brace}", "back\\slash", "NULL", "é"]
 KEYS = 400  # per table: inserts, updates and deletes keep hitting the same keys
 
 
@@ -104,6 +134,8 @@ class MirrorDatabase:
         at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(
             microseconds=rng.randrange(10**13)
         )
+        tags = [rng.choice([*_TAGS, None]) for _ in range(rng.randrange(0, 4))]
+        doc = {"k": rng.randrange(100), "s": rng.choice(_TAGS), "n": [1, None, 2.5]}
         return (
             key,
             rng.choice(["a", "b", "héllo", "x" * rng.randrange(1, 40), None]),
@@ -113,14 +145,21 @@ class MirrorDatabase:
             rng.choice([True, False, None]),
             rng.choice([at, None]),
             int(time.time() * 1000),
+            rng.choice([decimal.Decimal(rng.randrange(-(10**11), 10**11)) / 100, None]),
+            rng.choice([dt.date(2026, 1, 1) + dt.timedelta(days=rng.randrange(-9999, 9999)), None]),
+            rng.choice([at.replace(tzinfo=None), None]),
+            rng.choice([tags if any(t is not None for t in tags) else [], None]),
+            rng.choice([json.dumps(doc), None]),
         )
 
     def _insert(self, cur: Any, name: str, key: int) -> None:
         cur.execute(
-            f"INSERT INTO {name} VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+            f"INSERT INTO {name} VALUES ({', '.join(['%s'] * 13)}) "
             "ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, qty = EXCLUDED.qty, "
             "total = EXCLUDED.total, price = EXCLUDED.price, ok = EXCLUDED.ok, "
-            "at = EXCLUDED.at, changed_ms = EXCLUDED.changed_ms",
+            "at = EXCLUDED.at, changed_ms = EXCLUDED.changed_ms, amount = EXCLUDED.amount, "
+            "day = EXCLUDED.day, local_at = EXCLUDED.local_at, tags = EXCLUDED.tags, "
+            "doc = EXCLUDED.doc",
             self._values(key),
         )
 
@@ -217,8 +256,9 @@ class MirrorDatabase:
             raise RuntimeError(f"the write load failed: {self.error!r}") from self.error
 
     def rows_of(self, name: str) -> list[Row]:
-        """``SELECT *`` of one table."""
+        """``SELECT *`` of one table (jsonb as its text, as the lake holds it)."""
         conn = self._connect()
+        psycopg2.extras.register_default_jsonb(conn, loads=lambda text: text)
         try:
             with conn.cursor() as cur:
                 cur.execute(f"SELECT * FROM {name} ORDER BY id")
@@ -228,12 +268,18 @@ class MirrorDatabase:
             conn.close()
 
     def columns(self) -> list[str]:
-        return [c.split()[0] for c in COLUMNS.split(", ")]
+        return list(LAKE_TYPES)
 
 
 def lake_rows(lake: Lake, table: str) -> list[Row]:
     """The rows of the Delta table ``lake/table``, or of route table ``table`` of the
     Iceberg sink ``lake`` ([] before its first commit)."""
+    return lake_table(lake, table).to_pylist()
+
+
+def lake_table(lake: Lake, table: str) -> pa.Table:
+    """The Delta table ``lake/table``, or route table ``table`` of the Iceberg sink
+    ``lake``, as Arrow (an empty table before its first commit)."""
     from deltalake import DeltaTable
 
     from rayconnect.config.sink import IcebergSink
@@ -241,15 +287,15 @@ def lake_rows(lake: Lake, table: str) -> list[Row]:
     from rayconnect.storage.location import TableLocation
 
     if isinstance(lake, IcebergSink):
-        return _iceberg_rows(lake, table)
+        return _iceberg_table(lake, table)
     path = lake / table
     if not (path / "_delta_log").exists():
-        return []
+        return pa.table({})
     location = TableLocation.parse(str(path))
-    return delta_dataset(DeltaTable(str(path)), location).to_table().to_pylist()
+    return delta_dataset(DeltaTable(str(path)), location).to_table()
 
 
-def _iceberg_rows(sink: Any, table: str) -> list[Row]:
+def _iceberg_table(sink: Any, table: str) -> pa.Table:
     from pyiceberg.exceptions import NoSuchTableError
 
     from rayconnect.tables.factory import iceberg_committer
@@ -258,15 +304,38 @@ def _iceberg_rows(sink: Any, table: str) -> list[Row]:
     try:
         found = iceberg_committer(route, "mirror-check", None).catalog().load_table(route.table)
     except NoSuchTableError:
-        return []
-    return found.scan().to_arrow().to_pylist()
+        return pa.table({})
+    return found.scan().to_arrow()
+
+
+def type_difference(schema: pa.Schema) -> str | None:
+    """None if every column of ``LAKE_TYPES`` the lake table has is of its type (Iceberg's
+    ``+00:00`` is UTC); else the columns that are not."""
+    from rayconnect.formats.evolution import normalize_type
+
+    def spelled(t: pa.DataType) -> pa.DataType:
+        t = normalize_type(t)
+        if pa.types.is_timestamp(t) and t.tz in ("+00:00", "UTC"):
+            return pa.timestamp(t.unit, tz="UTC")
+        return t
+
+    wrong = {
+        name: f"{schema.field(name).type} (want {want})"
+        for name, want in LAKE_TYPES.items()
+        if name in schema.names and spelled(schema.field(name).type) != want
+    }
+    return f"column types: {wrong}" if wrong else None
 
 
 def table_difference(db: MirrorDatabase, lake: Lake, table: str) -> str | None:
-    """None if the lake table equals ``SELECT *`` of its Postgres table; else how not."""
+    """None if the lake table equals ``SELECT *`` of its Postgres table, values and
+    types; else how not."""
     cols = db.columns()
     want = normalized(db.rows_of(table), cols)
-    rows = lake_rows(lake, table)
+    read = lake_table(lake, table)
+    if read.num_rows and (problem := type_difference(read.schema)) is not None:
+        return f"{table}: {problem}"
+    rows = read.to_pylist()
     got = normalized(rows, cols)
     if len(rows) != len(got):
         return f"{table}: {len(rows) - len(got)} keys twice in the lake"

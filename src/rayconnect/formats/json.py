@@ -13,7 +13,11 @@ the good ones are then parsed in bulk again. A null value (a tombstone) is a row
 
 An inferred column's strings become timestamps by ``formats.iso_time``'s rule (ISO-8601 with
 fractional seconds and offsets too, not only what Arrow infers), decided when the column is
-new; afterwards the table's type steers the parser.
+new; afterwards the table's type steers the parser. A column the table does not have yet but
+the records' ``rayconnect.value_schema`` header types (``hinted``:
+``formats.value_schema_header``) is parsed as that type, not inferred. Dates, base64 binary
+and zoned timestamps are parsed as what the reader takes and converted after
+(``formats.json_types``); a value that does not convert is a bad record.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pyarrow.json as pj
 
 from rayconnect.formats.base import Decoded
 from rayconnect.formats.iso_time import infer_timestamps, timestamps_as_strings
+from rayconnect.formats.json_types import convert, parse_type
 from rayconnect.formats.types import EPOCH_MILLIS, TIMESTAMP
 
 _BLOCK_SIZE = 1 << 24  # Arrow parses the whole block as one chunk below 16 MiB
@@ -33,58 +38,87 @@ _BLOCK_SIZE = 1 << 24  # Arrow parses the whole block as one chunk below 16 MiB
 class JsonDecoder:
     """JSON objects -> columns, against a declared schema or an inferred one."""
 
-    def __init__(self, declared: pa.Schema | None = None, infer_others: bool = False) -> None:
+    def __init__(
+        self,
+        declared: pa.Schema | None = None,
+        infer_others: bool = False,
+        hinted: pa.Schema | None = None,
+    ) -> None:
         self.declared = declared
         #: fields that are not declared become columns (else they are ignored)
         self.infers = declared is None or infer_others
+        #: the types of fields neither declared nor in the table (a header's), if inferred
+        self.hinted = hinted if self.infers else None
 
     def decode(self, values: pa.Array, table_schema: pa.Schema | None) -> Decoded:
-        explicit = self._explicit(table_schema)
+        targets = self._targets(table_schema)
+        explicit = self._explicit(targets)
         values = pc.fill_null(values.cast(pa.binary()), b"{}")
         table = _parse(_ndjson(values), explicit, self.infers)
         if table is not None and table.num_rows == len(values):
-            return Decoded(self._finish(table, explicit))
-        return self._decode_one_by_one(values, explicit)
+            finished, lost = self._finish(table, targets)
+            return _without_lost(finished, lost, np.arange(len(values)), {})
+        return self._decode_one_by_one(values, targets, explicit)
 
-    def _explicit(self, table_schema: pa.Schema | None) -> pa.Schema:
-        """What the parser is told: declared columns, or the table's (epoch-millis columns
-        are read as integers and converted after)."""
+    def _targets(self, table_schema: pa.Schema | None) -> pa.Schema:
+        """The types the known columns end as: declared columns, or the table's, then the
+        hinted ones the table does not have."""
         schema = table_schema or pa.schema([])
         if self.declared is not None:  # the declared types win; other columns: the table's
             others = [f for f in schema if f.name not in self.declared.names]
             schema = pa.schema(list(self.declared) + (others if self.infers else []))
+        if self.hinted is not None:
+            schema = pa.schema(list(schema) + [f for f in self.hinted if f.name not in schema.names])
+        return schema
+
+    @staticmethod
+    def _explicit(targets: pa.Schema) -> pa.Schema:
+        """What the parser is told (epoch-millis columns are read as integers, dates and
+        binary as strings, zoned timestamps without their zone: converted after)."""
         return pa.schema(
             [
-                f.with_type(pa.int64()) if f.metadata and _is_millis(f) else _parse_field(f)
-                for f in schema
+                f.with_type(pa.int64()) if f.metadata and _is_millis(f) else f.with_type(
+                    parse_type(f.type)
+                )
+                for f in targets
             ]
         )
 
-    def _finish(self, table: pa.Table, explicit: pa.Schema) -> pa.Table:
-        """Epoch millis -> timestamps; new inferred columns' ISO-8601 strings -> timestamps
+    def _finish(self, table: pa.Table, targets: pa.Schema) -> tuple[pa.Table, dict[int, str]]:
+        """Epoch millis -> timestamps; parsed columns -> their target types
+        (``formats.json_types``); new inferred columns' ISO-8601 strings -> timestamps
         (``formats.iso_time``); columns the block knows nothing about (all null, type null)
-        dropped: they carry no type to add to the table."""
-        target = self.declared
+        dropped: they carry no type to add to the table. Also the rows whose value did not
+        convert, by row, with the reason."""
         columns, fields = [], []
+        lost: dict[int, str] = {}
         for f, column in zip(table.schema, table.columns, strict=True):
             if pa.types.is_null(f.type):
                 continue
-            at = target.get_field_index(f.name) if target is not None else -1
-            declared = target.field(at) if target is not None and at >= 0 else None
-            if self.infers and f.name not in explicit.names:
-                column = _inferred_timestamps(column)
-                f = f.with_type(column.type)
-            elif declared is not None and declared.metadata and _is_millis(declared):
+            at = targets.get_field_index(f.name)
+            target = targets.field(at) if at >= 0 else None
+            if target is None:
+                if self.infers:
+                    column = _inferred_timestamps(column)
+                    f = f.with_type(column.type)
+                if pa.types.is_timestamp(f.type) and f.type != TIMESTAMP:
+                    column = column.cast(TIMESTAMP)
+                    f = f.with_type(TIMESTAMP)
+            elif target.metadata and _is_millis(target):
                 column = column.cast(pa.timestamp("ms", tz="UTC")).cast(TIMESTAMP)
-                f = declared
-            elif pa.types.is_timestamp(f.type) and f.type != TIMESTAMP:
-                column = column.cast(TIMESTAMP)
-                f = f.with_type(TIMESTAMP)
+                f = target
+            elif f.type != target.type and parse_type(target.type) != target.type:
+                column, bad = convert(column.combine_chunks(), target.type)
+                for row in np.flatnonzero(bad) if bad is not None else ():
+                    lost.setdefault(int(row), f"field {f.name!r}: not a {target.type}")
+                f = f.with_type(target.type)
             columns.append(column)
             fields.append(f.with_nullable(True))
-        return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+        return pa.Table.from_arrays(columns, schema=pa.schema(fields)), lost
 
-    def _decode_one_by_one(self, values: pa.Array, explicit: pa.Schema) -> Decoded:
+    def _decode_one_by_one(
+        self, values: pa.Array, targets: pa.Schema, explicit: pa.Schema
+    ) -> Decoded:
         """The error path: find the bad values by bisection (a parse of each half, down to
         single values: ~2 log2(n) parses per bad record, not one per record), then decode
         the others together."""
@@ -129,14 +163,28 @@ class JsonDecoder:
                     bad[i] = f"a field's type conflicts with earlier records: {_first_line(e)}"
         kept = [i for i in range(len(values)) if i not in bad]
         if not kept:
-            return Decoded(self._finish(pa.table({}), explicit).slice(0, 0), bad)
+            return Decoded(self._finish(pa.table({}), targets)[0].slice(0, 0), bad)
         good = values.take(pa.array(kept))
         explicit_all = pa.schema(
             list(explicit) + [f for f in schema if f.name not in explicit.names]
         )
         table = _parse(_ndjson(good), explicit_all, False, raise_=True)
         assert table is not None and table.num_rows == len(kept)
-        return Decoded(self._finish(table, explicit), bad)
+        finished, lost = self._finish(table, targets)
+        return _without_lost(finished, lost, np.array(kept), bad)
+
+
+def _without_lost(
+    table: pa.Table, lost: dict[int, str], origin: np.ndarray, bad: dict[int, str]
+) -> Decoded:
+    """``table`` without the rows whose value did not convert; those bad by their index
+    among the values (``origin[row]``), with ``bad``'s."""
+    if not lost:
+        return Decoded(table, bad)
+    bad = {**bad, **{int(origin[row]): reason for row, reason in lost.items()}}
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[list(lost)] = False
+    return Decoded(table.filter(pa.array(keep)), bad)
 
 
 def _inferred_timestamps(column: pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -157,13 +205,6 @@ def _has_strings(t: pa.DataType) -> bool:
 
 def _is_millis(f: pa.Field) -> bool:
     return bool(f.metadata) and all(f.metadata.get(k) == v for k, v in EPOCH_MILLIS.items())
-
-
-def _parse_field(f: pa.Field) -> pa.Field:
-    """Arrow's JSON reader parses timestamps without a zone; the zone is put back after."""
-    if pa.types.is_timestamp(f.type) and f.type.tz is not None:
-        return f.with_type(pa.timestamp(f.type.unit))
-    return f
 
 
 def _without_null_columns(schema: pa.Schema) -> pa.Schema:

@@ -21,9 +21,11 @@ from rayconnect.formats.base import Decoded, ValueDecoder
 from rayconnect.formats.debezium import unwrap
 from rayconnect.formats.settings import KAFKA_PREFIX, RecordFormat
 from rayconnect.formats.upsert_rows import keyed_rows
+from rayconnect.formats.value_schema_header import hinted_schema
 from rayconnect.protocol.truncate_marker import TruncateScope, scope_of
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.write_modes.fold import LSN_COLUMN, PARTITION_TRUNCATE_COLUMN, TRUNCATE_COLUMN
+from rayconnect.write_modes.unchanged import mark
 
 _RAW_TO_KAFKA = {
     "cluster": "_kafka_cluster",
@@ -114,12 +116,13 @@ def partition_specs(fmt: RecordFormat) -> list[partitioning.PartitionSpec]:
     return partitioning.parse(fmt.partition_by, known)
 
 
-def decoder(fmt: RecordFormat) -> ValueDecoder:
-    """The decoder of the format (one module each)."""
+def decoder(fmt: RecordFormat, hinted: pa.Schema | None = None) -> ValueDecoder:
+    """The decoder of the format (one module each); ``hinted``: json's types of the
+    columns the records' headers declare (``formats.value_schema_header``)."""
     if fmt.value_format == "json":
         from rayconnect.formats.json import JsonDecoder
 
-        return JsonDecoder(fmt.declared_schema(), fmt.infer_other_fields)
+        return JsonDecoder(fmt.declared_schema(), fmt.infer_other_fields, hinted)
     if fmt.value_format == "avro":
         from rayconnect.formats.avro import AvroDecoder
 
@@ -166,7 +169,8 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
             bad[i] = f"value over max_value_bytes ({fmt.max_value_bytes})"
     keep = _mask_without(len(values), bad)
     candidates = values if not bad else values.filter(keep)
-    decoded: Decoded = decoder(fmt).decode(candidates, table_value_cols)
+    hinted = hinted_schema(raw.column("headers")) if fmt.value_format == "json" else None
+    decoded: Decoded = decoder(fmt, hinted).decode(candidates, table_value_cols)
     index_of = pc.indices_nonzero(keep).to_numpy() if bad else None
     for i, reason in decoded.bad.items():
         bad[int(index_of[i]) if index_of is not None else i] = reason
@@ -208,6 +212,10 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
     good_raw = raw.filter(good) if good is not None else raw
     if keys is not None and good is not None:
         keys = keys.filter(good)
+    unchanged: dict[str, pa.Array] = {}
+    if deletes is not None:  # an upsert table: values a change does not carry are marked
+        placeholder = fmt.unavailable_value if fmt.envelope == "debezium" else None
+        columns, unchanged = mark(columns, good_raw.column("headers"), placeholder)
     rows = partitioning.with_derived(_with_coordinates(good_raw, columns, fmt, keys), specs)
     if deletes is not None:
         origin = (
@@ -216,6 +224,7 @@ def decode_block(raw: pa.Table, fmt: RecordFormat, table_schema: pa.Schema | Non
         if good is not None:
             deletes = deletes.filter(good)
             marks = {name: column.filter(good) for name, column in marks.items()}
+        marks |= unchanged
         rows, missing = keyed_rows(rows, deletes, fmt.upsert_keys, origin, marks)
         bad.update(missing)
     bad = {i: reason for i, reason in bad.items() if reason is not _UNCHANGED}

@@ -1,13 +1,17 @@
 """Column type names of a declared schema (``value_schema``) -> Arrow types.
 
 The names are the ones users know from Spark/Delta DDL: ``string``, ``long``, ``int``,
-``double``, ``float``, ``boolean``, ``binary``, ``date``, ``timestamp`` (an ISO-8601 string),
-``timestamp_millis`` (epoch milliseconds), ``array<T>``; a nested mapping is a struct.
-Everything is nullable: a missing field is a null, never a bad record.
+``double``, ``float``, ``boolean``, ``binary`` (base64 in the JSON), ``date`` (``YYYY-MM-DD``),
+``timestamp`` (an ISO-8601 string; UTC), ``timestamp_ntz`` (an ISO-8601 string without a
+zone: a timestamp without time zone), ``timestamp_millis`` (epoch milliseconds),
+``decimal(p,s)`` (a JSON number or string of its digits; ``p`` up to 38), ``array<T>``; a
+nested mapping is a struct. Everything is nullable: a missing field is a null, never a bad
+record.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,9 +33,12 @@ _SCALARS: dict[str, pa.DataType] = {
     "binary": pa.binary(),
     "date": pa.date32(),
     "timestamp": TIMESTAMP,
+    "timestamp_ntz": pa.timestamp("us"),
     #: epoch milliseconds in the JSON; a timestamp in the table
     "timestamp_millis": TIMESTAMP,
 }
+
+_DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
 #: Field metadata marking a column whose JSON holds epoch milliseconds.
 EPOCH_MILLIS = {b"rayconnect.encoding": b"epoch_millis"}
@@ -50,10 +57,16 @@ def arrow_type(spec: Any, where: str) -> pa.DataType:
     name = spec.strip().lower()
     if name.startswith("array<") and name.endswith(">"):
         return pa.list_(arrow_type(spec.strip()[6:-1], f"{where}[]"))
+    decimal = _DECIMAL.fullmatch(name)
+    if decimal is not None:
+        precision, scale = int(decimal[1]), int(decimal[2])
+        if not 0 < precision <= 38 or scale > precision:
+            raise TypeNameError(f"{where}: {spec!r}: precision 1..38, scale 0..precision")
+        return pa.decimal128(precision, scale)
     if name not in _SCALARS:
         raise TypeNameError(
-            f"{where}: unknown type {spec!r}; known: {', '.join(sorted(_SCALARS))}, array<T>, "
-            "or a mapping of fields (a struct)"
+            f"{where}: unknown type {spec!r}; known: {', '.join(sorted(_SCALARS))}, "
+            "decimal(p,s), array<T>, or a mapping of fields (a struct)"
         )
     return _SCALARS[name]
 

@@ -18,6 +18,16 @@ of the table's topic, one copy each in the transaction, marked with the header
 ``rayconnect.truncate: partition`` (``protocol.truncate_marker``): each partition's readers
 meet it in that partition's order, which makes a sink's truncate exact per partition.
 
+Each record of a row change carries the header ``rayconnect.value_schema``: the table's
+columns and their lake types (``column_types``) as a JSON object, ``{"id": "int", "amount":
+"decimal(12,2)", ...}`` - what a sink's ``value_schema`` takes - so an upsert table made from
+the topic has the database's types, not ones guessed from JSON values. A header, not
+Debezium's ``{"schema", "payload"}`` wrapper: the value stays the event every reader of the
+topic already reads, and the header is one shared bytes object per table shape (its cost:
+docs/guides/database-mirror.md#types). ``column_types: none`` leaves it out. A column whose
+lake type is not a string cannot hold the unavailable placeholder: its unchanged TOASTed
+value is null in ``after``.
+
 Events are written as JSON bytes directly (``values``: each column's text to its JSON
 text); no Python value per column.
 """
@@ -29,13 +39,16 @@ from typing import Any
 
 import msgspec
 
+from rayconnect.formats.value_schema_header import VALUE_SCHEMA_HEADER
 from rayconnect.protocol.truncate_marker import PARTITION_TRUNCATE_HEADERS
 from rayconnect.source_tasks.base import SourceRecord
+from rayconnect.source_tasks.postgres.column_types import lake_type
 from rayconnect.source_tasks.postgres.pgoutput import Cell, Column
 from rayconnect.source_tasks.postgres.values import json_encoder
 
 #: what ``after`` holds for a TOASTed value that was not sent (Debezium's default)
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
+Headers = tuple[tuple[str, bytes | None], ...]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -57,21 +70,35 @@ class TableShape(msgspec.Struct, frozen=True):
 class RowCodec:
     """Rows of one table shape as JSON, built once per shape (a Relation message)."""
 
-    __slots__ = ("shape", "_names", "_fields", "_encoders", "_key", "_identity", "_unavailable")
+    __slots__ = (
+        "shape", "headers", "_names", "_fields", "_encoders", "_key", "_identity", "_unavailable"
+    )  # fmt: skip
 
-    def __init__(self, shape: TableShape, unavailable_value: str = UNAVAILABLE_VALUE) -> None:
+    def __init__(
+        self, shape: TableShape, unavailable_value: str = UNAVAILABLE_VALUE, types: bool = True
+    ) -> None:
         self.shape = shape
         columns = shape.columns
+        lake_types = {c.name: lake_type(c.type_oid, c.type_modifier) for c in columns}
+        #: the headers of the table's row records: its columns' lake types (``types``)
+        self.headers: Headers = (
+            ((VALUE_SCHEMA_HEADER, _encode(lake_types)),) if types and columns else ()
+        )
         self._names = [_encode(c.name) + b":" for c in columns]
         #: the names as a whole row writes them: ``{"a":`` first, then ``,"b":``
         self._fields = [(b"," if i else b"{") + name for i, name in enumerate(self._names)]
-        self._encoders = [json_encoder(c.type_oid) for c in columns]
+        self._encoders = [json_encoder(c.type_oid, c.type_modifier) for c in columns]
         position = {c.name: i for i, c in enumerate(columns)}
         #: the primary key's column positions, in key order
         self._key = [position[name] for name in shape.primary_key]
         #: the replica identity's columns: what an old key ('K') tuple holds
         self._identity = [i for i, c in enumerate(columns) if c.key]
-        self._unavailable = _encode(unavailable_value)
+        placeholder = _encode(unavailable_value)
+        #: per column, what an unchanged TOASTed value is: the placeholder where the column
+        #: is a string, else null (a decimal or a list cannot hold it)
+        self._unavailable = [
+            placeholder if lake_types[c.name] == "string" else b"null" for c in columns
+        ]
 
     def row(self, cells: Sequence[Cell], old: Sequence[Cell] | None = None) -> bytes:
         """The whole row; an unchanged TOASTed value from ``old`` (a whole old row) if it
@@ -91,7 +118,7 @@ class RowCodec:
                 parts.append(
                     encoders[i](kept) if type(kept) is bytes
                     else b"null" if kept is None and old is not None
-                    else self._unavailable
+                    else self._unavailable[i]
                 )  # fmt: skip
         parts.append(b"}")
         return b"".join(parts)
@@ -179,8 +206,10 @@ class EventBuilder:
         now_ms: int,
         offset: dict[str, Any],
         source_partition: Any,
+        headers: Headers = (),
     ) -> list[SourceRecord]:
-        """The record of one change (and its tombstone after a delete, if asked)."""
+        """The record of one change (and its tombstone after a delete, if asked);
+        ``headers`` on a row change's record (``RowCodec.headers``)."""
         value = b"".join(
             (
                 b'{"before":', before or b"null", b',"after":', after or b"null",
@@ -205,6 +234,7 @@ class EventBuilder:
             value,
             key=key,
             partition=None if key is not None else 0,
+            headers=headers,
             source_partition=source_partition,
             source_offset=offset,
         )

@@ -42,7 +42,10 @@ class PostgresSettings(msgspec.Struct, frozen=True):
         transaction; ``skip``, nothing (counted as ``truncates_skipped`` and logged):
         Debezium's default, for readers that cannot take ``op: t``. ``own_publication``: the
         publication is this pipeline's alone (a mirror's): ``release`` (``stop --drop-slot``)
-        drops it with the slot; otherwise it is kept."""
+        drops it with the slot; otherwise it is kept. ``column_types``: ``header`` (default)
+        puts each row record's column types in its ``rayconnect.value_schema`` header (the
+        sink types its tables by it: docs/guides/database-mirror.md#types); ``none``: no
+        header."""
 
     dsn: str
     slot: str
@@ -63,6 +66,7 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     truncate: Literal["event", "skip"] = "event"
     offsets_out_of_range: Literal["fail", "snapshot", "latest"] = "fail"
     own_publication: bool = False
+    column_types: Literal["header", "none"] = "header"
 
     __repr__ = redacted_repr
 

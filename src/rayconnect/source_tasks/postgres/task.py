@@ -224,7 +224,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         rows = reader.page(shape, self.sql_types[shape.name], p.after, self.settings.batch_size)
         records: list[SourceRecord] = []
         now_ms = int(time.time() * 1000)
-        codec = RowCodec(shape, self.settings.unavailable_value)
+        codec = self._codec(shape)
         source = self.events.source(
             shape, lsn=self._snapshot_lsn, txid=None, commit_ms=now_ms, snapshot=True
         )
@@ -236,6 +236,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             records += self.events.records(
                 shape, "r", None, codec.row(cells), key, source=source, now_ms=now_ms,
                 offset=p.to_offset(), source_partition=self.source_partition,
+                headers=codec.headers,
             )  # fmt: skip
         done = len(rows) < self.settings.batch_size
         if done:
@@ -324,7 +325,11 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         if known is None:  # a table added to the publication later: its key as pgoutput says
             pk = tuple(c.name for c in rel.columns if c.key) if rel.replica_identity == "d" else ()
         shape = self.shapes[name] = TableShape(rel.schema, rel.table, rel.columns, pk)
-        self.relations[rel.relation_id] = RowCodec(shape, self.settings.unavailable_value)
+        self.relations[rel.relation_id] = self._codec(shape)
+
+    def _codec(self, shape: TableShape) -> RowCodec:
+        s = self.settings
+        return RowCodec(shape, s.unavailable_value, types=s.column_types == "header")
 
     def _on_truncate(self, message: Truncate, records: list[SourceRecord]) -> None:
         """TRUNCATE of captured tables: a truncate event per table, or (``truncate: skip``)
@@ -395,7 +400,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             )
         new = self.events.records(
             shape, op, before, after, key, source=source, now_ms=self._now_ms,
-            offset=offset, source_partition=self.source_partition,
+            offset=offset, source_partition=self.source_partition, headers=codec.headers,
         )  # fmt: skip
         records += new
         self._open += len(new)

@@ -5,8 +5,12 @@ is encoded by one function whichever way it came: a value in an ``r`` event equa
 value in a ``c``/``u`` event. JSON types: integers as integers; ``numeric`` as a JSON number
 with its exact digits (``NaN``/``Infinity`` as strings); floats as numbers (non-finite as
 strings); ``bool`` as true/false; timestamps as ISO 8601 (``timestamptz`` in UTC with a
-``Z``: the connections set ``TimeZone=UTC``); ``bytea`` as base64 (as Debezium does); the
-rest (text, uuid, json, dates, arrays...) as their Postgres text.
+``Z``: the connections set ``TimeZone=UTC``); ``bytea`` as base64 (as Debezium does); arrays
+of the built-in types as JSON arrays of their elements so encoded (``column_types.ARRAYS``;
+a multi-dimensional one as nested arrays); the rest (text, uuid, json, dates...) as their
+Postgres text. A ``numeric`` whose lake type is a string (``column_types``: unconstrained)
+is a JSON string of its exact digits, as Debezium's ``decimal.handling.mode: string`` writes
+it: a JSON number of 20 digits is a float to most readers, and its column a string.
 
 Why text to JSON text, and no Python value in between: Postgres's text of an integer or a
 finite number already is its JSON, so most columns cost a slice of the message; the
@@ -19,6 +23,8 @@ import binascii
 from collections.abc import Callable
 
 import msgspec
+
+from rayconnect.source_tasks.postgres.column_types import ARRAYS, scalar_type
 
 BOOL, BYTEA, INT8, INT2, INT4, OID = 16, 17, 20, 21, 23, 26
 FLOAT4, FLOAT8, NUMERIC = 700, 701, 1700
@@ -83,6 +89,73 @@ _ENCODERS: dict[int, Encode] = {
 }
 
 
-def json_encoder(type_oid: int) -> Encode:
-    """The function that writes a column of ``type_oid`` as JSON (a string if none)."""
+def _scalar_encoder(type_oid: int, type_modifier: int) -> Encode:
+    if type_oid == NUMERIC and scalar_type(type_oid, type_modifier) == "string":
+        return _text
     return _ENCODERS.get(type_oid, _text)
+
+
+def json_encoder(type_oid: int, type_modifier: int = -1) -> Encode:
+    """The function that writes a column of ``type_oid`` (and ``type_modifier``) as JSON
+    (its text as a string if no other)."""
+    element = ARRAYS.get(type_oid)
+    if element is None:
+        return _scalar_encoder(type_oid, type_modifier)
+    encode = _scalar_encoder(element, type_modifier)
+    return lambda text: _json_array(parse_array(text), encode)
+
+
+#: a Postgres array's elements: each one's text (None: NULL), or a nested array
+ArrayItems = list["bytes | None | ArrayItems"]
+
+
+def parse_array(text: bytes) -> ArrayItems:
+    """A Postgres array's text form (``{1,NULL,"a b","q\\"x"}``, nested ``{{1},{2}}``, a
+    ``[1:2]=`` bounds prefix) -> its elements, unquoted and unescaped."""
+    pos = text.find(b"{")
+    if pos < 0:
+        raise ValueError(f"not a Postgres array: {text[:40]!r}")
+    stack: list[ArrayItems] = [[]]
+    pos += 1
+    n = len(text)
+    while pos < n:
+        c = text[pos]
+        if c == 0x7B:  # {
+            stack.append([])
+            pos += 1
+        elif c == 0x7D:  # }
+            done = stack.pop()
+            if not stack:
+                return done
+            stack[-1].append(done)
+            pos += 1
+        elif c == 0x2C or c in b" \t\n":  # , and whitespace between elements
+            pos += 1
+        elif c == 0x22:  # "...": backslash escapes
+            out = bytearray()
+            pos += 1
+            while text[pos] != 0x22:
+                if text[pos] == 0x5C:
+                    pos += 1
+                out.append(text[pos])
+                pos += 1
+            stack[-1].append(bytes(out))
+            pos += 1
+        else:
+            end = pos
+            while end < n and text[end] not in b",}":
+                end += 1
+            item = text[pos:end].strip()
+            stack[-1].append(None if item.upper() == b"NULL" else item)
+            pos = end
+    raise ValueError(f"unterminated Postgres array: {text[:40]!r}")
+
+
+def _json_array(items: ArrayItems, encode: Encode) -> bytes:
+    parts = [
+        b"null" if item is None
+        else _json_array(item, encode) if isinstance(item, list)
+        else encode(item)
+        for item in items
+    ]  # fmt: skip
+    return b"[" + b",".join(parts) + b"]"
