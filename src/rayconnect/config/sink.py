@@ -21,6 +21,7 @@ from rayconnect.config.routes import Route, RouteFormats, Routes
 from rayconnect.config.spark import SparkSettings
 from rayconnect.errors import ConfigError, require
 from rayconnect.formats.settings import (
+    UNAVAILABLE_VALUE,
     Envelope,
     ErrorPolicy,
     KeyFormat,
@@ -130,6 +131,11 @@ class KafkaSource(msgspec.Struct, frozen=True):
     #: ``debezium``: each value is a Debezium change event (op c/r/u/d, before/after), and
     #: the row is ``after`` (``before`` for a delete); needs ``sink.write_mode: upsert``
     envelope: Envelope = "none"
+    #: ``envelope: debezium`` into an upsert table: a text or binary value equal to this is
+    #: one the change does not carry (Postgres's unchanged TOAST: Debezium's
+    #: ``unavailable.value.placeholder``); the table keeps the value it has
+    #: (docs/guides/upserts.md#unchanged-toast-values). None: no value is a placeholder
+    unavailable_value: str | None = UNAVAILABLE_VALUE
 
     __repr__ = redacted_repr
 
@@ -177,6 +183,7 @@ class KafkaSource(msgspec.Struct, frozen=True):
             errors=self.errors,
             max_value_bytes=self.max_value_bytes,
             envelope=self.envelope,
+            unavailable_value=self.unavailable_value,
         )
 
     def streams(self) -> tuple[KafkaStream, ...]:

@@ -29,6 +29,9 @@ UpsertMode = Literal["copy_on_write", "merge_on_read"]
 #: (``write_modes.fold``), or makes it a dead letter (the table keeps its rows)
 TruncateMode = Literal["apply", "dead_letter"]
 
+#: Debezium's placeholder for a value a change does not carry (``unavailable.value.placeholder``)
+UNAVAILABLE_VALUE = "__debezium_unavailable_value"
+
 #: Where dead letters are staged and committed: a Delta table of its own inside the table's
 #: folder. Its leading ``_`` hides it from the main table's vacuum; the main table's log
 #: never names its files, so readers of the main table never see them.
@@ -82,6 +85,10 @@ class RecordFormat(msgspec.Struct, frozen=True):
     upsert_keys: tuple[str, ...] = ()
     #: an upsert table's truncate events (``envelope: debezium``): the sink's ``truncate``
     truncate: TruncateMode = "apply"
+    #: an upsert table's change events (``envelope: debezium``): a text or binary value
+    #: equal to this is one the change does not carry - Postgres's unchanged TOAST
+    #: (``write_modes.unchanged``: the table's value is kept). None: no placeholder
+    unavailable_value: str | None = UNAVAILABLE_VALUE
 
     def __post_init__(self) -> None:
         require(

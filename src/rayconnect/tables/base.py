@@ -30,7 +30,7 @@ from rayconnect.storage.location import TableLocation
 from rayconnect.tables import dead_letters
 from rayconnect.tables.round_committer import RoundLanded
 from rayconnect.write_modes.changes import NOTHING, RoundChanges
-from rayconnect.write_modes.fold import CHANGE_COLUMNS
+from rayconnect.write_modes.fold import is_change_column
 from rayconnect.write_modes.modes import WriteMode
 from rayconnect.write_modes.row_delta import ColumnReader, LiveFile
 
@@ -451,11 +451,7 @@ class TableCommitter(abc.ABC):
             raise SchemaMismatchError(
                 f"{data_file.path}: not a readable Parquet file ({exc})"
             ) from exc
-        for name in CHANGE_COLUMNS:
-            flag = schema.get_field_index(name)
-            if flag >= 0:
-                schema = schema.remove(flag)
-        return schema
+        return pa.schema([f for f in schema if not is_change_column(f.name)], schema.metadata)
 
     def _check_file(
         self, data_file: DataFile, footer: pa.Schema, table: pa.Schema, pending: pa.Schema

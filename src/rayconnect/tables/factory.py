@@ -136,7 +136,7 @@ def write_mode(
         return APPEND
     if sink.upsert_mode == "merge_on_read":
         return MergeOnRead(record_format.upsert_keys, sink.key_index_rows, search=search)
-    return Upsert(record_format.upsert_keys)
+    return Upsert(record_format.upsert_keys, search)
 
 
 def open_upkeep(

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rayconnect.protocol.types import TopicPartition
+from rayconnect.write_modes.unchanged import UNCHANGED_PREFIX, fill_in_round
 
 #: the column that says whether a change deletes its key (true) or writes its row (false)
 DELETE_COLUMN = "_rayconnect_delete"
@@ -53,8 +54,14 @@ TRUNCATE_COLUMNS = (TRUNCATE_COLUMN, PARTITION_TRUNCATE_COLUMN)
 #: the change event's source position (Debezium's ``source.lsn``), to order a truncate
 #: against other partitions' changes; null where an event has none
 LSN_COLUMN = "_rayconnect_lsn"
-#: the columns of a round's changes that are the write mode's, never the table's
+#: the columns of a round's changes that are the write mode's, never the table's (and the
+#: marks of values a change does not carry: ``unchanged.UNCHANGED_PREFIX``)
 CHANGE_COLUMNS = (DELETE_COLUMN, *TRUNCATE_COLUMNS, LSN_COLUMN)
+
+
+def is_change_column(name: str) -> bool:
+    """Whether ``name`` is a column of a round's changes that the table never holds."""
+    return name in CHANGE_COLUMNS or name.startswith(UNCHANGED_PREFIX)
 
 _CLUSTER = "_kafka_cluster"
 _TOPIC = "_kafka_topic"
@@ -62,7 +69,7 @@ _PARTITION = "_kafka_partition"
 #: the columns that say which partition a row of the table came from (what a partition's
 #: truncate removes by)
 PARTITION_COLUMNS = (_CLUSTER, _TOPIC, _PARTITION)
-_OFFSET = "_kafka_offset"
+_OFFSET = OFFSET_COLUMN = "_kafka_offset"
 _TIMESTAMP = "_kafka_timestamp"
 
 
@@ -108,7 +115,7 @@ def fold(changes: pa.Table, key_columns: list[str]) -> Folded:
     )
     last = ranked.group_by(key_columns, use_threads=False).aggregate([("__rank", "max")])
     rows = np.sort(last.column("__rank_max").to_numpy())  # the rank is the row in ``ranked``
-    winners = ranked.take(pa.array(rows)).drop_columns(["__rank"])
+    winners = fill_in_round(ranked, rows, key_columns).drop_columns(["__rank"])
     return _split(winners, key_columns, truncated, partitions)
 
 

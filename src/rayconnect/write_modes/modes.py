@@ -16,6 +16,7 @@ variant it gets (``TableCommitter._write``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -25,15 +26,19 @@ import pyarrow.parquet as pq
 from rayconnect.protocol.types import DataFile
 from rayconnect.storage.location import TableLocation
 from rayconnect.write_modes.changes import Appended, RoundChanges, RowDelta, Upserted
-from rayconnect.write_modes.fold import Folded, fold
+from rayconnect.write_modes.fold import OFFSET_COLUMN, PARTITION_COLUMNS, Folded, fold
 from rayconnect.write_modes.key_index import Found, KeyIndex
 from rayconnect.write_modes.row_delta import (
     ColumnReader,
+    FileDeletes,
     LiveFile,
     Search,
     find_deletes,
+    rows_at,
     search_here,
+    without_partitions,
 )
+from rayconnect.write_modes.unchanged import fill_from_table, marks_of
 
 
 class StagedTable(Protocol):
@@ -81,10 +86,13 @@ APPEND = Append()
 
 
 class Upsert:
-    """Upserts by ``key_columns`` (a format with upsert keys)."""
+    """Upserts by ``key_columns`` (a format with upsert keys). The values a change does not
+    carry (``write_modes.unchanged``: Postgres's unchanged TOAST) are read from the key's
+    row, found by ``search`` (``write_modes.key_search``)."""
 
-    def __init__(self, key_columns: tuple[str, ...]) -> None:
+    def __init__(self, key_columns: tuple[str, ...], search: Search = search_here) -> None:
         self.key_columns = key_columns
+        self.search = search
 
     def landed(self) -> None:
         """Nothing kept between rounds."""
@@ -92,8 +100,38 @@ class Upsert:
     def changes(self, table: StagedTable, read: Any, files: Sequence[DataFile]) -> RoundChanges:
         if not files:
             return Appended()
-        folded = _fold_staged(table, files, self.key_columns)
+        folded = self._with_table_values(table, read, _fold_staged(table, files, self.key_columns))
         return Upserted(folded, self.key_columns, staged=tuple(f.path for f in files))
+
+    def _with_table_values(
+        self,
+        table: StagedTable,
+        read: Any,
+        folded: Folded,
+        found: Sequence[FileDeletes] | None = None,
+    ) -> Folded:
+        """``folded`` with the values its rows do not carry read from the table: from the
+        rows ``found`` (the round's key search, merge-on-read) or a search for those keys."""
+        if not marks_of(folded.rows):
+            return folded
+        gone = folded.truncated_partitions
+
+        def current(keys: pa.Table, columns: list[str]) -> pa.Table:
+            if folded.truncated:  # the table's rows all go: none to take values from
+                return pa.table({})
+            hits = found
+            if hits is None:
+                hits = find_deletes(
+                    table.live_files(read), keys, (), table.column_reader, self.search
+                )
+            wanted = [*self.key_columns, *columns, OFFSET_COLUMN]
+            if not gone:
+                return rows_at(hits, table.column_reader, wanted)
+            rows = rows_at(hits, table.column_reader, [*wanted, *PARTITION_COLUMNS])
+            return without_partitions(rows, gone).select(wanted)  # those rows go now
+
+        rows = fill_from_table(folded.rows, self.key_columns, current)
+        return dataclasses.replace(folded, rows=rows)
 
 
 class MergeOnRead(Upsert):
@@ -110,8 +148,7 @@ class MergeOnRead(Upsert):
         background: bool = True,
         search: Search = search_here,
     ) -> None:
-        super().__init__(key_columns)
-        self.search = search
+        super().__init__(key_columns, search)
         rows = index_rows if len(key_columns) == 1 else 0
         self.index = KeyIndex(key_columns[0], rows, background)
         self._found = Found()
@@ -127,17 +164,19 @@ class MergeOnRead(Upsert):
         staged = tuple(f.path for f in files)
         live = table.live_files(read)
         if folded.truncated:  # every row the table held goes: whole files
+            folded = self._with_table_values(table, read, folded, ())
             return RowDelta(folded.rows, drop=tuple(live), staged=staged)
         keys = pa.concat_tables(
             [folded.rows.select(list(self.key_columns)), folded.deleted],
             promote_options="permissive",
         )
         self._found = Found()
-        read = table.column_reader
-        if not folded.truncated_partitions and self.index.sync(live, read):
+        reader = table.column_reader
+        if not folded.truncated_partitions and self.index.sync(live, reader):
             deletes, self._found = self.index.find(keys.column(0), live)
         else:
-            deletes = find_deletes(live, keys, folded.truncated_partitions, read, self.search)
+            deletes = find_deletes(live, keys, folded.truncated_partitions, reader, self.search)
+        folded = self._with_table_values(table, read, folded, deletes)
         return RowDelta(folded.rows, deletes=deletes, staged=staged)
 
 

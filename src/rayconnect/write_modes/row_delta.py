@@ -73,6 +73,9 @@ class ColumnReader:
     partition_types: Mapping[str, pa.DataType] = field(default_factory=dict)
 
     def __call__(self, live: LiveFile, columns: list[str]) -> pa.Table:
+        return _without_views(self._read(live, columns))
+
+    def _read(self, live: LiveFile, columns: list[str]) -> pa.Table:
         if not live.partition_values:
             return pq.read_table(live.path, columns=columns, filesystem=self.filesystem)
         with self.filesystem.open_input_file(live.path) as source:
@@ -99,6 +102,15 @@ class FileDeletes:
 
     file: LiveFile
     positions: np.ndarray
+
+
+def _without_views(table: pa.Table) -> pa.Table:
+    """String and binary view columns (delta-rs writes them) as plain ones: Arrow's
+    ``take`` and joins have no kernels for views."""
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+    if not any(f.type in plain for f in table.schema):
+        return table
+    return table.cast(pa.schema([f.with_type(plain.get(f.type, f.type)) for f in table.schema]))
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,32 @@ def find_deletes(
     job = SearchJob(tuple(f.searched() for f in candidates), keys, truncated, read)
     found = search(job)
     return tuple(FileDeletes(f, p) for f, p in zip(candidates, found, strict=True) if len(p))
+
+
+def rows_at(
+    found: Sequence[FileDeletes], read: ColumnReader, columns: list[str]
+) -> pa.Table:
+    """``columns`` of the rows ``found`` (in the files where a key search found them)."""
+
+    def take(hit: FileDeletes) -> pa.Table:
+        return read(hit.file, columns).take(pa.array(hit.positions.astype(np.int64)))
+
+    if len(found) <= 1:
+        parts = [take(hit) for hit in found]
+    else:
+        with ThreadPoolExecutor(min(_READERS, len(found))) as pool:
+            parts = list(pool.map(take, found))
+    if not parts:
+        return pa.table({c: pa.nulls(0) for c in columns})
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def without_partitions(rows: pa.Table, partitions: Iterable[TopicPartition]) -> pa.Table:
+    """``rows`` except those that came from ``partitions`` (by their ``_kafka_*`` columns)."""
+    gone = tuple(partitions)
+    if not gone or rows.num_rows == 0:
+        return rows
+    return rows.filter(pa.array(~_of_partitions(rows, gone)))
 
 
 def _key_ranges(keys: pa.Table) -> dict[str, tuple[Any, Any]]:

@@ -1,6 +1,7 @@
 """Merge-on-read upserts on real tables, through the committer's one round-commit path:
 random change histories (inserts, updates, deletes, re-inserts, keys moving between table
-partitions, truncates of a Kafka partition and of the whole table) over several rounds,
+partitions, truncates of a Kafka partition and of the whole table, updates that do not
+carry a value - Postgres's unchanged TOAST, kept from the round or the table) over several rounds,
 the table against a plain dict after every round - read by every reader the docs name -
 and each round's offsets in its one version. The same histories for both table kinds."""
 
@@ -27,11 +28,14 @@ from rayconnect.tables.factory import open_committer, open_upkeep
 from rayconnect.tables.files import STAGING_DIR, describe_file
 from rayconnect.write_modes.fold import DELETE_COLUMN, PARTITION_TRUNCATE_COLUMN, TRUNCATE_COLUMN
 from rayconnect.write_modes.modes import MergeOnRead
+from rayconnect.write_modes.unchanged import UNCHANGED_PREFIX
 
 pytestmark = [pytest.mark.timeout(180)]
 PARTITIONS = 4
 KEYS = 3_000
 Model = dict[int, tuple[str, str]]
+#: the mark of a change that does not carry ``v`` (``write_modes.unchanged``)
+UNCHANGED_V = UNCHANGED_PREFIX + "v"
 
 
 def fmt(partition_by: tuple[str, ...] = ()) -> RecordFormat:
@@ -66,25 +70,29 @@ class History:
             key = int(self.rng.integers(0, KEYS))
             delete = bool(self.rng.random() < 0.25)
             region = ("eu", "us", "ap")[int(self.rng.integers(0, 3))]
-            rows.append(self._change(key, delete, f"r{self.round}-{i}", region))
+            # an update that does not carry ``v`` (Postgres's unchanged TOAST): only of a
+            # key the table holds, as Postgres updates only a row that exists
+            unchanged = not delete and key in self.model and bool(self.rng.random() < 0.3)
+            rows.append(self._change(key, delete, f"r{self.round}-{i}", region, unchanged))
         return self._table(rows)
 
-    def _change(self, key: int, delete: bool, v: str, region: str) -> dict:
+    def _change(self, key: int, delete: bool, v: str, region: str, unchanged: bool) -> dict:
         p = key % PARTITIONS
         row = {
             "_kafka_partition": p,
             "_kafka_offset": self._offset(p),
             "id": key,
-            "v": None if delete else v,
+            "v": None if delete or unchanged else v,
             "region": None if delete else region,
             DELETE_COLUMN: delete,
             TRUNCATE_COLUMN: False,
             PARTITION_TRUNCATE_COLUMN: False,
+            UNCHANGED_V: unchanged,
         }
         if delete:
             self.model.pop(key, None)
         else:
-            self.model[key] = (v, region)
+            self.model[key] = (self.model[key][0] if unchanged else v, region)
         return row
 
     def _truncate(self, kind: str | None) -> list[dict]:
@@ -108,6 +116,7 @@ class History:
                     DELETE_COLUMN: False,
                     TRUNCATE_COLUMN: column == TRUNCATE_COLUMN,
                     PARTITION_TRUNCATE_COLUMN: column == PARTITION_TRUNCATE_COLUMN,
+                    UNCHANGED_V: None,
                 }
             )
         return out
@@ -134,6 +143,7 @@ class History:
                 DELETE_COLUMN: pa.array([r[DELETE_COLUMN] for r in rows]),
                 TRUNCATE_COLUMN: pa.array([r[TRUNCATE_COLUMN] for r in rows]),
                 PARTITION_TRUNCATE_COLUMN: pa.array([r[PARTITION_TRUNCATE_COLUMN] for r in rows]),
+                UNCHANGED_V: pa.array([r[UNCHANGED_V] for r in rows], pa.bool_()),
             }
         )
 
@@ -323,6 +333,27 @@ def test_iceberg_merge_on_read_histories_equal_the_model_after_every_round(
 
     c = run_history(sink, partition_by, iceberg_reads(sink), 7, after_round, fold)
     assert uses_key_index(c) == bool(key_index_rows)
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_copy_on_write_histories_equal_the_model_too(tmp_path: Path, kind: str) -> None:
+    """The same histories copy-on-write: the fold and the values a change does not carry
+    (read from the table by a key search) are the write modes' shared part."""
+    sink: rc.DeltaSink | rc.IcebergSink
+    if kind == "delta":
+        sink = rc.DeltaSink(str(tmp_path / "delta"), write_mode="upsert", key_columns=("id",))
+        reads = delta_reads(sink.path)
+    else:
+        sink = rc.IcebergSink(
+            "db.cow",
+            warehouse=str(tmp_path / "warehouse"),
+            write_mode="upsert",
+            key_columns=("id",),
+            upsert_mode="copy_on_write",
+        )
+        reads = iceberg_reads(sink)
+    c = run_history(sink, (), reads, 5, lambda c, truncate, before: None, lambda: None)
+    assert not isinstance(c.apply, MergeOnRead)
 
 
 def live_delta_files(sink: rc.DeltaSink) -> list:
