@@ -15,6 +15,12 @@ created before pgbench writes the backlog (``--txns`` transactions of one upsert
                  transactions, the slot confirmed after each commit; with the defaults,
                  then tuned (``TUNED_TASK``) from a slot of its own
 
+Column types (issue 38.1): the exactly-once task once more without its
+``rayconnect.value_schema`` header (``column_types: none``), and the plain loop once more
+with each value wrapped as Debezium's JSON converter with schemas writes it (``{"schema":
+..., "payload": ...}``, the schema of the table's event built once per table): what each
+way of carrying the column types costs.
+
 Latency: the exactly-once task runs in a child process while pgbench writes ``--rate``
 changes/s for ``--seconds``; a read_committed consumer here takes, per change, the time it
 is received minus its Postgres commit time (``source.ts_ms``).
@@ -103,10 +109,54 @@ async def raw_stream(server: PostgresServer, changes: int) -> float:
     return seen / elapsed
 
 
-async def plain_loop(server: PostgresServer, bootstrap: str, changes: int) -> float:
-    """What one would write without rayconnect: same events, aiokafka, no transactions."""
-    stream = WalStream(settings(server, "plain"), PUB)
+_DEBEZIUM_TYPES = {"int": "int32", "long": "int64", "string": "string", "boolean": "boolean"}
+
+
+def debezium_schema(shape: TableShape) -> bytes:
+    """The ``schema`` Debezium's JSON converter puts beside each event of ``shape`` (its
+    connect types; this bench's tables have ints and text only)."""
+    from rayconnect.source_tasks.postgres.column_types import lake_type
+
+    row = [
+        {"type": _DEBEZIUM_TYPES.get(lake_type(c.type_oid, c.type_modifier), "string"),
+         "optional": not c.key, "field": c.name}
+        for c in shape.columns
+    ]  # fmt: skip
+    name = f"plain.{shape.schema}.{shape.table}"
+    source = [
+        {"type": t, "optional": o, "field": f}
+        for t, o, f in [
+            ("string", False, "version"), ("string", False, "connector"),
+            ("string", False, "name"), ("int64", False, "ts_ms"), ("string", True, "snapshot"),
+            ("string", False, "db"), ("string", False, "schema"), ("string", False, "table"),
+            ("int64", True, "txId"), ("int64", True, "lsn"),
+        ]
+    ]  # fmt: skip
+    schema = {
+        "type": "struct", "optional": False, "name": f"{name}.Envelope",
+        "fields": [
+            {"type": "struct", "fields": row, "optional": True, "name": f"{name}.Value",
+             "field": "before"},
+            {"type": "struct", "fields": row, "optional": True, "name": f"{name}.Value",
+             "field": "after"},
+            {"type": "struct", "fields": source, "optional": False,
+             "name": "io.debezium.connector.postgresql.Source", "field": "source"},
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ],
+    }  # fmt: skip
+    return msgspec.json.encode(schema)
+
+
+async def plain_loop(
+    server: PostgresServer, bootstrap: str, changes: int, slot: str = "plain",
+    envelope: bool = False,
+) -> float:
+    """What one would write without rayconnect: same events, aiokafka, no transactions;
+    ``envelope``: each value in Debezium's ``{"schema", "payload"}`` wrapper."""
+    stream = WalStream(settings(server, slot), PUB)
     events = EventBuilder("plain", lambda s, t: f"plain.{s}.{t}", False, "postgres")
+    wrappers: dict[int, bytes] = {}
     p = producer(bootstrap, None)
     await p.start()
     relations: dict[int, RowCodec] = {}
@@ -132,7 +182,9 @@ async def plain_loop(server: PostgresServer, bootstrap: str, changes: int) -> fl
                 stream.confirm(last_commit)
         elif isinstance(m, Relation):
             shape = TableShape(m.schema, m.table, m.columns, ("id",))
-            relations[m.relation_id] = RowCodec(shape)
+            relations[m.relation_id] = RowCodec(shape, types=False)
+            wrappers[m.relation_id] = b'{"schema":' + debezium_schema(shape) + b',"payload":'
+
         elif isinstance(m, Insert | Update | Delete):
             assert txn is not None and not isinstance(m, Delete)
             codec = relations[m.relation_id]
@@ -145,7 +197,10 @@ async def plain_loop(server: PostgresServer, bootstrap: str, changes: int) -> fl
                 codec.key(m.new), source=source, now_ms=int(time.time() * 1000), offset=None,
                 source_partition=None,
             )  # fmt: skip
-            futures.append(await p.send(record.topic, record.value, key=record.key))
+            value = record.value
+            if envelope:
+                value = wrappers[m.relation_id] + value + b"}"
+            futures.append(await p.send(record.topic, value, key=record.key))
             seen += 1
     await asyncio.gather(*futures)
     elapsed = time.perf_counter() - t0
@@ -160,11 +215,15 @@ TUNED_TASK = {"batch_size": 20_000}
 
 
 async def exactly_once(
-    server: PostgresServer, bootstrap: str, changes: int, name: str, tuned: bool = False
+    server: PostgresServer, bootstrap: str, changes: int, name: str, tuned: bool = False,
+    types: bool = True,
 ) -> float:
     s = SourceSettings(name=name, target=KafkaTarget(bootstrap), transaction_boundary="connector")
     await prepare_generation(s)
-    fields = settings(server, name, topic_prefix=name, **(TUNED_TASK if tuned else {}))
+    fields = settings(
+        server, name, topic_prefix=name, **(TUNED_TASK if tuned else {}),
+        column_types="header" if types else "none",
+    )  # fmt: skip
     task = PostgresSource(**msgspec.structs.asdict(fields))
     return await committed_rate(TaskRunner(s, 0, task), changes)
 
@@ -251,9 +310,9 @@ async def main(txns: int, rate: int, seconds: int) -> None:
             ";".join(f"CREATE TABLE {t} (id int PRIMARY KEY, v int, s text)" for t in TABLES)
         )
         server.psql(f"CREATE PUBLICATION {PUB} FOR TABLE {', '.join(TABLES)}")
-        for slot in ("raw", "plain", "eo", "eotuned"):
+        for slot in ("raw", "plain", "plainenv", "eo", "eonotypes", "eotuned"):
             server.psql(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')")
-        for prefix in ("plain", "eo", "eotuned"):
+        for prefix in ("plain", "eo", "eonotypes", "eotuned"):
             for t in TABLES:
                 await create_topic(bootstrap, f"{prefix}.public.{t}", 2)
         t0 = time.perf_counter()
@@ -263,7 +322,13 @@ async def main(txns: int, rate: int, seconds: int) -> None:
         cpu: list[float] = []  # CPU seconds of this process per way: load-independent
         ceiling = await _cpu(raw_stream(server, changes), cpu)
         plain = await _cpu(plain_loop(server, bootstrap, changes), cpu)
+        plain_env = await _cpu(
+            plain_loop(server, bootstrap, changes, "plainenv", envelope=True), cpu
+        )
         eo = await _cpu(exactly_once(server, bootstrap, changes, "eo"), cpu)
+        no_types = await _cpu(
+            exactly_once(server, bootstrap, changes, "eonotypes", types=False), cpu
+        )
         tuned = await _cpu(exactly_once(server, bootstrap, changes, "eotuned", tuned=True), cpu)
         lat = await latency(server, bootstrap, rate, seconds)
     print(
@@ -271,11 +336,15 @@ async def main(txns: int, rate: int, seconds: int) -> None:
         f"pgbench wrote them in {write_s:.1f} s), embedded broker, one task, 2-core machine\n"
     )
     print(f"{'way':<14} {'changes/s':>10} {'x plain':>8} {'CPU us/change':>14}")
-    ways = [("raw stream", ceiling), ("plain loop", plain), ("exactly-once", eo)]
-    ways.append(("eo tuned", tuned))
+    ways = [("raw stream", ceiling), ("plain loop", plain), ("plain+schemas", plain_env)]
+    ways += [("exactly-once", eo), ("eo no header", no_types), ("eo tuned", tuned)]
     for (way, v), cpu_s in zip(ways, cpu, strict=True):
         print(f"{way:<14} {v:>10,.0f} {v / plain:>8.2f} {cpu_s / changes * 1e6:>14.1f}")
-    print(f"(eo tuned: {TUNED_TASK}, defaults otherwise)")
+    print(
+        f"(plain+schemas: the plain loop, values in Debezium's schema-ful JSON; eo: the "
+        f"rayconnect.value_schema header on every record, eo no header: column_types none; "
+        f"eo tuned: {TUNED_TASK}, defaults otherwise)"
+    )
     print(
         f"\ncommit -> visible (read_committed) at {rate:,} changes/s for {seconds} s: "
         f"{lat['changes']:,} changes, p50 {lat['p50_ms']:.0f} ms, p99 {lat['p99_ms']:.0f} ms, "
