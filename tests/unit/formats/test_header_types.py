@@ -10,6 +10,8 @@ import decimal
 
 import msgspec
 import pyarrow as pa
+from test_json_decoding import dead_letters_by_offset
+from test_json_decoding import raw as json_raw
 
 from rayconnect.formats.rows import decode_block
 from rayconnect.formats.settings import RecordFormat
@@ -37,20 +39,12 @@ ROW = (
 
 
 def raw(values: list[bytes], headers: list | None = None) -> pa.Table:
-    n = len(values)
-    return pa.Table.from_pydict(
-        {
-            "cluster": ["c"] * n,
-            "topic": ["t"] * n,
-            "partition": [0] * n,
-            "offset": list(range(n)),
-            "timestamp": [1_700_000_000_000_000] * n,
-            "key": [b"k"] * n,
-            "value": values,
-            "headers": [HEADER if headers is None else headers] * n,
-        },
-        schema=RAW_RECORD_SCHEMA,
-    )
+    """``values`` as a block of raw records, each with ``headers`` (the types' header)."""
+    block = json_raw(values)
+    field = block.schema.field("headers")
+    at = block.column_names.index("headers")
+    each = HEADER if headers is None else headers
+    return block.set_column(at, field, pa.array([each] * len(values), field.type))
 
 
 def test_new_columns_take_the_headers_types() -> None:
@@ -109,13 +103,7 @@ def test_a_value_that_does_not_convert_is_a_bad_record_not_a_null() -> None:
     bad_list = ROW.replace(b'"days":["2024-01-01"]', b'"days":["2024-01-01","x"]')
     block = decode_block(raw([ROW, bad_day, bad_blob, bad_list]), JSON, None)
     assert block.rows.column("_kafka_offset").to_pylist() == [0]
-    assert dict(
-        zip(
-            block.dead_letters.column("_kafka_offset").to_pylist(),
-            block.dead_letters.column("reason").to_pylist(),
-            strict=True,
-        )
-    ) == {
+    assert dead_letters_by_offset(block) == {
         1: "field 'day': not a date32[day]",
         2: "field 'blob': not a binary",
         3: "field 'days': not a list<item: date32[day]>",

@@ -14,6 +14,7 @@ from rayconnect.formats.json import JsonDecoder, _ndjson
 from rayconnect.formats.rows import (
     DEAD_LETTER_SCHEMA,
     BadRecordError,
+    DecodedBlock,
     decode_block,
     initial_schema,
 )
@@ -38,6 +39,18 @@ def raw(values: list[bytes | None], start: int = 0, key: bytes | None = b"k") ->
             "headers": [[]] * n,
         },
         schema=RAW_RECORD_SCHEMA,
+    )
+
+
+def dead_letters_by_offset(block: DecodedBlock) -> dict[int, str]:
+    """A decoded block's dead letters: offset -> reason."""
+    letters = block.dead_letters
+    return dict(
+        zip(
+            letters.column("_kafka_offset").to_pylist(),
+            letters.column("reason").to_pylist(),
+            strict=True,
+        )
     )
 
 

@@ -9,7 +9,7 @@ import json
 
 import pyarrow as pa
 import pytest
-from test_json_decoding import raw
+from test_json_decoding import dead_letters_by_offset, raw
 
 from rayconnect.errors import ConfigError
 from rayconnect.formats.partitioning import split
@@ -92,13 +92,7 @@ def test_debezium_events_become_rows_and_deletes_and_tombstones_change_nothing()
         raw([None if e is None else json.dumps(e).encode() for e in events]), fmt, None
     )
     assert _rows(block) == [(0, 1, "a", False), (1, 1, "b", False), (2, 1, None, True)]
-    assert dict(
-        zip(
-            block.dead_letters.column("_kafka_offset").to_pylist(),
-            block.dead_letters.column("reason").to_pylist(),
-            strict=True,
-        )
-    ) == {
+    assert dead_letters_by_offset(block) == {
         4: "key column(s) ['id']: not all in the row or the record key",
         5: "debezium envelope: op must be one of c, r, u, d, not 'q'",
     }
