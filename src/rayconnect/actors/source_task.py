@@ -46,7 +46,12 @@ from rayconnect.kafka.transactions import (
 )
 from rayconnect.metrics import SourceMetrics
 from rayconnect.protocol.outages import OutageWatch
-from rayconnect.protocol.source_status import SourceTaskReport
+from rayconnect.protocol.source_status import (
+    PastError,
+    SourceTaskReport,
+    current_error,
+    with_error,
+)
 from rayconnect.protocol.source_task import (
     AbortTransaction,
     Acknowledge,
@@ -442,6 +447,8 @@ def _source_offsets(records: list[SourceRecord]) -> list[tuple[str, Any] | None]
 _KV_NS = "rayconnect"
 #: how often a task actor records its source's lag as metrics
 LAG_REPORT_S = 2.0
+#: how long status waits for the source to say its lag while the task is not streaming
+LAG_AT_REST_TIMEOUT_S = 5.0
 
 
 def _kv_key(pipeline: str, index: int, what: str) -> bytes:
@@ -480,9 +487,10 @@ class SourceTaskActor:
         restarts_key = _kv_key(settings.name, index, "restarts")
         if ray.get_runtime_context().was_current_actor_reconstructed:
             self.restarts = int(_kv_get(restarts_key) or b"0") + 1
-        else:  # a new start: no restart, no outage of an earlier run counts
+        else:  # a new start: no restart, no outage or error of an earlier run counts
             self.restarts = 0
             _kv_put(_kv_key(settings.name, index, "failing_since"), b"")
+            _kv_put(self._errors_key, b"[]")
         _kv_put(restarts_key, str(self.restarts).encode())
         self._failed: str | None = None
         self.gave_up: str | None = None
@@ -504,7 +512,8 @@ class SourceTaskActor:
             await self.runner.run()
         except Exception as e:
             self._failed = str(e)
-            _kv_put(_kv_key(self.settings.name, self.index, "last_error"), str(e).encode())
+            errors = with_error(self._past_errors(), PastError(error=str(e), at=time.time()))
+            _kv_put(self._errors_key, msgspec.json.encode(errors))
             if self.runner.bad_record is not None:
                 log.error(
                     "task %s: failed for good, its transaction aborted: %s",
@@ -553,13 +562,33 @@ class SourceTaskActor:
             return True
         raise RuntimeError(f"task {self.index} not started: {self._failed or 'timeout'}")
 
+    @property
+    def _errors_key(self) -> bytes:
+        return _kv_key(self.settings.name, self.index, "errors")
+
+    def _past_errors(self) -> tuple[PastError, ...]:
+        """The errors that ended this task's incarnations (the KV store keeps them: the
+        processes that knew them are gone)."""
+        kept = _kv_get(self._errors_key)
+        with contextlib.suppress(Exception):
+            return msgspec.json.decode(kept or b"[]", type=tuple[PastError, ...])
+        return ()
+
     async def status(self) -> SourceTaskReport:
         s = self.runner.status()
-        last = _kv_get(_kv_key(self.settings.name, self.index, "last_error"))
+        errors = self._past_errors()
+        started = self.runner.started.is_set()
+        lag = s.lag
+        if lag is None:  # not streaming (failed, starting, snapshot): ask the source itself
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                at_rest = asyncio.to_thread(self.runner.task.lag_at_rest)
+                lag = await asyncio.wait_for(at_rest, LAG_AT_REST_TIMEOUT_S)
         return msgspec.structs.replace(
             s,
+            lag=lag,
             restarts=self.restarts,
-            last_error=s.last_error or (last.decode() if last else None),
+            last_error=current_error(s.last_error or self._failed, errors, started),
+            errors=errors,
             gave_up=self.gave_up,
             pid=os.getpid(),
         )

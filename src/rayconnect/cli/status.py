@@ -17,7 +17,7 @@ import msgspec
 from rayconnect.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, exit_code
 from rayconnect.errors import RayconnectError
 from rayconnect.pipelines.mirror import MirrorRecord, find_mirror
-from rayconnect.protocol.source_status import SourcePipelineStatus
+from rayconnect.protocol.source_status import PastError, SourcePipelineStatus
 from rayconnect.protocol.source_status import encode as encode_source
 from rayconnect.protocol.status import PipelineStatus, WriterStatus, encode
 from rayconnect.redact import redact
@@ -196,11 +196,20 @@ def render_source_status(s: SourcePipelineStatus) -> str:
             f"{index!s:>4}  {t.state:<12}  {_n(t.transactions_committed):>9}  "
             f"{_n(t.transactions_aborted):>7}  {_n(t.records_committed):>12}  "
             f"{_n(t.restarts):>8}  {len(t.committed_offsets):>10}  {lag:>16}  "
-            f"{t.gave_up or t.last_error or t.error or '-'}"
+            f"{t.gave_up or t.last_error or t.error or _recovered(t.errors)}"
         )
     lines.append("")
     lines += _render_actors([msgspec.to_builtins(a) for a in s.actors or ()])
     return "\n".join(lines)
+
+
+def _recovered(errors: tuple[PastError, ...]) -> str:
+    """A healthy task's last-error column: '-', or the error it recovered from and when."""
+    if not errors:
+        return "-"
+    last = errors[-1]
+    when = time.strftime("%H:%M:%S", time.localtime(last.at))
+    return f"none now (recovered from {last.error!r} at {when})"
 
 
 def _fmt_s(v: Any) -> str:

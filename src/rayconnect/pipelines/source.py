@@ -22,6 +22,7 @@ import logging
 import time
 from typing import Any
 
+import msgspec
 import ray
 
 from rayconnect import ray_internals
@@ -41,7 +42,12 @@ from rayconnect.errors import (
     PipelineNotFoundError,
 )
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
-from rayconnect.protocol.source_status import SourcePipelineStatus, SourceTaskReport, summed
+from rayconnect.protocol.source_status import (
+    SourceLag,
+    SourcePipelineStatus,
+    SourceTaskReport,
+    summed,
+)
 from rayconnect.protocol.source_task import Boundary
 from rayconnect.runtime import Handle, ensure_ray, task_actor_names
 from rayconnect.source_tasks.base import SourceTask
@@ -143,6 +149,7 @@ class SourcePipeline:
             )
         self.task.check()
         transactional, warning = self.prepare()
+        keep_task(s.name, self.task)
         detached = {"namespace": names.NAMESPACE, "lifetime": "detached"}
         actors = [
             ray_internals.actor_class(SourceTaskActor)
@@ -244,6 +251,10 @@ class SourcePipelineHandle(Handle):
                 tasks[index] = SourceTaskReport(
                     task=index, state="unavailable", error=f"{type(e).__name__}: {e}"
                 )
+        down = [i for i, t in tasks.items() if t.state == "unavailable"]
+        if down and (lag := lag_at_rest(self.name)) is not None:  # from the source itself
+            for i in down:
+                tasks[i] = msgspec.structs.replace(tasks[i], lag=lag)
         return summed(self.name, tasks)
 
     def stop(
@@ -267,8 +278,52 @@ class SourcePipelineHandle(Handle):
         for _, a in actors:
             with contextlib.suppress(Exception):
                 ray.kill(a, no_restart=True)
+        with contextlib.suppress(Exception):
+            ray_internals.kv_del(_task_key(self.name), namespace=names.NAMESPACE)
         _wait_gone(self.name, 10.0)
         return final
+
+
+#: how long status waits for a down task's source to say its lag
+LAG_AT_REST_TIMEOUT_S = 5.0
+
+
+def _task_key(pipeline: str) -> bytes:
+    return f"{pipeline}/source-task".encode()
+
+
+def keep_task(pipeline: str, task: SourceTask) -> None:
+    """Keep the pipeline's task (pickled, as its actors get it; no secret is in it) in
+    Ray's key-value store, so status can ask its source for the lag while no task actor
+    answers (``lag_at_rest``)."""
+    from ray import cloudpickle
+
+    with contextlib.suppress(Exception):
+        ray_internals.kv_put(_task_key(pipeline), cloudpickle.dumps(task), namespace=names.NAMESPACE)
+
+
+def lag_at_rest(pipeline: str) -> SourceLag | None:
+    """The source's own count of the pipeline's lag (``SourceTask.lag_at_rest``), asked
+    from here: for a task that does not answer (restarting, down). None when it cannot
+    tell within ``LAG_AT_REST_TIMEOUT_S`` (or the task cannot be loaded in this process)."""
+    import concurrent.futures
+
+    from ray import cloudpickle
+
+    try:
+        kept = ray_internals.kv_get(_task_key(pipeline), namespace=names.NAMESPACE)
+        task: SourceTask | None = cloudpickle.loads(kept) if kept else None
+    except Exception:
+        return None
+    if task is None:
+        return None
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        return pool.submit(task.lag_at_rest).result(timeout=LAG_AT_REST_TIMEOUT_S)
+    except Exception:
+        return None
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _release(pipeline: str, actor: Any, timeout_s: float) -> None:

@@ -14,6 +14,7 @@ is False), as the dicts left such keys out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -48,6 +49,37 @@ class SourceLag(ByName, msgspec.Struct, frozen=True, kw_only=True, omit_defaults
     seconds: float | None = None
 
 
+class PastError(msgspec.Struct, frozen=True, kw_only=True):
+    """An error that ended one of a task's incarnations (Ray restarted the task after it),
+    and when: kept after the task recovered, so status can say what happened without
+    saying it is still happening."""
+
+    error: str
+    #: when the incarnation failed (seconds since the epoch)
+    at: float
+
+
+#: how many of a task's past errors status keeps (the newest)
+ERROR_HISTORY = 5
+
+
+def with_error(history: Sequence[PastError], error: PastError) -> tuple[PastError, ...]:
+    """``history`` with ``error`` added, the newest ``ERROR_HISTORY`` kept."""
+    return (*history, error)[-ERROR_HISTORY:]
+
+
+def current_error(own: str | None, history: Sequence[PastError], started: bool) -> str | None:
+    """The task's error now: its incarnation's own; else, until this incarnation has started
+    (reached its source and target), the error that ended the one before - most likely what
+    it is still up against. Once it started, None: a recovered task's errors are history
+    (``SourceTaskReport.errors``), not its state."""
+    if own is not None:
+        return own
+    if started or not history:
+        return None
+    return history[-1].error
+
+
 class SourceTaskReport(ByName, msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One task, as its actor reports it (counts: None when it did not answer). Its JSON
     leaves out what is not known, as the dict it replaced did."""
@@ -66,7 +98,11 @@ class SourceTaskReport(ByName, msgspec.Struct, frozen=True, kw_only=True, omit_d
     polls: int | None = None
     #: source partition -> the source offset committed with the last transaction
     committed_offsets: dict[str, Any] = {}
+    #: what is wrong now (None once the task is healthy again: see ``errors``)
     last_error: str | None = None
+    #: the errors that ended earlier incarnations, oldest first (the last few), with their
+    #: time: kept after the task recovered
+    errors: tuple[PastError, ...] = ()
     #: why a record could not be written and had nowhere to go (the task stopped for good)
     bad_record: str | None = None
     #: the producer's transactional id (None: at-least-once)

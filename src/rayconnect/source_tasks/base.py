@@ -285,6 +285,14 @@ class SourceTask:
         tell); shown in status and recorded as metrics every few seconds."""
         return None
 
+    def lag_at_rest(self) -> SourceLag | None:
+        """How far behind its source the pipeline is, asked of the source itself (blocking;
+        None: it cannot tell): status shows it while the task is not running - failed,
+        restarting, starting - when ``lag`` has nothing to say. Called on a task that may
+        never have started (by ``SourcePipelineHandle.status`` for a task that does not
+        answer)."""
+        return None
+
     async def release(self) -> None:
         """Free what the source keeps for this pipeline (a replication slot): called by
         ``stop(release=True)`` after the task stopped, for a pipeline deleted for good."""

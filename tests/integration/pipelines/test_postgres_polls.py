@@ -111,6 +111,22 @@ def test_lag_moves_behind_while_reading_a_backlog_and_to_zero_once_caught_up(
     behind, caught_up = asyncio.run(run())
     assert behind and all(lag.bytes > 0 and lag.seconds > 0 for lag in behind), behind
     assert caught_up == SourceLag(bytes=0, seconds=0.0)
+    # the task down: the slot's lag as Postgres counts it (pg_replication_slots), asked of a
+    # task that never started, as status does for a task that does not answer
+    at_rest = rc.PostgresSource(
+        dsn=postgres.dsn, slot="lag", tables=["acct"], password_env="PGPASSWORD"
+    )
+    before = at_rest.lag_at_rest()
+    assert before is not None and before.bytes is not None and before.seconds is None
+    postgres.psql("INSERT INTO acct SELECT g, g FROM generate_series(100000, 100999) g")
+    down = at_rest.lag_at_rest()
+    assert down is not None and down.bytes is not None, down
+    assert down.bytes > before.bytes + 50_000, (before, down)
+    confirmed = "(SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'lag')"
+    counted = int(postgres.psql(f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), {confirmed})"))
+    assert down.bytes <= counted  # nothing of it in Kafka: all of it is lag
+    gone = rc.PostgresSource(dsn=postgres.dsn, slot="no_slot", tables=["acct"])
+    assert gone.lag_at_rest() is None
 
 
 SHAPES = """

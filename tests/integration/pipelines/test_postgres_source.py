@@ -32,6 +32,7 @@ from rayconnect.actors import names
 from rayconnect.errors import ConfigError
 from rayconnect.kafka.admin import create_topic
 from rayconnect.kafka.read_back import read_topic
+from rayconnect.pipelines.source import lag_at_rest
 
 pytestmark = [pytest.mark.usefixtures("ray_session")]
 
@@ -274,6 +275,7 @@ def _chaos(
     writer = Writer(postgres, seed=11)
     writer.initial_rows(rows)
     initial = dict(writer.state)
+    started = time.time()
     handle = _pipeline("pg-chaos", postgres, bootstrap, batch_size=100).start()
     name = names.task("pg-chaos", 0)
     stop, pause = threading.Event(), threading.Event()
@@ -309,7 +311,16 @@ def _chaos(
         thread.join(10)
         assert writer.transactions > 200
         _wait_exact(bootstrap, writer, initial, timeout_s=90)
-        assert handle.status()["tasks"][0]["restarts"] >= 2 + rounds * (kills + 1)
+        task = handle.status()["tasks"][0]
+        assert task["restarts"] >= 2 + rounds * (kills + 1)
+        # recovered: no error now; the ones that ended incarnations (Postgres restarted)
+        # are history, with their time
+        assert task.get("last_error") is None, task
+        assert task.errors and all(started <= e.at <= time.time() for e in task.errors)
+        # lag from the slot (pg_replication_slots), as status asks it of a task that does
+        # not answer: from the task kept for the pipeline, in this process
+        down = lag_at_rest("pg-chaos")
+        assert down is not None and down.bytes is not None and down.bytes >= 0
         snapshots = {
             e["source"]["lsn"]
             for table in TABLES
@@ -361,6 +372,9 @@ def test_pre_start_checks_name_the_setting(
         return str(e.value)
 
     assert start().startswith("tables: public.acct does not exist")
+    # password_env naming a variable that is not set: no password, and a server that asks
+    # none (this one: trust) lets the task in (the example files work as written)
+    assert start(password_env="RC_UNSET_PASSWORD").startswith("tables: public.acct does not")
     assert "has no primary key" in start(tables=["nokey"])
     assert start(dsn=postgres.dsn.replace(f"port={postgres.port}", "port=1")).startswith(
         "dsn: cannot connect to Postgres"

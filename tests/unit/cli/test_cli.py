@@ -373,3 +373,27 @@ def test_sink_status_counts_dead_letters_per_partition():
     assert "dead letters 1,203 in the table (local/orders/0=3, local/orders/1=1,200)" in (
         render_status(status)
     )
+
+
+def test_a_recovered_source_task_shows_no_error_now_and_the_one_it_recovered_from():
+    """Issue 38: an error that ended an earlier incarnation is history once the task
+    started again - not its state - and status says so, with the time."""
+    from rayconnect.cli.status import render_status
+    from rayconnect.protocol.source_status import (
+        ERROR_HISTORY,
+        PastError,
+        current_error,
+        with_error,
+    )
+
+    down = PastError(error="the database system is not yet accepting connections", at=1.0)
+    assert current_error(None, (down,), started=False) == down.error  # still starting
+    assert current_error(None, (down,), started=True) is None  # recovered
+    assert current_error("fenced", (down,), started=True) == "fenced"  # its own: now
+    assert current_error(None, (), started=False) is None
+    history: tuple[PastError, ...] = ()
+    for i in range(ERROR_HISTORY + 2):
+        history = with_error(history, PastError(error=f"e{i}", at=float(i)))
+    assert [e.error for e in history] == [f"e{i}" for i in range(2, ERROR_HISTORY + 2)]
+    text = render_status(_FakeSourceHandle().status(errors=(down,)))
+    assert "none now (recovered from 'the database system is not yet accepting" in text

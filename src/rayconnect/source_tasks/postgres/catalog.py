@@ -44,7 +44,8 @@ def connect(settings: PostgresSettings, *, replication: bool = False) -> Any:
         )
     except psycopg2.OperationalError as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise PostgresUnreachable(f"dsn: cannot connect to Postgres: {reason}") from None
+        hint = f" ({settings.password_hint})" if settings.password_hint else ""
+        raise PostgresUnreachable(f"dsn: cannot connect to Postgres: {reason}{hint}") from None
     if not replication:
         conn.autocommit = True
     return conn
@@ -241,3 +242,18 @@ def table_shape(
 def wal_position(conn: Any) -> int:
     (lsn,) = query(conn, "SELECT pg_current_wal_lsn()::text")[0]
     return parse_lsn(lsn)
+
+
+def slot_lag(settings: PostgresSettings, conn: Any) -> int | None:
+    """Bytes of WAL between the slot's confirmed flush LSN - what is in Kafka - and the
+    server's current position (None: no such slot): Postgres's own count, true whether or
+    not a task is reading."""
+    rows = query(
+        conn,
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+        "FROM pg_replication_slots WHERE slot_name = %s",
+        (settings.slot,),
+    )
+    if not rows or rows[0][0] is None:
+        return None
+    return max(0, int(rows[0][0]))

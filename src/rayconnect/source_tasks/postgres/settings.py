@@ -118,16 +118,23 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     def topic(self, schema: str, table: str) -> str:
         return self.topic_template.format(prefix=self.topic_prefix, schema=schema, table=table)
 
+    @property
+    def password_hint(self) -> str | None:
+        """Why a failed login may have had no password: ``password_env`` not set here."""
+        if self.password_env and os.environ.get(self.password_env) is None:
+            return (
+                f"password_env: environment variable {self.password_env} is not set in this "
+                "process, so no password was sent"
+            )
+        return None
+
     def password(self) -> str | None:
         """The password, read now from ``password_env`` / ``password_file`` (None: libpq's
-        own ways, e.g. ``PGPASSWORD`` or ``~/.pgpass``)."""
+        own ways, e.g. ``PGPASSWORD`` or ``~/.pgpass``). A ``password_env`` that is not set
+        means no password - a server that asks none (trust, peer) works with the same file
+        - and a login that then fails says the variable was not set (``password_hint``)."""
         if self.password_env:
-            value = os.environ.get(self.password_env)
-            if value is None:
-                raise ConfigError(
-                    f"password_env: environment variable {self.password_env} is not set"
-                )
-            return value
+            return os.environ.get(self.password_env)
         if self.password_file:
             try:
                 return Path(self.password_file).read_text().rstrip("\n")

@@ -434,6 +434,26 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             seconds = max(0.0, time.time() - self._last_commit_ms / 1000)
         return SourceLag(bytes=behind, seconds=round(seconds, 3))
 
+    def lag_at_rest(self) -> SourceLag | None:
+        """The slot's lag as Postgres counts it (``pg_replication_slots``: the server's WAL
+        position - the confirmed flush LSN), for status while the task is not streaming;
+        its age is not known then. None for an idle task (index > 0), without a slot, or
+        when Postgres does not answer."""
+        context = getattr(self, "context", None)
+        if context is not None and context.task_index != 0:
+            return None
+        try:
+            conn = catalog.connect(self.settings)
+        except Exception:
+            return None
+        try:
+            behind = catalog.slot_lag(self.settings, conn)
+        except Exception:
+            return None
+        finally:
+            conn.close()
+        return None if behind is None else SourceLag(bytes=behind)
+
     def metrics(self) -> dict[str, Any]:
         """The phase, the slot's confirmed LSN and the server's WAL end as last seen."""
         if not getattr(self, "active", False):
