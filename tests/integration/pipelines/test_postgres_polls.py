@@ -245,11 +245,13 @@ def test_a_truncate_is_an_event_per_table_or_a_counted_skip(
         seen.append((r.topic, event["op"], key, copies, event["before"], event["after"]))
         assert event["source"]["table"] == r.topic.rsplit(".", 1)[1]
     acct, other = "pg.public.acct", "pg.public.other"
-    keyed = (None, False, ())
+    # a row's record: keyed, its table's column types in a header; a truncate: neither
+    keyed = (None, False, (("rayconnect.value_schema", b'{"id":"int","v":"int"}'),))
+    keyed_other = (None, False, (("rayconnect.value_schema", b'{"id":"int"}'),))
     rows = [
         (acct, "c", {"id": 1}, keyed, None, {"id": 1, "v": 10}),
         (acct, "c", {"id": 2}, keyed, None, {"id": 2, "v": 20}),
-        (other, "c", {"id": 7}, keyed, None, {"id": 7}),
+        (other, "c", {"id": 7}, keyed_other, None, {"id": 7}),
     ]
     marked = (None, True, (("rayconnect.truncate", b"partition"),))
     truncates = [(acct, "t", None, marked, None, None), (other, "t", None, marked, None, None)]
