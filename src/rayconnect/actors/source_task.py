@@ -38,6 +38,7 @@ from rayconnect.kafka import compat
 from rayconnect.kafka.batched_send import Outgoing, check_size, send_batched
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_value
+from rayconnect.kafka.topics import ensure_topics
 from rayconnect.kafka.transactions import (
     confirm_stored,
     init_transactions,
@@ -295,6 +296,8 @@ class TaskRunner:
             )
             context = SourceTaskContext(s.name, self.index, s.tasks, offsets, self.txn_context)
             await self.task.start(context)
+            # its topics exist before its first record (kafka.topics: not the broker's pick)
+            await ensure_topics(s.target.bootstrap_servers, self.task.topics(), **self.client)
         except Exception as e:
             reason = f"start failed: {_reason(e)}"
             if isinstance(e, OffsetsOutOfRangeError):  # no restart can help: a person must

@@ -112,7 +112,8 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     kafka_properties: dict[str, str] = {}
     #: topics are ``<topic_prefix>.<schema>.<table>``; None: the mirror's name
     topic_prefix: str | None = None
-    #: partitions of each table's topic, made by the mirror if missing
+    #: partitions of each table's topic, made by the source at its start if missing (the
+    #: source's ``topic_partitions``)
     partitions: PositiveInt = 2
     #: the primary key every mirrored table shares, as the record key's fields and types (the
     #: upsert key); tables keyed otherwise: docs/guides/database-mirror.md, the two-file way
@@ -199,6 +200,7 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
                 password_file=self.password_file,
                 topic_prefix=self.prefix,
                 own_publication=self.owns_publication,
+                topic_partitions=self.partitions,
             ),
         )
         return SourcePipelineConfig(

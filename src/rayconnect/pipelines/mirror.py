@@ -7,8 +7,9 @@ Nothing here moves data: the two pipelines do, exactly as when started from two 
 
 - ``start``: every check before anything starts (the table location, Postgres: reachable,
   ``wal_level``, permission, tables, slot), the tables listed when none are named, an
-  embedded broker when no Kafka is given, each table's topic made, then the source, then the
-  sink; a sink that fails to start stops the source again;
+  embedded broker when no Kafka is given, then the source (which makes each table's topic
+  with ``partitions`` before it is ready: ``kafka.topics``, the same as any Postgres source),
+  then the sink; a sink that fails to start stops the source again;
 - a record in Ray's GCS (``mirror/<name>``) says which two pipelines make mirror ``name``, so
   ``rayconnect status NAME`` / ``stop NAME`` from any process treat them as one;
 - ``stop``: the source first (its open transaction committed), then the sink once it has
@@ -19,7 +20,6 @@ Nothing here moves data: the two pipelines do, exactly as when started from two 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from typing import Any
@@ -165,7 +165,7 @@ class Mirror:
                 source = msgspec.structs.replace(
                     source, target=msgspec.structs.replace(source.target, bootstrap_servers=c.kafka)
                 )
-            _create_topics(c, source)
+            # the source makes each table's topic (``partitions``) before it is ready
             source_handle = SourcePipeline.from_config(source).start(
                 address=address, timeout_s=timeout_s
             )
@@ -209,23 +209,6 @@ def list_tables(config: MirrorConfig) -> list[str]:
             "the tables to mirror (tables: [schema.table, ...])"
         )
     return [f"public.{name}" for (name,) in rows]
-
-
-def _create_topics(config: MirrorConfig, source: SourcePipelineConfig) -> None:
-    """Each captured table's topic, with ``partitions`` (kept if it exists): the sink finds
-    them at its start, and a Kafka that does not create topics on first write works too."""
-    from rayconnect.kafka.admin import create_topic
-    from rayconnect.kafka.discovery import client_properties
-
-    client = client_properties(config.kafka_properties)
-
-    async def create() -> None:
-        for topic in source.task.topics():
-            await create_topic(
-                config.bootstrap_servers, topic, config.partitions, exist_ok=True, **client
-            )
-
-    asyncio.run(create())
 
 
 class MirrorHandle:

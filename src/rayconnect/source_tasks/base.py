@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 import msgspec
 
 from rayconnect.errors import ConfigError, no_such
+from rayconnect.kafka.topics import TopicSpec
 from rayconnect.protocol.source_status import SourceLag
 from rayconnect.protocol.types import check_name
 
@@ -284,6 +285,14 @@ class SourceTask:
         """How far behind the source the committed records are (None: the task cannot
         tell); shown in status and recorded as metrics every few seconds."""
         return None
+
+    def topics(self) -> list[TopicSpec]:
+        """The topics this task writes to, with the partitions to make them with, once
+        ``start`` ran: the runner makes the missing ones before the first poll
+        (``kafka.topics``), so no broker's auto-create picks the partition count, and a
+        broker that refuses says so at start. [] (the default): the task's topics are
+        the user's to make."""
+        return []
 
     def lag_at_rest(self) -> SourceLag | None:
         """How far behind its source the pipeline is, asked of the source itself (blocking;

@@ -12,6 +12,7 @@ publication gone.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -37,6 +38,19 @@ def _catalog(server: PostgresServer, sql: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
+def _caught_up_lags(capsys: pytest.CaptureFixture[str], timeout_s: float) -> dict[str, object]:
+    """Each sink partition's lag as ``rayconnect status pgm --json`` prints it, once every
+    one is 0 (the last print when ``timeout_s`` ran out)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert main(["status", "pgm", "--json"]) == 0
+        sink = json.loads(capsys.readouterr().out)["sink"] or {}
+        lags = {k: p.get("lag") for k, p in sink.get("partition_status", {}).items()}
+        if (lags and set(lags.values()) == {0}) or time.monotonic() > deadline:
+            return lags
+        time.sleep(1.0)
+
+
 @pytest.mark.timeout(300)
 def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
     postgres: PostgresServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -60,6 +74,12 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
         handle.sink.wait_for(lambda s: s.records_committed_since_start > 0, 120, 0.5)
         time.sleep(3)
         db.stop()
+        # caught up, `rayconnect status` shows lag 0 on every partition of every table's
+        # topic (made by the source with the mirror's 2 partitions): the commit markers that
+        # end the source's transactions are not records
+        lags = _caught_up_lags(capsys, 90)
+        assert lags and set(lags.values()) == {0}, lags
+        assert len(lags) == 2 * len(db.names), lags
         assert main(["status", "pgm"]) == 0
         out = capsys.readouterr().out
         assert "mirror pgm: source pipeline pgm-source, sink pipeline pgm" in out, out

@@ -198,8 +198,7 @@ def check_exactly_the_history(bootstrap: str, writer: Writer, initial: dict) -> 
 
 
 def _pipeline(name: str, server: PostgresServer, bootstrap: str, **task: Any) -> rc.SourcePipeline:
-    for table in TABLES:
-        asyncio.run(create_topic(bootstrap, f"pg.public.{table}", 2, exist_ok=True))
+    """The tables' topics are the source's to make (``topic_partitions``, default 2)."""
     source = rc.PostgresSource(
         dsn=server.dsn,
         slot="rc_slot",
@@ -215,6 +214,19 @@ def _pipeline(name: str, server: PostgresServer, bootstrap: str, **task: Any) ->
         commit_timeout_s=10.0,
         exactly_once="required",
     )
+
+
+async def _partitions(bootstrap: str) -> dict[str, int]:
+    """Each table topic's partition count, as the broker describes it."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([f"pg.public.{t}" for t in TABLES])
+        return {d["topic"]: len(d["partitions"]) for d in described}
+    finally:
+        await admin.close()
 
 
 def _wait_exact(bootstrap: str, writer: Writer, initial: dict, timeout_s: float = 60.0) -> None:
@@ -240,8 +252,10 @@ def test_snapshot_then_stream_exactly_the_history(postgres: PostgresServer, kafk
     writer = Writer(postgres)
     writer.initial_rows(300)
     initial = dict(writer.state)
-    handle = _pipeline("pg-basic", postgres, bootstrap, batch_size=100).start()
+    handle = _pipeline("pg-basic", postgres, bootstrap, batch_size=100, topic_partitions=3).start()
     try:
+        # the source made each table's topic, with topic_partitions, before it was ready
+        assert asyncio.run(_partitions(bootstrap)) == {f"pg.public.{t}": 3 for t in TABLES}
         for _ in range(300):
             writer.transaction()
         postgres.psql("ALTER TABLE item ADD COLUMN color text")

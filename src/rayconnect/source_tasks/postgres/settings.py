@@ -45,7 +45,10 @@ class PostgresSettings(msgspec.Struct, frozen=True):
         drops it with the slot; otherwise it is kept. ``column_types``: ``header`` (default)
         puts each row record's column types in its ``rayconnect.value_schema`` header (the
         sink types its tables by it: docs/guides/database-mirror.md#types); ``none``: no
-        header."""
+        header. ``topic_partitions`` / ``topic_replication_factor``: each captured table's
+        topic is made by the task, at every start, with these if it does not exist (an
+        existing topic is kept as it is; a broker that refuses stops the start naming the
+        topics - docs/guides/postgres-source.md#topics)."""
 
     dsn: str
     slot: str
@@ -67,6 +70,8 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     offsets_out_of_range: Literal["fail", "snapshot", "latest"] = "fail"
     own_publication: bool = False
     column_types: Literal["header", "none"] = "header"
+    topic_partitions: PositiveInt = 2
+    topic_replication_factor: PositiveInt = 1
 
     __repr__ = redacted_repr
 

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from rayconnect.errors import ConfigError, OffsetsOutOfRangeError
+from rayconnect.kafka.topics import TopicSpec
 from rayconnect.source_tasks.base import (
     ConfiguredTask,
     SourceLag,
@@ -433,6 +434,16 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         if behind and self._last_commit_ms is not None:
             seconds = max(0.0, time.time() - self._last_commit_ms / 1000)
         return SourceLag(bytes=behind, seconds=round(seconds, 3))
+
+    def topics(self) -> list[TopicSpec]:
+        """Each captured table's topic (``topic_partitions``); none for an idle task."""
+        if not getattr(self, "active", False):  # not started (``tables``: the setting)
+            return []
+        s = self.settings
+        return [
+            TopicSpec(s.topic(schema, table), s.topic_partitions, s.topic_replication_factor)
+            for schema, table in self.tables
+        ]
 
     def lag_at_rest(self) -> SourceLag | None:
         """The slot's lag as Postgres counts it (``pg_replication_slots``: the server's WAL
