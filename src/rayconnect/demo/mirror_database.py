@@ -2,7 +2,8 @@
 the database mirror's demo (``rayconnect demo --database``), benchmark and test share it.
 
 ``MirrorDatabase`` makes tables of a few column types (int, bigint, text, double, bool,
-timestamptz, timestamp, numeric(12,2), date, text[], jsonb; every table keyed by ``id``),
+timestamptz, timestamp, numeric(12,2), date, text[], jsonb, int[]; every table keyed by
+``id``; a ``note`` and ``marks`` TOASTed in some rows, which updates leave unchanged),
 fills them, and runs random transactions of
 inserts, updates and deletes at a paced rate on one connection in a thread
 (``start``/``pause``/``resume``/``stop``: a Postgres restart must not cut a transaction
@@ -46,7 +47,7 @@ Lake = Any  # Path | rc.IcebergSink (not imported here: the demo imports this mo
 COLUMNS = (
     "id int PRIMARY KEY, name text, qty int, total bigint, price double precision, ok boolean, "
     "at timestamptz, changed_ms bigint, amount numeric(12,2), day date, local_at timestamp, "
-    "tags text[], doc jsonb"
+    "tags text[], doc jsonb, note text, marks int[]"
 )
 #: each column's type in the lake (Delta and Iceberg read back as Arrow; list item names and
 #: a timestamp's UTC spelling aside): the types the source's header gives them
@@ -64,7 +65,13 @@ LAKE_TYPES: dict[str, pa.DataType] = {
     "local_at": pa.timestamp("us"),
     "tags": pa.list_(pa.string()),
     "doc": pa.string(),
+    "note": pa.string(),
+    "marks": pa.list_(pa.int32()),
 }
+#: a share of the rows with a ``note`` and ``marks`` big enough to be TOASTed out of line
+#: (incompressible, over Postgres's ~2 kB): updates leave them unchanged, so the change
+#: events do not carry them (default replica identity) and the sink must keep the table's
+BIG_SHARE = 0.2
 #: array elements that need quoting and escaping in Postgres's text form
 _TAGS = ["a", "b c", "x,y", 'q"t', "{brace}", "back\\slash", "NULL", "é"]
 KEYS = 400  # per table: inserts, updates and deletes keep hitting the same keys
@@ -150,16 +157,26 @@ class MirrorDatabase:
             rng.choice([at.replace(tzinfo=None), None]),
             rng.choice([tags if any(t is not None for t in tags) else [], None]),
             rng.choice([json.dumps(doc), None]),
+            *self._big(),
         )
+
+    def _big(self) -> tuple[str | None, list[int | None] | None]:
+        """(note, marks): TOASTed values for ``BIG_SHARE`` of the rows, else small ones."""
+        rng = self.rng
+        if rng.random() < BIG_SHARE:
+            letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/"
+            note = "".join(rng.choice(letters) for _ in range(6000))
+            return note, [rng.randrange(-(2**31), 2**31) for _ in range(1500)]
+        return rng.choice(["short", None]), rng.choice([[1, None, 3], None])
 
     def _insert(self, cur: Any, name: str, key: int) -> None:
         cur.execute(
-            f"INSERT INTO {name} VALUES ({', '.join(['%s'] * 13)}) "
+            f"INSERT INTO {name} VALUES ({', '.join(['%s'] * 15)}) "
             "ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, qty = EXCLUDED.qty, "
             "total = EXCLUDED.total, price = EXCLUDED.price, ok = EXCLUDED.ok, "
             "at = EXCLUDED.at, changed_ms = EXCLUDED.changed_ms, amount = EXCLUDED.amount, "
             "day = EXCLUDED.day, local_at = EXCLUDED.local_at, tags = EXCLUDED.tags, "
-            "doc = EXCLUDED.doc",
+            "doc = EXCLUDED.doc",  # note and marks: kept (an unchanged TOAST value)
             self._values(key),
         )
 

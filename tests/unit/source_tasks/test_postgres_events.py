@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from rayconnect.errors import ConfigError
+from rayconnect.protocol.unchanged_marker import UNCHANGED_HEADER
 from rayconnect.source_tasks.postgres import PostgresSettings
 from rayconnect.source_tasks.postgres.events import (
     UNAVAILABLE_VALUE,
@@ -147,6 +148,11 @@ def test_an_unchanged_toasted_value_is_never_claimed_null() -> None:
     old = (b"1", b"long text", b"1.50", b"t")
     assert json.loads(codec.row(new, old))["big"] == "long text"
     assert json.loads(RowCodec(codec.shape, "?").row(new))["big"] == "?"
+    # the header names it, whatever its type (a typed column cannot hold the placeholder)
+    named = dict(codec.unchanged(new))
+    assert json.loads(named[UNCHANGED_HEADER]) == ["big"]
+    assert codec.unchanged(new, old) == codec.headers  # FULL: every value is in the row
+    assert UNCHANGED_HEADER not in dict(codec.unchanged(old))
 
 
 def test_a_table_without_a_key_keeps_order_in_partition_0() -> None:

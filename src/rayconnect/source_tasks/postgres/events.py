@@ -41,6 +41,7 @@ import msgspec
 
 from rayconnect.formats.value_schema_header import VALUE_SCHEMA_HEADER
 from rayconnect.protocol.truncate_marker import PARTITION_TRUNCATE_HEADERS
+from rayconnect.protocol.unchanged_marker import unchanged_headers
 from rayconnect.source_tasks.base import SourceRecord
 from rayconnect.source_tasks.postgres.column_types import lake_type
 from rayconnect.source_tasks.postgres.pgoutput import Cell, Column
@@ -122,6 +123,20 @@ class RowCodec:
                 )  # fmt: skip
         parts.append(b"}")
         return b"".join(parts)
+
+    def unchanged(self, cells: Sequence[Cell], old: Sequence[Cell] | None = None) -> Headers:
+        """The headers of ``row(cells, old)``: ``headers`` and, when the row does not carry
+        some unchanged TOASTed values (``old``, a whole old row, has them all), their
+        column names (``protocol.unchanged_marker``: a decimal or a list cannot hold the
+        placeholder, so the names say it for every type)."""
+        if old is not None:
+            return self.headers
+        names = [
+            self.shape.columns[i].name
+            for i, cell in enumerate(cells)
+            if cell is not None and type(cell) is not bytes
+        ]
+        return self.headers + unchanged_headers(names) if names else self.headers
 
     def identity(self, cells: Sequence[Cell]) -> bytes:
         """An old key tuple ('K'): the replica identity's columns only (pgoutput sends the

@@ -30,7 +30,13 @@ from rayconnect.source_tasks.base import (
     SourceTaskContext,
 )
 from rayconnect.source_tasks.postgres import catalog
-from rayconnect.source_tasks.postgres.events import EventBuilder, RowCodec, TableShape, key_values
+from rayconnect.source_tasks.postgres.events import (
+    EventBuilder,
+    Headers,
+    RowCodec,
+    TableShape,
+    key_values,
+)
 from rayconnect.source_tasks.postgres.pgoutput import (
     Begin,
     Commit,
@@ -371,10 +377,12 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             # the primary key changed: the old key is deleted, the new one created
             self._emit(codec, "d", before, None, codec.key(old), records)
             after = codec.row(change.new, full_old)
-            self._emit(codec, "c", None, after, codec.key(change.new), records)
+            headers = codec.unchanged(change.new, full_old)
+            self._emit(codec, "c", None, after, codec.key(change.new), records, headers)
         else:
             after = codec.row(change.new, full_old)
-            self._emit(codec, "u", before, after, codec.key(change.new), records)
+            headers = codec.unchanged(change.new, full_old)
+            self._emit(codec, "u", before, after, codec.key(change.new), records, headers)
 
     def _emit(
         self,
@@ -384,7 +392,9 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         after: bytes | None,
         key: bytes | None,
         records: list[SourceRecord],
+        headers: Headers | None = None,
     ) -> None:
+        """``headers``: the record's (default: ``codec.headers``)."""
         txn = self._txn
         assert txn is not None
         lsn, shape = txn.final_lsn, codec.shape
@@ -401,7 +411,8 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             )
         new = self.events.records(
             shape, op, before, after, key, source=source, now_ms=self._now_ms,
-            offset=offset, source_partition=self.source_partition, headers=codec.headers,
+            offset=offset, source_partition=self.source_partition,
+            headers=codec.headers if headers is None else headers,
         )  # fmt: skip
         records += new
         self._open += len(new)
