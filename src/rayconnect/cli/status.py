@@ -191,7 +191,9 @@ def render_source_status(s: SourcePipelineStatus) -> str:
     for index, t in sorted(s.tasks.items()):
         lag = "-"
         if t.lag is not None and t.lag.bytes is not None:
-            lag = f"{t.lag.bytes:,} B / {t.lag.seconds or 0:.1f} s"
+            # no seconds: the slot's lag asked of Postgres while the task is down
+            seconds = "" if t.lag.seconds is None else f" / {t.lag.seconds:.1f} s"
+            lag = f"{t.lag.bytes:,} B{seconds}"
         lines.append(
             f"{index!s:>4}  {t.state:<12}  {_n(t.transactions_committed):>9}  "
             f"{_n(t.transactions_aborted):>7}  {_n(t.records_committed):>12}  "

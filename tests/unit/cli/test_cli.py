@@ -397,3 +397,12 @@ def test_a_recovered_source_task_shows_no_error_now_and_the_one_it_recovered_fro
     assert [e.error for e in history] == [f"e{i}" for i in range(2, ERROR_HISTORY + 2)]
     text = render_status(_FakeSourceHandle().status(errors=(down,)))
     assert "none now (recovered from 'the database system is not yet accepting" in text
+
+
+def test_a_down_source_task_shows_the_slots_lag_without_seconds():
+    """The lag Postgres counts for a task that is not streaming has no age: none shown."""
+    from rayconnect.cli.status import render_status
+    from rayconnect.protocol.source_status import SourceLag
+
+    text = render_status(_FakeSourceHandle().status(lag=SourceLag(bytes=81920)))
+    assert "81,920 B" in text and "81,920 B /" not in text
