@@ -162,7 +162,11 @@ def _add_pipeline_commands(sub) -> None:
         "with the store's endpoint and credentials as storage_options",
     )
     embedded.add_argument(
-        "--partitions", type=_positive, default=4, help="partitions per topic (default 4)"
+        "--partitions",
+        type=_positive,
+        default=4,
+        help="partitions per topic (default 4; a Postgres source makes its own topics "
+        "with its topic_partitions)",
     )
     embedded.add_argument(
         "--demo-records",

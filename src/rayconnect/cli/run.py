@@ -377,7 +377,7 @@ def run_source(config, args) -> int:
             broker = stack.enter_context(EmbeddedBroker("target", own_session=True))
             config = _with_target(config, broker.bootstrap_servers)
             print(f"embedded broker 'target' at {broker.bootstrap_servers}", flush=True)
-            for topic in config.task.topics():
+            for topic in () if config.task.makes_topics else config.task.topics():
                 asyncio.run(
                     create_topic(broker.bootstrap_servers, topic, args.partitions, exist_ok=True)
                 )

@@ -155,6 +155,9 @@ class TaskConfig(msgspec.Struct, frozen=True, tag_field="type"):
     tag_required: ClassVar[bool] = True
     #: the built-in source the block's fields (its settings Struct) build
     task_class: ClassVar[type[ConfiguredTask[Any]]]
+    #: the task makes its topics itself at start (``SourceTask.topics``), with its own
+    #: partition count: ``run --embedded-broker`` leaves them to it
+    makes_topics: ClassVar[bool] = False
 
     def build(self) -> SourceTask:
         return self.task_class(**msgspec.structs.asdict(self))
@@ -188,6 +191,7 @@ class PostgresTask(PostgresSettings, TaskConfig, frozen=True, tag="postgres"):
     ``transaction_boundary: connector``)."""
 
     task_class = PostgresSource
+    makes_topics = True
 
     def topics(self) -> tuple[str, ...]:
         return tuple(self.topic(s, t) for s, t in self.qualified_tables)

@@ -22,6 +22,12 @@ def test_a_refusal_names_each_topic_its_partitions_the_reason_and_the_fix() -> N
     assert "Create them (with those partition counts), or let the source's Kafka user" in text
 
 
+def test_run_with_an_embedded_broker_leaves_a_postgres_source_its_topics() -> None:
+    from rayconnect.config.source import GeneratorTask, PostgresTask
+
+    assert PostgresTask.makes_topics and not GeneratorTask.makes_topics
+
+
 def test_a_postgres_source_names_no_topic_before_it_started() -> None:
     task = rc.PostgresSource(dsn="host=db", slot="s", tables=["a"], topic_partitions=6)
     assert task.topics() == []
