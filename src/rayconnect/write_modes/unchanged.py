@@ -171,8 +171,9 @@ def _take_found(
         indexed = rows.select(list(key_columns)).append_column(
             "__row", pa.array(np.arange(rows.num_rows, dtype=np.int64))
         )
-        matched = indexed.join(
-            found.append_column("__found", pa.array(np.arange(found.num_rows, dtype=np.int64))),
+        positions = pa.array(np.arange(found.num_rows, dtype=np.int64))
+        matched = indexed.join(  # keys and positions only: a join carries no list column
+            found.select(list(key_columns)).append_column("__found", positions),
             list(key_columns),
             join_type="inner",
             use_threads=False,
@@ -195,7 +196,9 @@ def _newest(found: pa.Table, key_columns: list[str]) -> pa.Table:
     """One row a key: the greatest ``_kafka_offset`` (its live row)."""
     if found.num_rows == 0:
         return found
-    ranked = found.append_column("__i", pa.array(np.arange(found.num_rows, dtype=np.int64)))
+    ranked = found.select([*key_columns, _OFFSET]).append_column(  # (no list column)
+        "__i", pa.array(np.arange(found.num_rows, dtype=np.int64))
+    )
     order = pc.sort_indices(ranked, [(_OFFSET, "descending")])
     ranked = ranked.take(order)
     first = ranked.group_by(key_columns, use_threads=False).aggregate([("__i", "first")])

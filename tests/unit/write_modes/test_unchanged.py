@@ -123,6 +123,7 @@ def test_the_rest_comes_from_the_tables_newest_row_of_the_key() -> None:
             {
                 "id": pa.array([1, 1], pa.int64()),
                 "text": ["old", "live"],
+                "tags": pa.array([["o"], ["l"]], pa.list_(pa.string())),  # (joins refuse lists)
                 "_kafka_offset": pa.array([3, 7], pa.int64()),
             }
         )
