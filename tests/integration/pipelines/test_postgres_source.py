@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -290,14 +292,23 @@ def _chaos(
     writer.initial_rows(rows)
     initial = dict(writer.state)
     started = time.time()
-    handle = _pipeline("pg-chaos", postgres, bootstrap, batch_size=100).start()
+    handle = _pipeline(
+        "pg-chaos", postgres, bootstrap, batch_size=100,
+        snapshot_parallelism=2, snapshot_chunk_rows=rows // 8,
+    ).start()  # fmt: skip
     name = names.task("pg-chaos", 0)
     stop, pause = threading.Event(), threading.Event()
     thread = threading.Thread(target=writer.run, args=(stop, pause, 0.002), daemon=True)
     try:
         thread.start()  # writes during the snapshot: the resumed one must skip the right ones
+        # mid-snapshot (pages of 100 rows, 8+ chunks, 2 workers): a snapshot worker killed,
+        # replaced, its chunk read again from its committed progress; then the task itself
+        status = handle.wait_for(
+            lambda s: s["tasks"][0].get("source", {}).get("snapshot_worker_pids"), 60, 0.02
+        )
+        os.kill(status["tasks"][0]["source"]["snapshot_worker_pids"][0], signal.SIGKILL)
         handle.wait_for(lambda s: s["tasks"][0]["records_committed"] >= 300, 60, 0.05)
-        kill(name, "ray.kill")  # mid-snapshot: the rows at 100 a transaction
+        kill(name, "ray.kill")  # and the task: a new exported snapshot, unfinished chunks
         for _ in range(rounds):
             _kill_repeatedly(handle, name, kill, kills)
             pause.set()  # a transaction cut by the restart would have no known outcome

@@ -159,6 +159,33 @@ class RowCodec:
         return b"{" + b",".join(parts) + b"}"
 
 
+def event_value(
+    op: str, before: bytes | None, after: bytes | None, source: bytes, now_ms: int
+) -> bytes:
+    """A change event's JSON: ``{"before", "after", "source", "op", "ts_ms"}``."""
+    return b"".join(
+        (
+            b'{"before":', before or b"null", b',"after":', after or b"null",
+            b',"source":', source, b',"op":"', op.encode(), b'","ts_ms":',
+            str(now_ms).encode(), b"}",
+        )
+    )  # fmt: skip
+
+
+def read_events(
+    codec: RowCodec, rows: Sequence[Sequence[Cell]], source: bytes, now_ms: int
+) -> tuple[list[bytes | None], list[bytes]]:
+    """The keys and values of snapshot reads (``op: r``) of ``rows``, a page at a time:
+    each value is ``event_value("r", None, row, ...)`` byte for byte, with the part every
+    row shares built once."""
+    head = b'{"before":null,"after":'
+    tail = b',"source":' + source + b',"op":"r","ts_ms":' + str(now_ms).encode() + b"}"
+    row, key = codec.row, codec.key
+    values = [b"".join((head, row(cells), tail)) for cells in rows]
+    keys = [key(cells) for cells in rows]
+    return keys, values
+
+
 def key_values(key: bytes | None) -> list[Any] | None:
     """A record key's values in key order (None: no primary key)."""
     return None if key is None else list(msgspec.json.decode(key).values())
@@ -225,13 +252,7 @@ class EventBuilder:
     ) -> list[SourceRecord]:
         """The record of one change (and its tombstone after a delete, if asked);
         ``headers`` on a row change's record (``RowCodec.headers``)."""
-        value = b"".join(
-            (
-                b'{"before":', before or b"null", b',"after":', after or b"null",
-                b',"source":', source, b',"op":"', op.encode(), b'","ts_ms":',
-                str(now_ms).encode(), b"}",
-            )
-        )  # fmt: skip
+        value = event_value(op, before, after, source, now_ms)
         topic = self.topic(shape)
         if op == "t":
             return [

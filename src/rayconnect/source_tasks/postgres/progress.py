@@ -15,6 +15,15 @@ the stream skips a change whose commit LSN is below its key's segment's LSN. Not
 lost (the slot keeps the WAL since before the first segment) and nothing is written twice.
 A table without a primary key (REPLICA IDENTITY FULL) is read in one Kafka transaction and
 has one segment.
+
+Parallel snapshot (``chunks``). The snapshot is planned as chunks - key ranges of a table
+(``snapshot_plan``), or heap page ranges (``ctid``) of a table without a key - read by several
+workers at once; the whole plan, with each chunk's progress (``after``, its own
+``segments``, ``done``), is this offset, committed in the same Kafka transaction as the
+rows it covers. A chunk's segments follow the rule above within the chunk, so a task
+restarted with a new exported snapshot continues each unfinished chunk from its key at the
+new LSN and redoes nothing else; when every chunk is done their segments, in key order,
+become the table's ``segments`` (``finish_snapshot``) and the stream starts.
 """
 
 from __future__ import annotations
@@ -43,6 +52,28 @@ class Segment(msgspec.Struct, array_like=True):
     lsn: int
 
 
+class Chunk(msgspec.Struct, array_like=True):
+    """Rows of ``table`` with a key above ``lo`` up to and including ``hi`` (None: open
+    end); ``after`` is the last key written (``lo`` until one is). A table without a key:
+    heap pages ``[lo[0], hi[0])`` (its ``ctid`` range), read whole in the one Kafka
+    transaction that holds all of that table's chunks."""
+
+    table: str
+    lo: Key | None
+    hi: Key | None
+    after: Key | None
+    segments: list[Segment] = []
+    done: bool = False
+
+    def begin_segment(self, lsn: int) -> None:
+        """Continue from ``after`` at ``lsn``: a new segment, or the last one moved to
+        ``lsn`` if none of its rows was written yet."""
+        if self.segments and self.segments[-1].after == self.after:
+            self.segments[-1] = Segment(self.after, lsn)
+        else:
+            self.segments.append(Segment(self.after, lsn))
+
+
 class Progress(msgspec.Struct, omit_defaults=True):
     lsn: int = 0
     n: int = -1
@@ -51,6 +82,8 @@ class Progress(msgspec.Struct, omit_defaults=True):
     after: Key | None = None
     #: ``schema.table`` -> its segments, for as long as the stream may still need them
     segments: dict[str, list[Segment]] = {}
+    #: the parallel snapshot's plan and each chunk's progress; [] once done
+    chunks: list[Chunk] = []
 
     def to_offset(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)
@@ -61,7 +94,23 @@ class Progress(msgspec.Struct, omit_defaults=True):
 
     @property
     def snapshotting(self) -> bool:
-        return self.table is not None
+        return self.table is not None or bool(self.chunks)
+
+    def begin_chunks(self, lsn: int) -> None:
+        """A new exported snapshot at ``lsn``: every unfinished chunk continues there."""
+        for chunk in self.chunks:
+            if not chunk.done:
+                chunk.begin_segment(lsn)
+
+    def finish_snapshot(self) -> None:
+        """Every chunk is done: their segments join their tables' (in plan order, which is
+        key order per table) for the stream's ``in_snapshot``; the snapshot is over."""
+        assert all(c.done for c in self.chunks), "finish_snapshot with chunks to read"
+        for chunk in self.chunks:
+            segments = self.segments.setdefault(chunk.table, [])
+            # a keyless table's chunks share its one segment (read in one transaction)
+            segments.extend(s for s in chunk.segments if s not in segments)
+        self.chunks, self.table, self.after = [], None, None
 
     def begin_segment(self, table: str, lsn: int) -> None:
         """Read ``table`` from ``after`` on at ``lsn``: a new segment, or the last one

@@ -48,7 +48,14 @@ class PostgresSettings(msgspec.Struct, frozen=True):
         header. ``topic_partitions`` / ``topic_replication_factor``: each captured table's
         topic is made by the task, at every start, with these if it does not exist (an
         existing topic is kept as it is; a broker that refuses stops the start naming the
-        topics - docs/guides/postgres-source.md#topics)."""
+        topics - docs/guides/postgres-source.md#topics). ``snapshot_parallelism``: how many
+        snapshot workers (Ray actors, spread over the cluster) read the initial snapshot at
+        once; unset, as many as the cluster has CPUs. ``snapshot_chunk_rows``: about how many
+        rows a chunk holds - the tables are cut into chunks (key ranges; heap page ranges of
+        a table without a key) that the workers share, each chunk's progress committed with
+        its rows, so a killed worker or task redoes only unfinished chunks from where they
+        were; each worker reads a chunk ``batch_size`` rows at a time
+        (docs/guides/postgres-source.md#parallel-snapshot)."""
 
     dsn: str
     slot: str
@@ -72,6 +79,8 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     column_types: Literal["header", "none"] = "header"
     topic_partitions: PositiveInt = 2
     topic_replication_factor: PositiveInt = 1
+    snapshot_parallelism: PositiveInt | None = None
+    snapshot_chunk_rows: PositiveInt = 100_000
 
     __repr__ = redacted_repr
 

@@ -2,8 +2,10 @@
 
 Runs with ``transaction_boundary="connector"`` (the pipeline file / constructor of the
 pipeline must say so; ``start`` refuses otherwise) and one task (task 0 reads the slot;
-others would idle). Phases: the snapshot (``op: r``, table by table in key order, one Kafka
-transaction per page), then the slot's pgoutput stream. A Kafka transaction ends only at
+others would idle). Phases: the snapshot (``op: r``), then the slot's pgoutput stream. The
+snapshot is read in chunks by ``snapshot_parallelism`` workers at once (``parallel_snapshot``,
+``snapshot_workers``); the task writes each page they read, with the chunk's progress, in
+its Kafka transactions (one a poll: the pages that arrived). A Kafka transaction ends only at
 a Postgres commit - several small Postgres transactions may share one - unless one
 Postgres transaction has more than ``max_records_per_transaction`` changes: it is then split
 there, and a read_committed reader sees its first part before the rest. The source offset
@@ -37,6 +39,7 @@ from rayconnect.source_tasks.postgres.events import (
     TableShape,
     key_values,
 )
+from rayconnect.source_tasks.postgres.parallel_snapshot import ParallelSnapshot
 from rayconnect.source_tasks.postgres.pgoutput import (
     Begin,
     Commit,
@@ -52,7 +55,7 @@ from rayconnect.source_tasks.postgres.pgoutput import (
 )
 from rayconnect.source_tasks.postgres.progress import Progress, comparable_key
 from rayconnect.source_tasks.postgres.settings import PostgresSettings
-from rayconnect.source_tasks.postgres.snapshot import SnapshotReader
+from rayconnect.source_tasks.postgres.snapshot_workers import Tables
 from rayconnect.source_tasks.postgres.stream import WalStream
 
 #: how long a task waits at start for the walsender of its killed predecessor to end
@@ -105,7 +108,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         self.context = context
         self.active = context.task_index == 0
         self._stream: WalStream | None = None
-        self._snapshot: SnapshotReader | None = None
+        self._snapshot: ParallelSnapshot | None = None
         self._flushes: collections.deque[int] = collections.deque()
         self._last_commit_ms: int | None = None
         self._records_polled = self._truncates_skipped = 0
@@ -155,6 +158,16 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         else:
             self._begin_stream()
 
+    def _parallelism(self) -> int:
+        """``snapshot_parallelism``, or as many workers as the cluster has CPUs."""
+        if self.settings.snapshot_parallelism is not None:
+            return self.settings.snapshot_parallelism
+        import ray
+
+        if not ray.is_initialized():
+            return 1
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
     def _out_of_range(self, conn: Any, resumed: Progress) -> bool:
         """Can the slot serve the committed offsets? No when it is gone (the changes since
         the committed LSN went with it) or the committed LSN is past the server's WAL end
@@ -185,21 +198,17 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         return True
 
     def _begin_snapshot(self) -> None:
-        """A new exported snapshot; the table being read continues from its key in a new
-        segment at the snapshot's LSN (see ``progress``)."""
-        exporter, lsn, name = catalog.export_snapshot(self.settings)
-        try:
-            self._snapshot = SnapshotReader(catalog.connect(self.settings), name)
-        finally:
-            exporter.close()  # the snapshot is imported: the temporary slot may go
-        self._snapshot_lsn = lsn
-        self._enter_table()
+        """A new exported snapshot, its chunks planned (or the committed plan's unfinished
+        ones, each continuing from its key in a new segment at the snapshot's LSN: see
+        ``progress``), its workers started."""
+        import ray
 
-    def _enter_table(self) -> None:
-        p = self.progress
-        assert p.table is not None
-        schema, table = self.tables[p.table]
-        p.begin_segment(f"{schema}.{table}", self._snapshot_lsn)
+        tables = Tables(self.shapes, self.sql_types, self.database)
+        order = [f"{schema}.{table}" for schema, table in self.tables]
+        self._snapshot = ParallelSnapshot(
+            self.settings, self.progress, tables, order, self._parallelism(), ray.is_initialized()
+        )
+        self._source_partition = self.source_partition
 
     def _begin_stream(self) -> None:
         self._stream = WalStream(self.settings, self.settings.publication_name)
@@ -218,49 +227,39 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             await asyncio.sleep(self.settings.idle_s)
             return []
         if self.progress.snapshotting:
-            return await asyncio.to_thread(self._snapshot_page)
+            return await self._snapshot_poll()
         return await self._stream_poll()
 
     # -- snapshot ---------------------------------------------------------------------------
 
-    def _snapshot_page(self) -> list[SourceRecord]:
-        p, reader = self.progress, self._snapshot
-        assert p.table is not None and reader is not None
-        schema, table = self.tables[p.table]
-        shape = self.shapes[f"{schema}.{table}"]
-        rows = reader.page(shape, self.sql_types[shape.name], p.after, self.settings.batch_size)
+    async def _snapshot_poll(self) -> list[SourceRecord]:
+        """The pages the workers read since the last poll, as records that all carry the
+        progress after them (they commit together); the transaction ends here unless a
+        keyless table is in it in part. The last poll starts the stream."""
+        snap, p = self._snapshot, self.progress
+        assert snap is not None
+        pages = await snap.pages(POLL_BUDGET_S)
+        if snap.done:
+            snap.close()
+            self._snapshot = None
+            p.finish_snapshot()
+            await asyncio.to_thread(self._begin_stream)
+        offset = p.to_offset()
+        partition = self._source_partition
         records: list[SourceRecord] = []
-        now_ms = int(time.time() * 1000)
-        codec = self._codec(shape)
-        source = self.events.source(
-            shape, lsn=self._snapshot_lsn, txid=None, commit_ms=now_ms, snapshot=True
-        )
-        for text in rows:
-            cells = tuple(None if v is None else v.encode() for v in text)
-            key = codec.key(cells)
-            if key is not None:  # the record's offset says: written up to its key
-                p.after = comparable_key(key_values(key))
-            records += self.events.records(
-                shape, "r", None, codec.row(cells), key, source=source, now_ms=now_ms,
-                offset=p.to_offset(), source_partition=self.source_partition,
-                headers=codec.headers,
-            )  # fmt: skip
-        done = len(rows) < self.settings.batch_size
-        if done:
-            if p.table + 1 < len(self.tables):
-                p.table, p.after = p.table + 1, None
-                self._enter_table()
-            else:
-                p.table, p.after = None, None
-                reader.close()
-                self._snapshot = None
-                if records:  # the last record says: snapshot done
-                    last = records[-1]
-                    records[-1] = _with_offset(last, p.to_offset())
-                self._begin_stream()
+        for chunk, page in pages:
+            shape = self.shapes[chunk.table]
+            topic, headers = self.events.topic(shape), self._codec(shape).headers
+            records += [
+                SourceRecord(
+                    topic, value, key=key, partition=None if key is not None else 0,
+                    headers=headers, source_partition=partition, source_offset=offset,
+                )
+                for key, value in zip(page.keys, page.values, strict=True)
+            ]  # fmt: skip
         txn = self.context.transaction_context
-        if records and txn is not None and (shape.primary_key or done):
-            txn.commit_transaction()  # a table without a key: one transaction for all of it
+        if records and txn is not None and (snap.done or snap.may_commit):
+            txn.commit_transaction()
             self._flushes.append(0)
         self._records_polled += len(records)
         return records
@@ -482,7 +481,15 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             return {}
         stream = self._stream
         if stream is None:
-            return {"phase": "snapshot", "records_polled": self._records_polled}
+            snap = self._snapshot
+            done, planned = snap.counts() if snap else (0, 0)
+            return {
+                "phase": "snapshot",
+                "records_polled": self._records_polled,
+                "chunks_done": done,
+                "chunks": planned,
+                "snapshot_worker_pids": sorted(snap.pids.values()) if snap else [],
+            }
         return {
             "phase": "stream",
             "confirmed_lsn": stream.confirmed,
@@ -498,8 +505,3 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                     part.close()
         self._stream = self._snapshot = None
 
-
-def _with_offset(record: SourceRecord, offset: dict[str, Any]) -> SourceRecord:
-    import msgspec
-
-    return msgspec.structs.replace(record, source_offset=offset)
