@@ -116,8 +116,13 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: source's ``topic_partitions``)
     partitions: PositiveInt = 2
     #: the primary key every mirrored table shares, as the record key's fields and types (the
-    #: upsert key); tables keyed otherwise: docs/guides/database-mirror.md, the two-file way
-    key_schema: dict[str, str] = msgspec.field(default_factory=lambda: {"id": "long"})
+    #: upsert key); None: each table's own primary key, read from the database at start
+    #: (``table_keys``)
+    key_schema: dict[str, str] | None = None
+    #: each captured table's key (``schema.table`` -> the record key's fields and types):
+    #: filled at start from the tables' primary keys (``pipelines.mirror``); a table missing
+    #: here (one that appears later) is keyed by ``key_schema``, else ``{id: long}``
+    table_keys: dict[str, dict[str, str]] = {}
     #: how a round updates a table (None: the format's default: Delta ``copy_on_write``,
     #: Iceberg ``merge_on_read``)
     upsert_mode: UpsertMode | None = None
@@ -148,7 +153,11 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
             "embedded broker",
         )
         require(bool(self.to), "to: say where the tables go (a folder, s3://..., a warehouse)")
-        require(bool(self.key_schema), "key_schema: name the key column(s) of the tables")
+        require(
+            self.key_schema is None or bool(self.key_schema),
+            "key_schema: name the key column(s) of the tables, or leave it out (each table's "
+            "primary key)",
+        )
         require(
             self.format == "iceberg" or not (self.catalog or self.rest_catalog),
             "catalog, rest_catalog: for format: iceberg only",
@@ -221,7 +230,7 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
                     properties=self.kafka_properties,
                     topic_pattern=rf"{re.escape(self.prefix)}\..*",
                 ),
-                key_schema=self.key_schema,
+                key_schema=self.fallback_key,
                 discovery_interval_s=self.discovery_interval_s,
                 properties=self.kafka_properties,
                 **CHANGE_FORMAT,
@@ -244,9 +253,24 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     def with_kafka(self, bootstrap_servers: str) -> MirrorConfig:
         return msgspec.structs.replace(self, kafka=bootstrap_servers)
 
+    @property
+    def fallback_key(self) -> dict[str, str]:
+        """The key of a table ``table_keys`` does not name."""
+        return self.key_schema or {"id": "long"}
+
     def _rules(self) -> tuple[Route, ...]:
-        """public's tables keep their name; another schema's are ``<schema>_<table>``."""
-        return (
+        """public's tables keep their name; another schema's are ``<schema>_<table>``. A
+        table of ``table_keys`` has a rule of its own, keyed by its primary key."""
+        own = tuple(
+            Route(
+                table=lake_table(name),
+                topic=f"{self.prefix}.{name}",
+                key_schema=dict(key),
+                key_columns=tuple(key),
+            )
+            for name, key in sorted(self.table_keys.items())
+        )
+        return own + (
             Route(table="{1}", topic_pattern=topic_pattern(self.prefix)),
             Route(table="{1}_{2}", topic_pattern=rf"{re.escape(self.prefix)}\.(\w+)\.(\w+)"),
         )
@@ -254,7 +278,7 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     def _table_sink(self) -> TableSink:
         upsert: dict[str, Any] = {
             "write_mode": "upsert",
-            "key_columns": tuple(self.key_schema),
+            "key_columns": tuple(self.fallback_key),
             "routes": Routes(rules=self._rules()),
             "storage_options": self.storage_options,
         }
@@ -269,6 +293,13 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
                 **upsert,
             )
         return DeltaSink(self.to, **upsert)
+
+
+def lake_table(name: str) -> str:
+    """The lake table of Postgres table ``schema.table``: ``table`` for schema public, else
+    ``<schema>_<table>`` (as the mirror's pattern rules name them)."""
+    schema, _, table = name.rpartition(".")
+    return table if schema in ("", "public") else f"{schema}_{table}"
 
 
 def check_database_url(url: str) -> None:

@@ -137,6 +137,8 @@ class Mirror:
             if message.startswith("dsn:"):
                 message = "database:" + message.removeprefix("dsn:")
             raise ConfigError(message) from None
+        if c.key_schema is None:
+            self.config = msgspec.structs.replace(c, table_keys=table_keys(source))
         return source
 
     def start(self, *, address: str | None = None, timeout_s: float = 120.0) -> MirrorHandle:
@@ -209,6 +211,34 @@ def list_tables(config: MirrorConfig) -> list[str]:
             "the tables to mirror (tables: [schema.table, ...])"
         )
     return [f"public.{name}" for (name,) in rows]
+
+
+def table_keys(source: SourcePipelineConfig) -> dict[str, dict[str, str]]:
+    """Each captured table's primary key as the record key's fields and lake types (what
+    the sink keys its table by); ConfigError naming a table without one: its rows could not
+    be kept by key."""
+    from rayconnect.source_tasks.postgres import PostgresSettings, catalog
+    from rayconnect.source_tasks.postgres.column_types import lake_type
+
+    settings = source.task
+    assert isinstance(settings, PostgresSettings)
+    conn = catalog.connect(settings)
+    try:
+        tables = catalog.tables_of(settings, conn)
+        keys = catalog.primary_keys(conn, tables)
+    finally:
+        conn.close()
+    keyless = [f"{schema}.{table}" for schema, table in tables if f"{schema}.{table}" not in keys]
+    if keyless:
+        raise ConfigError(
+            f"tables: {', '.join(keyless)} ha{'ve' if len(keyless) > 1 else 's'} no primary "
+            "key: a mirror keeps each lake table equal to its Postgres table by key; add one, "
+            "or leave the table out (tables: [...])"
+        )
+    return {
+        name: {column: lake_type(oid, modifier) for column, oid, modifier in columns}
+        for name, columns in keys.items()
+    }
 
 
 class MirrorHandle:

@@ -38,6 +38,25 @@ def _catalog(server: PostgresServer, sql: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
+def _execute(server: PostgresServer, *statements: str) -> None:
+    conn = psycopg2.connect(server.password_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql)
+    finally:
+        conn.close()
+
+
+def _lines(lake: Path) -> set[tuple[object, ...]]:
+    """The lake's ``lines`` table as (order_id, line, qty) rows (each key once)."""
+    import polars as pl
+
+    rows = pl.read_delta(str(lake / "lines")).select("order_id", "line", "qty").rows()
+    assert len(rows) == len({r[:2] for r in rows}), "a key is in the table twice"
+    return set(rows)
+
+
 def _caught_up_lags(capsys: pytest.CaptureFixture[str], timeout_s: float) -> dict[str, object]:
     """Each sink partition's lag as ``rayconnect status pgm --json`` prints it, once every
     one is 0 (the last print when ``timeout_s`` ran out)."""
@@ -65,6 +84,17 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
     }
     with pytest.raises(rc.ConfigError, match=r"tables: public.nope does not exist"):
         rc.Mirror("pgm", postgres.url, tables=["nope"], **settings).check()
+    # each table is keyed by its own primary key (a composite one here); one without a
+    # primary key is refused before anything starts, naming it
+    _execute(
+        postgres,
+        "CREATE TABLE lines (order_id int, line smallint, qty int, PRIMARY KEY (order_id, line))",
+        "INSERT INTO lines SELECT g / 3, g % 3, g FROM generate_series(0, 89) g",
+        "CREATE TABLE keyless (a int)",
+    )
+    with pytest.raises(rc.ConfigError, match=r"tables: public.keyless has no primary key"):
+        rc.Mirror("pgm", postgres.url, **settings).check()
+    _execute(postgres, "DROP TABLE keyless")
 
     handle = rc.Mirror("pgm", postgres.url, **settings).start()  # embedded broker
     broker = handle.broker
@@ -72,6 +102,12 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
     try:
         db.start(changes_per_s=150)
         handle.sink.wait_for(lambda s: s.records_committed_since_start > 0, 120, 0.5)
+        _execute(
+            postgres,
+            "UPDATE lines SET qty = -qty WHERE line = 1",
+            "DELETE FROM lines WHERE order_id < 5",
+            "INSERT INTO lines VALUES (100, 0, 7)",
+        )
         time.sleep(3)
         db.stop()
         # caught up, `rayconnect status` shows lag 0 on every partition of every table's
@@ -79,7 +115,7 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
         # end the source's transactions are not records
         lags = _caught_up_lags(capsys, 90)
         assert lags and set(lags.values()) == {0}, lags
-        assert len(lags) == 2 * len(db.names), lags
+        assert len(lags) == 2 * (len(db.names) + 1), lags  # and ``lines``
         assert main(["status", "pgm"]) == 0
         out = capsys.readouterr().out
         assert "mirror pgm: source pipeline pgm-source, sink pipeline pgm" in out, out
@@ -91,6 +127,7 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
         assert "stopped mirror pgm" in out and "slot dropped" not in out, out
         assert find_mirror("pgm") is None
         assert difference(db, lake) is None
+        assert _lines(lake) == set(_catalog(postgres, "SELECT order_id, line, qty FROM lines"))
         assert _catalog(postgres, "SELECT slot_name FROM pg_replication_slots") == [("pgm",)]
 
         # again, on the same broker given as Kafka: resumes where it stopped

@@ -134,3 +134,25 @@ def test_the_command_refuses_a_bad_url_with_exit_2(capsys: pytest.CaptureFixture
     # an embedded broker lives in the command: it cannot detach
     assert main(["mirror", URL, "--to", "/tmp/lake", "--detach"]) == 2
     assert "--detach needs a Kafka" in capsys.readouterr().err
+
+
+def test_each_table_is_keyed_by_its_own_primary_key() -> None:
+    """``table_keys`` (read at start): a rule of its own per table, before the patterns."""
+    from rayconnect.config.mirror import MirrorConfig, lake_table
+
+    config = MirrorConfig(
+        name="shop",
+        database="postgresql://cdc@db:5432/shop",
+        to="/lake",
+        table_keys={"public.lines": {"order_id": "int", "line": "int"}, "sales.q": {"k": "long"}},
+    )
+    sink = config.sink_config()
+    rules = sink.sink.routes.rules
+    own = [(r.topic, r.table, r.key_columns, r.key_schema) for r in rules[:2]]
+    assert own == [
+        ("shop.public.lines", "lines", ("order_id", "line"), {"order_id": "int", "line": "int"}),
+        ("shop.sales.q", "sales_q", ("k",), {"k": "long"}),
+    ]
+    assert [r.topic_pattern is not None for r in rules[2:]] == [True, True]
+    assert sink.record_format(rules[0]).upsert_keys == ("order_id", "line")
+    assert lake_table("public.t") == "t" and lake_table("s.t") == "s_t"

@@ -150,6 +150,25 @@ def tables_of(settings: PostgresSettings, conn: Any) -> list[tuple[str, str]]:
     return [(s, t) for s, t in rows]
 
 
+def primary_keys(conn: Any, tables: list[tuple[str, str]]) -> dict[str, list[tuple[str, int, int]]]:
+    """``schema.table`` -> its primary key's columns in key order, each (name, type oid,
+    type modifier); a table without a primary key is not in it."""
+    rows = query(
+        conn,
+        "SELECT n.nspname, c.relname, a.attname, a.atttypid, a.atttypmod "
+        "FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey) "
+        "WHERE i.indisprimary AND (n.nspname || '.' || c.relname) = ANY(%s) "
+        "ORDER BY n.nspname, c.relname, array_position(i.indkey::int2[], a.attnum)",
+        ([f"{schema}.{table}" for schema, table in tables],),
+    )
+    keys: dict[str, list[tuple[str, int, int]]] = {}
+    for schema, table, column, oid, modifier in rows:
+        keys.setdefault(f"{schema}.{table}", []).append((column, int(oid), int(modifier)))
+    return keys
+
+
 def ensure_publication(settings: PostgresSettings, conn: Any) -> None:
     """With ``tables``: the publication exists and holds each of them."""
     if not settings.tables:
