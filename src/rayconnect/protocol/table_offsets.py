@@ -90,6 +90,25 @@ def table_round(
     return TableRound(introduce, expected, offsets, floors)
 
 
+def idle_partitions(
+    tables: Mapping[str, Mapping[str, int]], fed: Iterable[str], ends: Mapping[str, int]
+) -> dict[str, set[str]]:
+    """Table -> the partitions it holds that the round moved past its offset without a
+    record for any table (no rows, no dead letters: commit markers, an aborted tail, change
+    events that change nothing). Nothing of those went anywhere, so every table holding
+    such a partition may move to the round's end - else a caught-up table would show lag
+    for ever (the last offset of a transactional topic is a marker)."""
+    skip = set(fed)
+    idle: dict[str, set[str]] = {}
+    for name, offsets in tables.items():
+        moved = {
+            k for k, have in offsets.items() if k not in skip and k in ends and ends[k] > have
+        }
+        if moved:
+            idle[name] = moved
+    return idle
+
+
 def round_starts(expected: Mapping[str, int | None], starts: Mapping[str, int]) -> dict[str, int]:
     """Where each partition's round started: its START offset, or - a partition the
     tables never had - where its participant began (``CommitTable.starts``)."""

@@ -41,7 +41,12 @@ from rayconnect.config.sink import IcebergSink, TableSink
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.protocol.effects import CommitTable
 from rayconnect.protocol.status import TableStatus
-from rayconnect.protocol.table_offsets import restart_offsets, round_starts, table_round
+from rayconnect.protocol.table_offsets import (
+    idle_partitions,
+    restart_offsets,
+    round_starts,
+    table_round,
+)
 from rayconnect.protocol.types import DataFile
 from rayconnect.tables.base import (
     COORDINATOR_KEY,
@@ -187,9 +192,15 @@ class TableSet:
         for f in commit.files:
             by_table.setdefault(f.table, []).append(f)
         unrouted = by_table.pop(None, [])
+        idle = idle_partitions(self.offsets, _partitions(commit.files), commit.offsets)
+        for name in idle:
+            by_table.setdefault(name, [])  # moves its offsets alone (``idle_partitions``)
         rounds = {
             name: table_round(
-                self.offsets.get(name, {}), _partitions(files), starts, commit.offsets
+                self.offsets.get(name, {}),
+                set(_partitions(files)) | idle.get(name, set()),
+                starts,
+                commit.offsets,
             )
             for name, files in sorted(by_table.items(), key=lambda item: str(item[0]))
             if name is not None

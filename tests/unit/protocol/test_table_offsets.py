@@ -39,3 +39,16 @@ def test_after_a_recovery_a_table_ahead_skips_what_it_holds() -> None:
 
 def test_a_partition_never_committed_starts_where_its_participant_began() -> None:
     assert round_starts({P: None, Q: 5}, {P: 12, Q: 5}) == {P: 12, Q: 5}
+
+
+def test_a_partition_the_round_moved_without_a_record_moves_every_table_holding_it() -> None:
+    """Commit markers, an aborted tail: the round's end is past a table's offset, and no
+    file of the round holds the partition - the tables that have it move (a caught-up
+    table shows lag 0); a partition with rows moves only the tables its rows went to."""
+    from rayconnect.protocol.table_offsets import idle_partitions
+
+    tables = {"a": {"c/t/0": 10, "c/t/1": 5}, "b": {"c/t/0": 10}, "c": {"c/t/2": 3}}
+    ends = {"c/t/0": 12, "c/t/1": 9, "c/t/2": 3}
+    assert idle_partitions(tables, ["c/t/1"], ends) == {"a": {"c/t/0"}, "b": {"c/t/0"}}
+    assert idle_partitions(tables, ["c/t/0", "c/t/1"], ends) == {}
+    assert idle_partitions(tables, [], {"c/t/9": 1}) == {}  # not in the round: nothing
