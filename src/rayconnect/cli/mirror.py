@@ -212,10 +212,7 @@ def read_back_lines(record: MirrorRecord, tables: list[str]) -> list[str]:
 
     table = tables[0] if tables else "<table>"
     if record.format == "iceberg":
-        return [
-            f"the tables are in the Iceberg catalog of {record.to} (namespace of the mirror's "
-            f"topic prefix): e.g. pyiceberg's load_catalog(...).load_table(...).scan().to_arrow()"
-        ]
+        return _iceberg_read_back(record, table, tables)
     path = f"{record.to.rstrip('/')}/{table}"
     polars, duck = read_commands(path)
     return [
@@ -224,6 +221,31 @@ def read_back_lines(record: MirrorRecord, tables: list[str]) -> list[str]:
         + "):",
         f"  {polars}",
         f"  {duck}",
+    ]
+
+
+def _iceberg_read_back(record: MirrorRecord, table: str, tables: list[str]) -> list[str]:
+    """pyiceberg on the embedded catalog (its properties as the sink opens it); a catalog
+    of the user's: the table's name in it."""
+    namespace = record.iceberg_namespace
+    if namespace is None:
+        return [
+            f"the tables are in your Iceberg catalog, namespace of the mirror's topic prefix: "
+            f"load_catalog(...).load_table('<namespace>.{table}').scan().to_arrow()"
+        ]
+    from rayconnect.config.sink import IcebergSink
+
+    sink = IcebergSink(f"{namespace}.{table}", warehouse=record.to)
+    props = sink.catalog_properties()  # (a SQL catalog's tables are under its name)
+    code = (
+        f"from pyiceberg.catalog import load_catalog; "
+        f"c = load_catalog({sink.catalog_name!r}, **{props!r}); "
+        f"print(c.load_table('{namespace}.{table}').scan().to_arrow())"
+    )
+    listed = f": {', '.join(tables)}" if tables else ""
+    return [
+        f"read a table (each is {namespace}.<table> in the catalog under {record.to}{listed}):",
+        f'  {sys.executable} -c "{code}"',
     ]
 
 

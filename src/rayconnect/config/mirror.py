@@ -254,6 +254,11 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
         return msgspec.structs.replace(self, kafka=bootstrap_servers)
 
     @property
+    def iceberg_namespace(self) -> str:
+        """The Iceberg namespace of the mirror's tables (``format: iceberg``)."""
+        return _identifier(self.prefix)
+
+    @property
     def fallback_key(self) -> dict[str, str]:
         """The key of a table ``table_keys`` does not name."""
         return self.key_schema or {"id": "long"}
@@ -286,7 +291,7 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
             upsert["upsert_mode"] = self.upsert_mode
         if self.format == "iceberg":
             return IcebergSink(
-                f"{_identifier(self.prefix)}.unrouted",
+                f"{self.iceberg_namespace}.unrouted",
                 warehouse=self.to,
                 catalog=self.catalog,
                 rest_catalog=self.rest_catalog,

@@ -54,6 +54,8 @@ class MirrorRecord(msgspec.Struct, frozen=True):
     format: str
     #: Kafka between the pipelines lives in the process that started the mirror
     embedded_broker: bool = False
+    #: Iceberg on the embedded catalog (in ``to``): the tables' namespace; None otherwise
+    iceberg_namespace: str | None = None
 
 
 class MirrorStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -174,8 +176,15 @@ class Mirror:
             undo.callback(source_handle.stop)
             sink_config = c.sink_config()
             SinkPipeline.from_config(sink_config).start(address=address)
+            embedded_catalog = c.format == "iceberg" and not (c.catalog or c.rest_catalog)
             record = MirrorRecord(
-                c.name, source.name, sink_config.name, c.to, c.format, broker is not None
+                c.name,
+                source.name,
+                sink_config.name,
+                c.to,
+                c.format,
+                broker is not None,
+                c.iceberg_namespace if embedded_catalog else None,
             )
             ray_internals.kv_put(
                 _kv_key(c.name), msgspec.json.encode(record), namespace=_KV_NAMESPACE

@@ -156,3 +156,18 @@ def test_each_table_is_keyed_by_its_own_primary_key() -> None:
     assert [r.topic_pattern is not None for r in rules[2:]] == [True, True]
     assert sink.record_format(rules[0]).upsert_keys == ("order_id", "line")
     assert lake_table("public.t") == "t" and lake_table("s.t") == "s_t"
+
+
+def test_the_read_back_command_of_an_iceberg_mirror_opens_its_embedded_catalog() -> None:
+    """The printed command names the catalog as the sink opens it (a SQL catalog keeps its
+    tables under its name: another name finds none) and the mirror's namespace."""
+    from rayconnect.cli.mirror import read_back_lines
+    from rayconnect.pipelines.mirror import MirrorRecord
+
+    record = MirrorRecord("m", "m-source", "m", "/lake", "iceberg", True, "shop")
+    lines = read_back_lines(record, ["orders", "users"])
+    assert "load_catalog('rayconnect', **{'type': 'sql'" in lines[1]
+    assert "'uri': 'sqlite:////lake/catalog.db'" in lines[1]
+    assert "c.load_table('shop.orders')" in lines[1]
+    theirs = MirrorRecord("m", "m-source", "m", "/lake", "iceberg", False, None)
+    assert "your Iceberg catalog" in read_back_lines(theirs, [])[0]
