@@ -130,6 +130,8 @@ class Mirror:
             check_sink(c.sink_config().sink)
         except ConfigError as e:
             raise ConfigError(f"to: {e}") from None
+        if c.kafka is None:
+            _check_no_tables_of_a_gone_broker(c)
         source = c.source_config(c.tables or list_tables(c))
         task = source.task.build()
         try:
@@ -220,6 +222,24 @@ def list_tables(config: MirrorConfig) -> list[str]:
             "the tables to mirror (tables: [schema.table, ...])"
         )
     return [f"public.{name}" for (name,) in rows]
+
+
+def _check_no_tables_of_a_gone_broker(config: MirrorConfig) -> None:
+    """An embedded broker's log ends with the command that ran it, while the lake tables keep
+    the offsets of that log: a new broker's topics start at 0, behind every table - refused
+    before anything starts, rather than found by the sink's first round."""
+    from rayconnect.tables.factory import route_tables
+
+    sink = config.sink_config()
+    found = route_tables(sink.sink, sink.name)
+    if found:
+        raise ConfigError(
+            f"to: {config.to} already holds mirrored tables ({', '.join(found[:5])}"
+            f"{', ...' if len(found) > 5 else ''}) whose offsets are those of an embedded "
+            "broker that is gone (it lives as long as the command that ran it); mirror into a "
+            "new `to` (after `rayconnect stop NAME --drop-slot`), or give the mirror a Kafka "
+            "of its own (kafka:) from the start"
+        )
 
 
 def table_keys(source: SourcePipelineConfig) -> dict[str, dict[str, str]]:

@@ -132,6 +132,10 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
         assert _lines(lake) == set(_catalog(postgres, "SELECT order_id, line, qty FROM lines"))
         assert _catalog(postgres, "SELECT slot_name FROM pg_replication_slots") == [("pgm",)]
 
+        # its broker lives on here (the test holds it), but a new embedded one would not
+        # have the tables' offsets: refused before anything starts
+        with pytest.raises(rc.ConfigError, match=r"already holds mirrored tables"):
+            rc.Mirror("pgm", postgres.url, **settings).check()
         # again, on the same broker given as Kafka: resumes where it stopped
         again = rc.Mirror("pgm", postgres.url, kafka=broker.bootstrap_servers, **settings).start()
         assert again.broker is None
