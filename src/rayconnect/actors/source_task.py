@@ -162,6 +162,8 @@ class TaskRunner:
         self._sent: list[tuple[asyncio.Future[Any], list[SourceRecord]]] = []
         self._offset_futures: list[asyncio.Future[Any]] = []
         self._wants_record_commits = type(task).commit_record is not SourceTask.commit_record
+        #: how many topics ``task.topics()`` named when they were last made
+        self._topics_made = 0
 
     @property
     def transactional_id(self) -> str:
@@ -297,7 +299,9 @@ class TaskRunner:
             context = SourceTaskContext(s.name, self.index, s.tasks, offsets, self.txn_context)
             await self.task.start(context)
             # its topics exist before its first record (kafka.topics: not the broker's pick)
-            await ensure_topics(s.target.bootstrap_servers, self.task.topics(), **self.client)
+            specs = self.task.topics()
+            await ensure_topics(s.target.bootstrap_servers, specs, **self.client)
+            self._topics_made = len(specs)
         except Exception as e:
             reason = f"start failed: {_reason(e)}"
             if isinstance(e, OffsetsOutOfRangeError):  # no restart can help: a person must
@@ -312,6 +316,7 @@ class TaskRunner:
         """Poll the task; keep its records for the Sends, tell the machine their source
         offsets and where the task asked to end a transaction (the machine cuts)."""
         records = list(await self.task.poll() or ())
+        await self._new_topics()
         requests = self.txn_context.take() if self.txn_context is not None else []
         ends: list[tuple[End, int]] = []
         start = 0
@@ -322,6 +327,15 @@ class TaskRunner:
             self._polls[poll_id] = records
             self._unsettled[poll_id] = len(records)
         return PollResult(_source_offsets(records), ends)
+
+    async def _new_topics(self) -> None:
+        """Topics the task added while running (a table added to a publication) are made
+        before the records of the poll that added them are sent."""
+        specs = self.task.topics()
+        if len(specs) > self._topics_made:
+            s = self.settings
+            await ensure_topics(s.target.bootstrap_servers, specs, **self.client)
+        self._topics_made = len(specs)
 
     async def _produce_segment(self, effect: ProduceSegment) -> None:
         """Send the segment's records in whole record batches (kafka/batched_send: a
@@ -582,7 +596,9 @@ class SourceTaskActor:
         errors = self._past_errors()
         started = self.runner.started.is_set()
         lag = s.lag
-        if lag is None:  # not streaming (failed, starting, snapshot): ask the source itself
+        # not running at all (failed, starting): ask the source itself - a connection to
+        # it per call, so not while the task runs (a snapshot: no lag to tell yet)
+        if lag is None and (self._main.done() or not started):
             with contextlib.suppress(Exception, asyncio.TimeoutError):
                 at_rest = asyncio.to_thread(self.runner.task.lag_at_rest)
                 lag = await asyncio.wait_for(at_rest, LAG_AT_REST_TIMEOUT_S)

@@ -97,13 +97,19 @@ def encode_record(record: Any) -> Encoded:
         type(record) is SourceRecord
         and type(record.value) in _RAW
         and type(record.key) in _RAW
-        and not record.headers
         and (record.partition is None or (type(record.partition) is int and record.partition >= 0))
         and not record.every_partition
         and type(record.topic) is str
         and _topic_problem(record.topic) is None
     ):
-        return record.value, record.key, None
+        shared = record.headers
+        if not shared:
+            return record.value, record.key, None
+        # a task shares one headers tuple per table shape: checked once (kept by id, the
+        # object held so its id is not reused)
+        known = _CHECKED_HEADERS.get(id(shared))
+        if known is not None and known[0] is shared:
+            return record.value, record.key, known[1]
     if not isinstance(record, SourceRecord):
         raise BadRecord(f"poll() returned a {type(record).__name__}, not a rayconnect.SourceRecord")
     problem = _topic_problem(record.topic) if isinstance(record.topic, str) else "not a str"
@@ -134,7 +140,16 @@ def encode_record(record: Any) -> Encoded:
     if problem is not None:
         where = f"{record.topic!r} at {record.source_partition!r}/{record.source_offset!r}"
         raise BadRecord(f"record for {where}: {problem}")
+    if headers and type(record.headers) is tuple:
+        if len(_CHECKED_HEADERS) >= _CHECKED_HEADERS_MAX:
+            _CHECKED_HEADERS.clear()
+        _CHECKED_HEADERS[id(record.headers)] = (record.headers, headers)
     return value, key, headers or None
+
+
+#: headers tuples found valid: id -> (the tuple, its list as the producer takes it)
+_CHECKED_HEADERS: dict[int, tuple[Any, list[tuple[str, bytes | None]]]] = {}
+_CHECKED_HEADERS_MAX = 256
 
 
 @functools.lru_cache(maxsize=1024)

@@ -276,3 +276,10 @@ def slot_lag(settings: PostgresSettings, conn: Any) -> int | None:
     if not rows or rows[0][0] is None:
         return None
     return max(0, int(rows[0][0]))
+
+
+def emit_message(conn: Any, prefix: str, content: bytes) -> int:
+    """A transactional logical decoding message (its own transaction on an autocommit
+    connection): the stream meets it at its place in commit order. Its LSN."""
+    (lsn,) = query(conn, "SELECT pg_logical_emit_message(true, %s, %s)::text", (prefix, content))[0]
+    return parse_lsn(lsn)

@@ -83,12 +83,23 @@ class Truncate(msgspec.Struct, frozen=True):
 
 
 class Ignored(msgspec.Struct, frozen=True):
-    """Origin, Type and logical-decoding messages: nothing for a change stream."""
+    """Origin and Type messages: nothing for a change stream."""
 
     kind: str
 
 
-Message = Begin | Commit | Relation | Insert | Update | Delete | Truncate | Ignored
+class LogicalMessage(msgspec.Struct, frozen=True):
+    """A ``pg_logical_emit_message`` (sent with the ``messages`` option): the incremental
+    snapshot's watermarks and on-demand snapshot requests (``incremental_snapshot``)."""
+
+    transactional: bool
+    prefix: str
+    content: bytes
+
+
+Message = (
+    Begin | Commit | Relation | Insert | Update | Delete | Truncate | LogicalMessage | Ignored
+)
 
 _I16, _I32, _I64, _U64 = (
     struct.Struct(">h"),
@@ -192,7 +203,13 @@ def decode(payload: bytes) -> Message:
         n = r.int32()
         r.int8()  # options: CASCADE / RESTART IDENTITY
         return Truncate(tuple(r.int32() for _ in range(n)))
-    if kind in (0x4F, 0x59, 0x4D):  # Origin, Type, logical decoding Message
+    if kind == 0x4D:  # M: flags, its LSN, prefix, content (no xid: not a streamed txn)
+        transactional = bool(r.int8() & 1)
+        r.pos += 8
+        prefix = r.cstring()
+        size = r.int32()
+        return LogicalMessage(transactional, prefix, payload[r.pos : r.pos + size])
+    if kind in (0x4F, 0x59):  # Origin, Type
         return Ignored(chr(kind))
     raise ValueError(f"pgoutput: unknown message kind {chr(kind)!r}")
 

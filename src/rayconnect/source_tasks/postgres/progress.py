@@ -84,6 +84,13 @@ class Progress(msgspec.Struct, omit_defaults=True):
     segments: dict[str, list[Segment]] = {}
     #: the parallel snapshot's plan and each chunk's progress; [] once done
     chunks: list[Chunk] = []
+    #: the captured tables as of this offset: a table of the publication not in it was
+    #: added since and is snapshotted while streaming ([]: an offset from before this field)
+    known: list[str] = []
+    #: tables to snapshot while streaming (``incremental_snapshot``), the first one under
+    #: way: its rows with a key above ``pending_after`` are still to read
+    pending: list[str] = []
+    pending_after: Key | None = None
 
     def to_offset(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)
@@ -134,6 +141,22 @@ class Progress(msgspec.Struct, omit_defaults=True):
                 else:
                     break
         return commit_lsn < chosen.lsn
+
+    def request(self, tables: list[str]) -> list[str]:
+        """Snapshot ``tables`` while streaming (after those pending); the ones added. A
+        table already pending is not asked twice."""
+        added = [t for t in dict.fromkeys(tables) if t not in self.pending]
+        self.pending += added
+        self.known += [t for t in added if t not in self.known]
+        return added
+
+    def chunk_written(self, last_key: Key | None, exhausted: bool) -> None:
+        """A chunk of ``pending[0]`` is in Kafka up to ``last_key``; ``exhausted``: the
+        table has no rows after it - the next pending table is next."""
+        if exhausted:
+            self.pending, self.pending_after = self.pending[1:], None
+        elif last_key is not None:
+            self.pending_after = last_key
 
     def highest_segment_lsn(self) -> int:
         return max((s.lsn for ss in self.segments.values() for s in ss), default=0)

@@ -17,7 +17,7 @@ import msgspec
 
 from rayconnect.errors import ConfigError, require
 from rayconnect.redact import redacted_repr
-from rayconnect.settings_types import NonNegativeFloat, PositiveInt
+from rayconnect.settings_types import NonNegativeFloat, PositiveFloat, PositiveInt
 from rayconnect.source_tasks.base import check_topic
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -55,7 +55,10 @@ class PostgresSettings(msgspec.Struct, frozen=True):
         a table without a key) that the workers share, each chunk's progress committed with
         its rows, so a killed worker or task redoes only unfinished chunks from where they
         were; each worker reads a chunk ``batch_size`` rows at a time
-        (docs/guides/postgres-source.md#parallel-snapshot)."""
+        (docs/guides/postgres-source.md#parallel-snapshot). ``discovery_interval_s``: how
+        often the streaming task looks for tables added to the publication; each one found
+        is captured and snapshotted while the stream flows (watermarked chunks of
+        ``batch_size`` rows: docs/guides/postgres-source.md#snapshots-while-streaming)."""
 
     dsn: str
     slot: str
@@ -81,6 +84,7 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     topic_replication_factor: PositiveInt = 1
     snapshot_parallelism: PositiveInt | None = None
     snapshot_chunk_rows: PositiveInt = 100_000
+    discovery_interval_s: PositiveFloat = 10.0
 
     __repr__ = redacted_repr
 

@@ -34,8 +34,13 @@ def _ident(name: str) -> str:
 
 
 class SnapshotReader:
-    def __init__(self, conn: Any, snapshot_name: str) -> None:
+    """``snapshot_name`` None: each read sees what is committed when it starts (the
+    snapshot while streaming reads between watermarks: ``incremental_snapshot``)."""
+
+    def __init__(self, conn: Any, snapshot_name: str | None) -> None:
         self.conn = conn
+        if snapshot_name is None:
+            return
         conn.autocommit = False
         with conn.cursor() as cur:
             cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")

@@ -25,7 +25,8 @@ class WalStream:
         self.cursor.start_replication(
             slot_name=settings.slot,
             decode=False,
-            options={"proto_version": "1", "publication_names": publication},
+            # messages: the watermarks and requests of snapshots while streaming
+            options={"proto_version": "1", "publication_names": publication, "messages": "true"},
         )
         self.confirmed = 0
         self._feedback_at = time.monotonic()

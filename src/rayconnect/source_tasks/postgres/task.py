@@ -31,7 +31,7 @@ from rayconnect.source_tasks.base import (
     SourceRecord,
     SourceTaskContext,
 )
-from rayconnect.source_tasks.postgres import catalog
+from rayconnect.source_tasks.postgres import catalog, window_reader
 from rayconnect.source_tasks.postgres.events import (
     EventBuilder,
     Headers,
@@ -39,12 +39,19 @@ from rayconnect.source_tasks.postgres.events import (
     TableShape,
     key_values,
 )
+from rayconnect.source_tasks.postgres.incremental_snapshot import (
+    Window,
+    decode_request,
+    request_prefix,
+    watermark_prefix,
+)
 from rayconnect.source_tasks.postgres.parallel_snapshot import ParallelSnapshot
 from rayconnect.source_tasks.postgres.pgoutput import (
     Begin,
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Relation,
     Truncate,
     Update,
@@ -55,8 +62,10 @@ from rayconnect.source_tasks.postgres.pgoutput import (
 )
 from rayconnect.source_tasks.postgres.progress import Progress, comparable_key
 from rayconnect.source_tasks.postgres.settings import PostgresSettings
+from rayconnect.source_tasks.postgres.snapshot import SqlTypes
 from rayconnect.source_tasks.postgres.snapshot_workers import Tables
 from rayconnect.source_tasks.postgres.stream import WalStream
+from rayconnect.source_tasks.postgres.window_reader import WindowReader
 
 #: how long a task waits at start for the walsender of its killed predecessor to end
 SLOT_RELEASE_WAIT_S = 30.0
@@ -129,13 +138,20 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             catalog.check(s, conn, slot_wait_s=SLOT_RELEASE_WAIT_S)
             catalog.ensure_publication(s, conn)
             self.tables = catalog.tables_of(s, conn)
+            resumed = None if committed is None else Progress.from_offset(committed)
+            if resumed is not None:  # and the tables added to the publication since
+                known = set(resumed.known) - {f"{schema}.{table}" for schema, table in self.tables}
+                self.tables += [
+                    (schema, table)
+                    for schema, table in sorted(catalog.tables_of_publication(conn, s.publication_name))
+                    if f"{schema}.{table}" in known
+                ]
             self.shapes: dict[str, TableShape] = {}
             self.sql_types: dict[str, dict[str, tuple[str, bool]]] = {}
             for schema, table in self.tables:
                 shape, types = catalog.table_shape(conn, schema, table)
                 self.shapes[shape.name] = shape
                 self.sql_types[shape.name] = types
-            resumed = None if committed is None else Progress.from_offset(committed)
             start_over = resumed is not None and self._out_of_range(conn, resumed)
             catalog.ensure_slot(s, conn)
             (self.database,) = catalog.query(conn, "SELECT current_database()")[0]
@@ -143,6 +159,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             conn.close()
         self.events = EventBuilder(s.topic_prefix, s.topic, s.tombstones, self.database)
         self.relations: dict[int, RowCodec] = {}
+        self._codecs: dict[str, RowCodec] = {}
         if start_over and s.offsets_out_of_range == "snapshot":
             self.progress = Progress(table=0) if self.tables else Progress()
         elif start_over:  # latest: the new slot's stream, from now on
@@ -153,6 +170,8 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             self.progress = Progress(table=0)
         else:
             self.progress = Progress()
+        if not self.progress.known:  # a new offset, or one from before ``known``
+            self.progress.known = [f"{schema}.{table}" for schema, table in self.tables]
         if self.progress.snapshotting:
             self._begin_snapshot()
         else:
@@ -214,6 +233,13 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         self._stream = WalStream(self.settings, self.settings.publication_name)
         self._highest_segment = self.progress.highest_segment_lsn()
         self._segments_offset = self.progress.to_offset().get("segments")
+        #: the chunk read between watermarks, until the stream meets its high one
+        self._window: Window | None = None
+        self._window_reader: WindowReader | None = None
+        self._watermarks = watermark_prefix(self.settings.slot)
+        self._requests = request_prefix(self.settings.slot)
+        self._discover_at = 0.0  # the first poll looks for tables added while down
+        self._refresh_extra()
         self._txn: Begin | None = None
         self._n = -1
         #: the source block of each table's events in the transaction under way
@@ -266,9 +292,135 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
 
     # -- stream -----------------------------------------------------------------------------
 
+    def _refresh_extra(self) -> None:
+        """What every stream record's offset carries besides its place: the tables known
+        and those still to snapshot while streaming. Changed: not saved until a record
+        carries it (the slot is not confirmed past it before: ``_caught_up``)."""
+        p = self.progress
+        extra: dict[str, Any] = {"known": list(p.known)}
+        if p.pending:
+            extra["pending"] = list(p.pending)
+            if p.pending_after is not None:
+                extra["pending_after"] = list(p.pending_after)
+        self._extra = extra
+        self._extra_saved = False
+
+    async def _between_transactions(self) -> None:
+        """Look for tables added to the publication (every ``discovery_interval_s``), and
+        read the next chunk of a table to snapshot while streaming."""
+        s = self.settings
+        if time.monotonic() >= self._discover_at:
+            self._discover_at = time.monotonic() + s.discovery_interval_s
+            added = await asyncio.to_thread(self._added_tables)
+            if added:
+                for (schema, table), (shape, types) in added.items():
+                    self.tables.append((schema, table))
+                    self.shapes[shape.name] = shape
+                    self.sql_types[shape.name] = types
+                self._request([shape.name for shape, _ in added.values()])
+        if self._window is None and self.progress.pending:
+            self._window = await asyncio.to_thread(self._read_window)
+
+    def _added_tables(self) -> dict[tuple[str, str], tuple[TableShape, SqlTypes]]:
+        """Tables of the publication not yet known, with their shapes (blocking)."""
+        conn = catalog.connect(self.settings)
+        try:
+            known = set(self.progress.known)
+            found = catalog.tables_of_publication(conn, self.settings.publication_name)
+            return {
+                (schema, table): catalog.table_shape(conn, schema, table)
+                for schema, table in sorted(found)
+                if f"{schema}.{table}" not in known
+            }
+        finally:
+            conn.close()
+
+    def _request(self, tables: list[str]) -> None:
+        """Snapshot ``tables`` while streaming: those captured with a primary key (the
+        chunks are key ranges; a keyless table cannot be read in windows)."""
+        names = [t if "." in t else f"public.{t}" for t in tables]
+        ok = [t for t in names if t in self.shapes and self.shapes[t].primary_key]
+        for name in sorted(set(names) - set(ok)):
+            log.error(
+                "postgres source %s: no snapshot of %s while streaming: %s",
+                self.settings.slot,
+                name,
+                "it has no primary key" if name in self.shapes else "it is not captured",
+            )
+        self.progress.known += [t for t in names if t in self.shapes and t not in self.progress.known]
+        if self.progress.request(ok):
+            log.info("postgres source %s: snapshot while streaming: %s", self.settings.slot, ok)
+        self._refresh_extra()
+
+    def _read_window(self) -> Window:
+        """The next chunk of the first pending table, read between watermarks (blocking)."""
+        if self._window_reader is None:
+            self._window_reader = WindowReader(self.settings, self.events)
+        name = self.progress.pending[0]
+        shape = self.shapes[name]
+        window_id, chunk = self._window_reader.read(
+            shape, self.sql_types[name], self._codec_of(shape), self.progress.pending_after
+        )
+        return Window(window_id, chunk)
+
+    def _codec_of(self, shape: TableShape) -> RowCodec:
+        """``shape``'s codec, made once per shape."""
+        cached = self._codecs.get(shape.name)
+        if cached is None or cached.shape is not shape:
+            cached = self._codecs[shape.name] = self._codec(shape)
+        return cached
+
+    def _on_logical_message(self, message: LogicalMessage, records: list[SourceRecord]) -> None:
+        """A watermark (the window's high one: its chunk goes out here) or a request to
+        snapshot tables. Each is a change of its transaction, as a row's is."""
+        txn = self._txn
+        if not message.transactional or txn is None:
+            return
+        self._n += 1
+        if self.progress.already_written(txn.final_lsn, self._n):
+            return
+        if message.prefix == self._watermarks:
+            window = self._window
+            if window is not None and window.on_watermark(message.content):
+                self._window = None
+                self._emit_window(window, records)
+        elif message.prefix == self._requests:
+            self._request(decode_request(message.content))
+
+    def _emit_window(self, window: Window, records: list[SourceRecord]) -> None:
+        """The chunk's rows not changed in the window, as ``op: r`` records with the
+        table's progress after them, here in the stream."""
+        txn = self._txn
+        assert txn is not None
+        chunk = window.chunk
+        self.progress.chunk_written(chunk.last_key, chunk.exhausted)
+        self._refresh_extra()
+        keys, values = window.rows()
+        if not keys:
+            return
+        lsn = txn.final_lsn
+        offset = {"lsn": lsn, "n": self._n, **self._extra}
+        shape = self.shapes[chunk.table]
+        topic, headers = self.events.topic(shape), self._codec_of(shape).headers
+        partition = self.source_partition
+        records += [
+            SourceRecord(
+                topic, value, key=key, partition=None if key is not None else 0,
+                headers=headers, source_partition=partition, source_offset=offset,
+            )
+            for key, value in zip(keys, values, strict=True)
+        ]  # fmt: skip
+        self._extra_saved = True
+        self._open += len(keys)
+        self._flush_point = lsn
+        if chunk.exhausted:
+            log.info("postgres source %s: %s snapshotted while streaming", self.settings.slot, chunk.table)
+
     async def _stream_poll(self) -> list[SourceRecord]:
         stream = self._stream
         assert stream is not None
+        if self._txn is None:
+            await self._between_transactions()
         records: list[SourceRecord] = []
         limit, bound = self.settings.batch_size, self.settings.max_records_per_transaction
         max_bytes = self.settings.batch_bytes
@@ -317,6 +469,8 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             self._on_relation(message)
         elif isinstance(message, Truncate):
             self._on_truncate(message, records)
+        elif isinstance(message, LogicalMessage):
+            self._on_logical_message(message, records)
         # Origin, Type: not events
 
     def _on_relation(self, rel: Relation) -> None:
@@ -330,6 +484,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         )
         if known is None:  # a table added to the publication later: its key as pgoutput says
             pk = tuple(c.name for c in rel.columns if c.key) if rel.replica_identity == "d" else ()
+            self.tables.append((rel.schema, rel.table))  # its topic is made before its records
         shape = self.shapes[name] = TableShape(rel.schema, rel.table, rel.columns, pk)
         self.relations[rel.relation_id] = self._codec(shape)
 
@@ -400,9 +555,16 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         if lsn < self._highest_segment:
             if self.progress.in_snapshot(shape.name, comparable_key(key_values(key)), lsn):
                 return
-            offset = {"lsn": lsn, "n": self._n, "segments": self._segments_offset}
+            offset = {"lsn": lsn, "n": self._n, "segments": self._segments_offset, **self._extra}
         else:
-            offset = {"lsn": lsn, "n": self._n}
+            offset = {"lsn": lsn, "n": self._n, **self._extra}
+        self._extra_saved = True
+        window = self._window
+        if window is not None:  # newer than the chunk's row of this key
+            if op == "t":
+                window.on_truncate(shape.name)
+            else:
+                window.on_change(shape.name, key)
         source = self._sources.get(shape.name)
         if source is None:
             source = self._sources[shape.name] = self.events.source(
@@ -421,7 +583,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
     def _caught_up(self, stream: WalStream) -> None:
         """Idle with everything written: the WAL up to the server's position holds nothing
         for us, so the slot may confirm it (else it keeps WAL for other databases' work)."""
-        if stream.wal_end > stream.confirmed:
+        if stream.wal_end > stream.confirmed and self._extra_saved and self._window is None:
             stream.confirm(stream.wal_end)
 
     async def commit(self) -> None:
@@ -496,9 +658,45 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             "server_wal_end": stream.wal_end,
             "records_polled": self._records_polled,
             "truncates_skipped": self._truncates_skipped,
+            "snapshot_pending": list(self.progress.pending),
         }
 
+    def request_snapshot(self, tables: list[str]) -> None:
+        """Snapshot ``tables`` (``schema.table``; ``table``: public) again while the
+        stream flows, exactly once, without stopping (``rayconnect snapshot``): a request
+        written into the WAL, which the running task meets in order. ConfigError for a
+        table not captured or without a primary key (blocking: from the caller's process)."""
+        names = [t if "." in t else f"public.{t}" for t in tables]
+        if not names:
+            raise ConfigError("snapshot: name the tables to snapshot")
+        conn = catalog.connect(self.settings)
+        try:
+            captured = {f"{s}.{t}" for s, t in catalog.tables_of_publication(
+                conn, self.settings.publication_name
+            )}  # fmt: skip
+            for name in names:
+                if name not in captured:
+                    raise ConfigError(
+                        f"snapshot: {name} is not captured (not in publication "
+                        f"{self.settings.publication_name}: {', '.join(sorted(captured))})"
+                    )
+                schema, _, table = name.partition(".")
+                shape, _ = catalog.table_shape(conn, schema, table)
+                if not shape.primary_key:
+                    raise ConfigError(
+                        f"snapshot: {name} has no primary key - a snapshot while streaming "
+                        "reads key ranges (restart the pipeline with a new slot to snapshot "
+                        "it whole)"
+                    )
+        finally:
+            conn.close()
+        window_reader.request_snapshot(self.settings, names)
+
     async def stop(self) -> None:
+        window_reader = getattr(self, "_window_reader", None)
+        if window_reader is not None:
+            with contextlib.suppress(Exception):
+                window_reader.close()
         for part in (self._stream, self._snapshot):
             if part is not None:
                 with contextlib.suppress(Exception):
