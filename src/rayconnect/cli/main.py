@@ -215,6 +215,21 @@ def _add_pipeline_commands(sub) -> None:
         "--json", action="store_true", help="print JSON (one line per refresh with --watch)"
     )
 
+    snap = sub.add_parser(
+        "snapshot",
+        help="snapshot tables of a running Postgres source pipeline (or mirror) again",
+        description=(
+            "Asks the running source to read TABLE... again while its stream flows "
+            "(watermarked chunks: a snapshot row never overwrites a newer change; exactly "
+            "once). The request is written into the database's WAL, so it holds through "
+            "restarts of the task. Exit 2 for a table not captured or without a primary "
+            "key; 4 if no pipeline NAME runs."
+        ),
+    )
+    snap.add_argument("name", metavar="NAME")
+    snap.add_argument("tables", metavar="TABLE", nargs="+", help="schema.table, or table (public)")
+    _address(snap)
+
     stop = sub.add_parser(
         "stop",
         help="commit one last round, then end every actor of a pipeline",
@@ -376,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         from rayconnect.cli.mirror import mirror_command
 
         return mirror_command(args)
-    if args.command in ("list", "status", "stop"):
+    if args.command in ("list", "status", "stop", "snapshot"):
         from rayconnect.cli import status
 
         return getattr(status, f"{args.command}_command")(args)

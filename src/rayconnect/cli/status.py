@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from rayconnect.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, exit_code
+from rayconnect.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, exit_code
 from rayconnect.errors import RayconnectError
 from rayconnect.pipelines.mirror import MirrorRecord, find_mirror
 from rayconnect.protocol.source_status import PastError, SourcePipelineStatus
@@ -417,6 +417,26 @@ def stop_command(args) -> int:
         f"{len(offsets)} partitions, committed offsets "
         + (", ".join(f"{k}={v}" for k, v in sorted(offsets.items())) or "-")
     )
+    return EXIT_OK
+
+
+def snapshot_command(args) -> int:
+    """``rayconnect snapshot NAME TABLE...``: the source (a mirror's) snapshots them again."""
+    from rayconnect.errors import ConfigError
+    from rayconnect.pipelines.source import SourcePipelineHandle
+
+    if (code := _connect_or_exit(args.address)) is not None:
+        return code
+    mirror = find_mirror(args.name)
+    source = mirror.source if mirror is not None else args.name
+    if pipeline_kind(source) != "source":
+        return _not_running(args.name)
+    try:
+        SourcePipelineHandle(source).snapshot(args.tables)
+    except ConfigError as e:
+        print(f"rayconnect: {args.name}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{args.name}: snapshot of {', '.join(args.tables)} requested (read while streaming)")
     return EXIT_OK
 
 

@@ -257,6 +257,16 @@ class SourcePipelineHandle(Handle):
                 tasks[i] = msgspec.structs.replace(tasks[i], lag=lag)
         return summed(self.name, tasks)
 
+    def snapshot(self, tables: list[str]) -> None:
+        """Snapshot ``tables`` again while the stream flows, exactly once, without a stop
+        (a Postgres source: watermarked chunks, ``rayconnect snapshot``; the request is in
+        the source itself - the WAL - so it survives the task's restarts). ConfigError if
+        the source cannot or a table is not captured."""
+        task = kept_task(self.name)
+        if task is None:
+            raise PipelineNotFoundError(f"no running source pipeline named {self.name!r}")
+        task.request_snapshot(list(tables))
+
     def stop(
         self, *, timeout_s: float = 60.0, release: bool = False
     ) -> dict[str, SourceTaskReport]:
@@ -302,17 +312,22 @@ def keep_task(pipeline: str, task: SourceTask) -> None:
         ray_internals.kv_put(_task_key(pipeline), cloudpickle.dumps(task), namespace=names.NAMESPACE)
 
 
+def kept_task(pipeline: str) -> SourceTask | None:
+    """The pipeline's task as ``keep_task`` kept it (None: not kept)."""
+    from ray import cloudpickle
+
+    kept = ray_internals.kv_get(_task_key(pipeline), namespace=names.NAMESPACE)
+    return cloudpickle.loads(kept) if kept else None
+
+
 def lag_at_rest(pipeline: str) -> SourceLag | None:
     """The source's own count of the pipeline's lag (``SourceTask.lag_at_rest``), asked
     from here: for a task that does not answer (restarting, down). None when it cannot
     tell within ``LAG_AT_REST_TIMEOUT_S`` (or the task cannot be loaded in this process)."""
     import concurrent.futures
 
-    from ray import cloudpickle
-
     try:
-        kept = ray_internals.kv_get(_task_key(pipeline), namespace=names.NAMESPACE)
-        task: SourceTask | None = cloudpickle.loads(kept) if kept else None
+        task = kept_task(pipeline)
     except Exception:
         return None
     if task is None:

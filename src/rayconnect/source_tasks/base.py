@@ -317,6 +317,12 @@ class SourceTask:
         answer)."""
         return None
 
+    def request_snapshot(self, tables: list[str]) -> None:
+        """Snapshot ``tables`` again while the pipeline runs (``rayconnect snapshot``),
+        called from any process on a copy of the task (blocking); ConfigError if the source
+        cannot, or the tables are not its own."""
+        raise ConfigError(f"{type(self).__name__} cannot snapshot tables on demand")
+
     async def release(self) -> None:
         """Free what the source keeps for this pipeline (a replication slot): called by
         ``stop(release=True)`` after the task stopped, for a pipeline deleted for good."""

@@ -13,9 +13,12 @@ publication gone.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
+import polars as pl
 import psycopg2
 import pytest
 
@@ -57,17 +60,21 @@ def _lines(lake: Path) -> set[tuple[object, ...]]:
     return set(rows)
 
 
-def _caught_up_lags(capsys: pytest.CaptureFixture[str], timeout_s: float) -> dict[str, object]:
+def _caught_up_lags(
+    capsys: pytest.CaptureFixture[str], timeout_s: float, count: int = 0
+) -> dict[str, object]:
     """Each sink partition's and lake table's lag as ``rayconnect status pgm --json`` prints
     them, once every one is 0 (the last print when ``timeout_s`` ran out)."""
     deadline = time.monotonic() + timeout_s
     while True:
         assert main(["status", "pgm", "--json"]) == 0
-        sink = json.loads(capsys.readouterr().out)["sink"] or {}
+        out = capsys.readouterr().out  # the JSON line (Ray's worker logs may precede it)
+        sink = json.loads(out.strip().splitlines()[-1])["sink"] or {}
         lags = {k: p.get("lag") for k, p in sink.get("partition_status", {}).items()}
         # each lake table's too: its partitions end in commit markers, which no file holds
         lags |= {name: t.get("lag") for name, t in sink.get("tables", {}).items()}
-        if (lags and set(lags.values()) == {0}) or time.monotonic() > deadline:
+        caught_up = lags and set(lags.values()) == {0} and len(lags) >= count
+        if caught_up or time.monotonic() > deadline:
             return lags
         time.sleep(1.0)
 
@@ -110,14 +117,34 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
             "DELETE FROM lines WHERE order_id < 5",
             "INSERT INTO lines VALUES (100, 0, 7)",
         )
+        # a table added to the publication mid-run and one re-snapshotted on request, the
+        # source task SIGKILLed right after (its snapshots while streaming redone after it)
+        _execute(
+            postgres,
+            "CREATE TABLE added (id bigint PRIMARY KEY, label text)",
+            "INSERT INTO added SELECT g, 'v' || g FROM generate_series(1, 400) g",
+            "ALTER PUBLICATION pgm_pub ADD TABLE added",
+        )
+        assert main(["snapshot", "pgm", "lines"]) == 0
+        assert main(["snapshot", "pgm", "nope"]) == 2
+        capsys.readouterr()
+        (task,) = handle.source.status().tasks.values()
+        assert task.pid is not None
+        os.kill(task.pid, signal.SIGKILL)
+        _execute(
+            postgres,
+            "UPDATE added SET label = 'u' || id WHERE id % 3 = 0",
+            "DELETE FROM added WHERE id > 390",
+            "UPDATE lines SET qty = qty + 1 WHERE line = 2",
+        )
         time.sleep(3)
         db.stop()
         # caught up, `rayconnect status` shows lag 0 on every partition of every table's
         # topic (made by the source with the mirror's 2 partitions): the commit markers that
         # end the source's transactions are not records
-        lags = _caught_up_lags(capsys, 90)
+        lags = _caught_up_lags(capsys, 90, count=3 * (len(db.names) + 2))
         assert lags and set(lags.values()) == {0}, lags
-        assert len(lags) == 3 * (len(db.names) + 1), lags  # 2 partitions, 1 table each
+        assert len(lags) == 3 * (len(db.names) + 2), lags  # 2 partitions, 1 table each
         assert main(["status", "pgm"]) == 0
         out = capsys.readouterr().out
         assert "mirror pgm: source pipeline pgm-source, sink pipeline pgm" in out, out
@@ -130,6 +157,8 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
         assert find_mirror("pgm") is None
         assert difference(db, lake) is None
         assert _lines(lake) == set(_catalog(postgres, "SELECT order_id, line, qty FROM lines"))
+        added = pl.read_delta(str(lake / "added")).select("id", "label").rows()
+        assert sorted(added) == _catalog(postgres, "SELECT id, label FROM added ORDER BY id")
         assert _catalog(postgres, "SELECT slot_name FROM pg_replication_slots") == [("pgm",)]
 
         # its broker lives on here (the test holds it), but a new embedded one would not
