@@ -1,6 +1,6 @@
 """``<pipeline>/writer``: the actor that owns a SparkSession and writes staged Arrow data.
 
-A thin shell around ``spark_bridge.parquet_writer.write_groups``. What it adds:
+A thin shell around ``spark_bridge.spark_write.write_groups``. What it adds:
 
 - **Gathering.** A Spark job costs ~0.5 s however small. Participants flush at about the same
   time (all of them at END-COMMIT), so requests are queued and one drain loop writes
@@ -15,7 +15,7 @@ A thin shell around ``spark_bridge.parquet_writer.write_groups``. What it adds:
   transform's pipeline starts it at once (Spark SQL runs the transform).
 - **Writes before Spark is up, and small writes, without Spark.** Until Spark has started
   (20-30 s after it is asked to), every write is made in this process with Arrow's Parquet
-  writer (``parquet_writer.write_groups_here``: the files a Spark task would write), so the
+  writer (``write_here.write_groups_here``: the files a Spark task would write), so the
   pipeline reads and commits while Spark starts; a transform's writes wait for Spark. Once
   Spark is up, a write of at most ``SparkSettings.write_here_max_rows`` rows is made so too:
   milliseconds instead of a 0.3-0.7 s Spark job (the ``latency`` profile).
@@ -72,14 +72,12 @@ from rayconnect.spark_bridge.executor_group import (
 )
 from rayconnect.spark_bridge.executor_watch import ExecutorWatch
 from rayconnect.spark_bridge.key_search import search_on_spark
-from rayconnect.spark_bridge.parquet_writer import (
-    RoutedWrite,
-    WriteResult,
-    write_groups,
-    write_groups_here,
-)
 from rayconnect.spark_bridge.session import registered_executors, start_spark, stop_spark
+from rayconnect.spark_bridge.spark_write import write_groups
 from rayconnect.spark_bridge.start_policy import BusyWindow
+from rayconnect.spark_bridge.task_writes import RoutedWrite
+from rayconnect.spark_bridge.write_here import write_groups_here
+from rayconnect.spark_bridge.write_result import WriteResult
 from rayconnect.storage.location import TableLocation, as_location
 from rayconnect.write_modes.row_delta import SearchJob, search_here
 

@@ -16,7 +16,7 @@ Rules, and why:
   ``ConfigError`` then, not a failed round later. The analysis gives the output's schema,
   which the table is created with (``RecordFormat.transform_schema``).
 - The default path (no transform) stays Arrow-only: rows enter the JVM only when a
-  transform asks for it (``spark_bridge.parquet_writer``).
+  transform asks for it (``spark_bridge.transform_job``).
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ def _routing(cfg: SinkPipelineConfig) -> tuple[Any, Any]:
     (``RoutedWrite``) and to read the tables' schemas (typed formats); else (None, None)."""
     if cfg.sink.routes is None:
         return None, None
-    from rayconnect.spark_bridge.parquet_writer import RoutedWrite
+    from rayconnect.spark_bridge.task_writes import RoutedWrite
     from rayconnect.tables.table_set import RouteSchemas
 
     formats = cfg.route_formats()

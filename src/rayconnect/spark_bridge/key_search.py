@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from rayconnect.spark_bridge.parquet_writer import executor_cores
+from rayconnect.spark_bridge.job_blocks import executor_cores
 from rayconnect.write_modes.row_delta import SearchJob
 
 if TYPE_CHECKING:

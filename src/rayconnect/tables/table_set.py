@@ -328,7 +328,7 @@ class RouteSchemas:
     Cached, not read before every write (200 tables: a listing and 200 log reads a write).
     A table's schema changes only when this pipeline commits files that bring it columns,
     and the writer sees that coming: a file whose schema is not its table's cached one
-    (``parquet_writer``'s ``WriteResult.schema_changes``, a new table too) marks the table
+    (``spark_bridge.write_result``'s ``WriteResult.schema_changes``, a new table too) marks the table
     ``stale``, and the next call reads the stale tables again, by name. A table stays
     cached as read until a write mismatches it again (a commit not landed yet when it was
     read again makes the next write mismatch, and so on until it has): a write never

@@ -30,8 +30,9 @@ from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.blocks import put_together
 from rayconnect.spark_bridge.executor_group import no_room, release, reserve_executors
-from rayconnect.spark_bridge.parquet_writer import InputSchemaError, write_groups_here
 from rayconnect.spark_bridge.session import require_java, spark_configs
+from rayconnect.spark_bridge.task_errors import InputSchemaError
+from rayconnect.spark_bridge.write_here import write_groups_here
 from rayconnect.tables.delta import DeltaCommitter
 from rayconnect.tables.files import STAGING_DIR
 from rayconnect.write_modes.key_search import SearchOnWriter

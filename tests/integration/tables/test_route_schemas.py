@@ -13,7 +13,7 @@ from typed_files import stage_decoded
 import rayconnect as rc
 from rayconnect.config.routes import RouteFormats
 from rayconnect.formats.settings import RecordFormat
-from rayconnect.spark_bridge.parquet_writer import _changes_schema
+from rayconnect.spark_bridge.written_files import changes_schema
 from rayconnect.tables.factory import open_committer
 from rayconnect.tables.table_set import RouteSchemas
 
@@ -52,13 +52,13 @@ def test_schemas_are_read_once_then_only_for_tables_a_write_did_not_match(
     # a new table and a new column: not seen until a write says so - no read per call
     _commit(sink, "t_b", [b'{"id":2}'], 0)
     evolved = _commit(sink, "t_a", [b'{"id":3,"color":"red"}'], 1)
-    assert _changes_schema(evolved, first["t_a"])
+    assert changes_schema(evolved, first["t_a"])
     assert sorted(schemas()) == ["t_a"] and schemas.reads == 1
     schemas.changed(["t_a", "t_b", "t_c"])  # t_c: a table not made yet stays out
     now = schemas()
     assert sorted(now) == ["t_a", "t_b"] and schemas.reads == 4
     assert "color" in now["t_a"].names
-    assert not _changes_schema(evolved, now["t_a"])
+    assert not changes_schema(evolved, now["t_a"])
     assert schemas() == now and schemas.reads == 4
     # a restarted writer lists them again
     assert sorted(RouteSchemas(sink, "p", _formats(routes))()) == ["t_a", "t_b"]
@@ -66,10 +66,10 @@ def test_schemas_are_read_once_then_only_for_tables_a_write_did_not_match(
 
 def test_a_file_changes_a_schema_with_a_new_column_a_new_type_or_no_table() -> None:
     table = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
-    assert not _changes_schema(pa.schema([pa.field("id", pa.int64())]), table)
-    assert _changes_schema(pa.schema([pa.field("x", pa.int64())]), table)
-    assert _changes_schema(pa.schema([pa.field("id", pa.float64())]), table)
-    assert _changes_schema(pa.schema([pa.field("id", pa.int64())]), None)
+    assert not changes_schema(pa.schema([pa.field("id", pa.int64())]), table)
+    assert changes_schema(pa.schema([pa.field("x", pa.int64())]), table)
+    assert changes_schema(pa.schema([pa.field("id", pa.float64())]), table)
+    assert changes_schema(pa.schema([pa.field("id", pa.int64())]), None)
 
 
 def _round(sink: rc.DeltaSink, epoch: int, txn: int, starts: dict[str, int], n: int):  # noqa: ANN202

@@ -11,7 +11,7 @@ from rayconnect.errors import ConfigError
 from rayconnect.formats.rows import kafka_schema
 from rayconnect.formats.settings import RecordFormat
 from rayconnect.formats.transform import records_schema, row_keys
-from rayconnect.spark_bridge.parquet_writer import _distinct_key_layers
+from rayconnect.spark_bridge.group_order import distinct_key_layers
 
 SQL = "SELECT * FROM records"
 
@@ -59,6 +59,6 @@ def test_row_keys_name_partitions_as_groups_do() -> None:
 
 def test_groups_of_one_partition_go_to_different_layers_in_order() -> None:
     a, b, c, d = ["r1"], ["r2"], ["r3"], ["r4"]
-    layers = _distinct_key_layers([a, b, [], c, d], ["p0", "p1", "p2", "p0", "p0"])
+    layers = distinct_key_layers([a, b, [], c, d], ["p0", "p1", "p2", "p0", "p0"])
     assert layers == [[a, b, [], [], []], [[], [], [], c, []], [[], [], [], [], d]]
-    assert _distinct_key_layers([a, b], ["p0", "p1"]) == [[a, b]]
+    assert distinct_key_layers([a, b], ["p0", "p1"]) == [[a, b]]
