@@ -153,8 +153,7 @@ def run_backlog(
         files_per_round = sorted(len(adds) for _, _, adds in versions if adds)
         sustained = sustained_rate(table, t0, storage_options)
     elapsed = max(last_commit - t0, 1e-3)
-    readers = status.get("readers", {})
-    arrow_bytes = sum(r.get("bytes_read", 0) for r in readers.values())
+    arrow_bytes = sum(r.bytes_read for r in status.readers.values())
     rounds = status.rounds_since_start.committed
     return {
         "records": total,

@@ -68,8 +68,8 @@ def main() -> None:
         progress.done(status.records_committed_since_start)
         writer = ray.get_actor(names.writer("bench"), namespace=names.NAMESPACE)
         wstats = ray.get(writer.stats.remote())
-        reader = handle.status()["readers"]
-        nbytes = sum(r.get("bytes_read", 0) for r in reader.values())
+        readers = handle.status().readers
+        nbytes = sum(r.bytes_read for r in readers.values())
         handle.stop(commit=False)
         ray.shutdown()
     rounds = status.rounds_since_start.committed

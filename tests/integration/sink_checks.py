@@ -20,6 +20,7 @@ from iceberg_reads import iceberg_rows, load_table
 
 import rayconnect as rc
 from rayconnect.kafka.admin import create_topic, produce_demo_records
+from rayconnect.protocol.status import PipelineStatus
 
 CLUSTER = "local"
 
@@ -110,14 +111,14 @@ def caught_up(produced: Produced) -> Callable[[dict[str, Any]], bool]:
     return lambda s: s["offsets"] == want
 
 
-def in_flight(status: dict[str, Any]) -> int:
+def in_flight(status: PipelineStatus) -> int:
     """Records the readers have read past the table's committed offsets."""
-    committed = status["offsets"]
+    committed = status.offsets
     return sum(
-        max(p["position"] - committed.get(key, 0), 0)
-        for reader in status["readers"].values()
-        for key, p in reader.get("partitions", {}).items()
-        if p.get("position") is not None
+        max(p.position - committed.get(key, 0), 0)
+        for reader in status.readers.values()
+        for key, p in reader.partitions.items()
+        if p.position is not None
     )
 
 

@@ -240,8 +240,8 @@ class CoordinatorActor:
                 )
                 for actor in readers:
                     report = await asyncio.wait_for(actor.status.remote(), TABLE_LAG_EVERY_S)
-                    for key, p in report.get("partitions", {}).items():
-                        hws[key] = p.get("high_watermark")
+                    for key, p in report.partitions.items():
+                        hws[key] = p.high_watermark
             except Exception as e:  # a reader restarting: try again next time
                 log.debug("coordinator %s: table lag not known: %s", self.config.name, e)
                 continue

@@ -25,6 +25,7 @@ import ray
 from rayconnect import ray_internals
 from rayconnect.actors import names
 from rayconnect.config.sink import SinkPipelineConfig
+from rayconnect.protocol.actor_status import DiscoveryStatus
 from rayconnect.protocol.enumerator import Enumerator, EnumeratorConfig, EnumeratorSnapshot
 from rayconnect.protocol.enumerator_effects import (
     AssignPartitions,
@@ -119,10 +120,13 @@ class EnumeratorActor:
         wanted = {TopicPartition.from_key(key).cluster for key in keys}
         return keys, {cid: clusters[cid] for cid in wanted if cid in clusters}
 
-    async def status(self) -> dict[str, Any]:
-        status = msgspec.to_builtins(self.machine.status())
-        status.update(failed=self.failed, restored=self.restored, started_at=self.started_at)
-        return status
+    async def status(self) -> DiscoveryStatus:
+        return DiscoveryStatus(
+            **msgspec.structs.asdict(self.machine.status()),
+            failed=self.failed,
+            restored=self.restored,
+            started_at=self.started_at,
+        )
 
     async def close(self) -> None:
         self._task.cancel()

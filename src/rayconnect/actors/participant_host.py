@@ -50,6 +50,7 @@ from rayconnect.actors.pieces import FlushPart, PartWritten, Piece
 from rayconnect.actors.reader_calls import ReaderCalls
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST, StartingOffsets
 from rayconnect.metrics import SinkMetrics
+from rayconnect.protocol.actor_status import HostPartitionStatus, HostStatus
 from rayconnect.protocol.effects import (
     FindReader,
     Flush,
@@ -274,19 +275,22 @@ class ParticipantHostActor:
         await asyncio.gather(*(self._attached(s) for s in slots))
         self._send()
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> HostStatus:
         """Every partition's machine status, its counters and this host's name."""
-        partitions = {}
-        for key, slot in sorted(self.slots.items()):
-            status = msgspec.to_builtins(slot.machine.status())
-            status.update(records_in=slot.records_in, flushes=slot.flushes, host=self.name)
-            partitions[key] = status
-        return {
-            "host": self.name,
-            "pid": os.getpid(),
-            "started_at": self.started_at,
-            "partitions": partitions,
-        }
+        return HostStatus(
+            host=self.name,
+            pid=os.getpid(),
+            started_at=self.started_at,
+            partitions={
+                key: HostPartitionStatus(
+                    **msgspec.structs.asdict(slot.machine.status()),
+                    records_in=slot.records_in,
+                    flushes=slot.flushes,
+                    host=self.name,
+                )
+                for key, slot in sorted(self.slots.items())
+            },
+        )
 
     async def close(self) -> None:
         self._ticker.cancel()

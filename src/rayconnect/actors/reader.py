@@ -47,6 +47,7 @@ from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.reachability import Reachability, watch
 from rayconnect.metrics import SinkMetrics
 from rayconnect.protocol import effects
+from rayconnect.protocol.actor_status import ReaderPartitionStatus, ReaderStatus
 from rayconnect.protocol.messages import GetMetadataUpdateEvent, MetadataUpdateEvent
 from rayconnect.protocol.offset_range import OffsetsOutOfRange
 from rayconnect.protocol.range_watch import RangeWatch
@@ -499,32 +500,31 @@ class ReaderActor:
             self._error = f"{key}: {type(cause).__name__}: {cause}"
             self._apply(self._positions.not_handed(token, key, first))
 
-    async def status(self) -> dict[str, Any]:
-        lag: dict[str, dict[str, int | None]] = {}
-        for key, tp in self._tps.items():
-            hw = self._consumer.highwater(tp) if self._consumer else None
-            lag[key] = {
-                "position": self._positions.position(key),
-                "consumer_position": self._consumer_position(tp),
-                "high_watermark": hw,
-            }
-        return {
-            "reader_id": self.reader_id,
-            "cluster": self.cluster_id,
-            "bootstrap_servers": self.cluster.bootstrap_servers,
-            "splits": sorted(self._tps),
-            "resumed": self._positions.resumed,
-            "records_read": self.records_read,
-            "bytes_read": self.bytes_read,
-            "metadata_updates": self.metadata_updates,
-            "last_update_at": self.last_update_at,
-            "started_at": self.started_at,
-            "error": self._error,
-            "broker": self._reach.describe(),
-            "broker_unreachable_since": self._reach.unreachable_since,
-            "broker_outages": self._reach.outages,
-            "partitions": lag,
-        }
+    async def status(self) -> ReaderStatus:
+        return ReaderStatus(
+            reader_id=self.reader_id,
+            cluster=self.cluster_id,
+            bootstrap_servers=self.cluster.bootstrap_servers,
+            splits=tuple(sorted(self._tps)),
+            resumed=tuple(self._positions.resumed),
+            records_read=self.records_read,
+            bytes_read=self.bytes_read,
+            metadata_updates=self.metadata_updates,
+            last_update_at=self.last_update_at,
+            started_at=self.started_at,
+            error=self._error,
+            broker=self._reach.describe(),
+            broker_unreachable_since=self._reach.unreachable_since,
+            broker_outages=self._reach.outages,
+            partitions={
+                key: ReaderPartitionStatus(
+                    position=self._positions.position(key),
+                    consumer_position=self._consumer_position(tp),
+                    high_watermark=self._consumer.highwater(tp) if self._consumer else None,
+                )
+                for key, tp in self._tps.items()
+            },
+        )
 
     def _consumer_position(self, tp: Any) -> int | None:
         """Where aiokafka will fetch next (None while it has no position)."""

@@ -452,7 +452,7 @@ def source_loop(handle, interval: float, stop_requested: list[str]) -> int:
         while not stop_requested:
             t0 = time.monotonic()
             status = _source_status_or_none(handle)
-            if status is not None and not status.get("tasks"):
+            if status is not None and not status.tasks:
                 print(f"pipeline {handle.name!r} was stopped", flush=True)
                 return EXIT_OK
             if status is None:  # Ray busy, an actor restarting: say so, keep watching

@@ -37,6 +37,7 @@ from rayconnect.errors import (
     TableRecoveryError,
     no_such,
 )
+from rayconnect.protocol.actor_status import DiscoveryStatus, HostStatus, ReaderStatus
 from rayconnect.protocol.outages import DEFAULT_GIVE_UP_AFTER_S
 from rayconnect.protocol.settings import CommitSettings
 from rayconnect.protocol.status import PartitionStatus, PipelineStatus, StopResult, WriterStatus
@@ -356,18 +357,15 @@ def _partition_states(actor_names: list[str], timeout_s: float) -> dict[str, dic
     """Partition -> ``state`` and ``reason`` (``PartitionStatus``' fields) where a
     participant says it is stalled (the liveness rule, ``protocol.participant``); hosts
     (among the pipeline's ``actor_names``) that do not answer are left out."""
-    from rayconnect.protocol.participant import ParticipantStatus
-
     hosts = [get_actor(n) for n in actor_names if "/participants/" in n]
     refs = [h.status.remote() for h in hosts if h is not None]
     states: dict[str, dict[str, str]] = {}
     for ref in refs:
         try:
-            report = ray.get(ref, timeout=timeout_s)
+            report: HostStatus = ray.get(ref, timeout=timeout_s)
         except Exception:  # a host restarting is a state, not an error
             continue
-        for key, p in report.get("partitions", {}).items():
-            part = msgspec.convert(p, ParticipantStatus, strict=False)
+        for key, part in report.partitions.items():
             if part.stalled:
                 states[key] = {
                     "state": "stalled",
@@ -403,20 +401,22 @@ class PipelineHandle(Handle):
         process (Ray's state API: slower, what ``rayconnect status`` shows)."""
         status: PipelineStatus = ray.get(self._coordinator().status.remote(), timeout=timeout_s)
         enumerator = get_actor(names.enumerator(self.name))
-        discovery = ray.get(enumerator.status.remote(), timeout=timeout_s) if enumerator else None
-        readers: dict[str, dict[str, Any]] = {}
+        discovery: DiscoveryStatus | None = (
+            ray.get(enumerator.status.remote(), timeout=timeout_s) if enumerator else None
+        )
+        readers: dict[str, ReaderStatus] = {}
         actor_names = pipeline_actor_names(self.name)
         for name in actor_names:
             if "/reader/" in name and (actor := get_actor(name)) is not None:
                 try:
                     readers[name] = ray.get(actor.status.remote(), timeout=timeout_s)
                 except Exception as e:  # a reader restarting is a state, not an error
-                    readers[name] = {"error": f"{type(e).__name__}: {e}"}
-        expected = set((discovery or {}).get("splits_per_reader", {}))
+                    readers[name] = ReaderStatus(error=f"{type(e).__name__}: {e}")
+        expected = set(discovery.splits_per_reader) if discovery is not None else set()
         hws: dict[str, int | None] = {}
         for r in readers.values():
-            for key, p in r.get("partitions", {}).items():
-                hws[key] = p.get("high_watermark")
+            for key, p in r.partitions.items():
+                hws[key] = p.high_watermark
         states = _partition_states(actor_names, timeout_s)
         lag: dict[str, int | None] = {}
         for key, hw in hws.items():
@@ -439,7 +439,7 @@ class PipelineHandle(Handle):
             readers_ready=bool(expected)
             and all(
                 names.reader_of(self.name, r) in readers
-                and readers[names.reader_of(self.name, r)].get("metadata_updates", 0) > 0
+                and readers[names.reader_of(self.name, r)].metadata_updates > 0
                 for r in expected
             ),
             writer=_writer_status(self.name, timeout_s),

@@ -20,13 +20,17 @@ from typing import Any
 
 import msgspec
 
+from rayconnect.protocol.actor_status import DiscoveryStatus, ReaderStatus
 from rayconnect.protocol.commit_outcome import CommitOutcome
 from rayconnect.protocol.offset_range import OffsetsOutOfRange
 from rayconnect.protocol.upkeep import UpkeepStatus
 
 
 class ByName:
-    """Fields readable by name, ``status["offsets"]``, as the dict a status Struct replaced."""
+    """Fields readable by name, ``status["offsets"]``, as the dict a status Struct replaced.
+
+    The package itself reads attributes (mypy finds no use of it in src); tests and bench
+    scripts still index statuses by name, which is all that keeps this class alive."""
 
     __slots__ = ()
     __struct_fields__: tuple[str, ...]
@@ -245,10 +249,10 @@ class PipelineStatus(ByName, msgspec.Struct, frozen=True, kw_only=True):
     key_searches: KeySearchCounts = KeySearchCounts()
     # -- added by the handle, from the other actors ------------------------------------------
     #: the enumerator's report: clusters, streams, splits per reader, last error
-    discovery: dict[str, Any] | None = None
+    discovery: DiscoveryStatus | None = None
     #: reader actor -> its own report (partitions with positions and high watermarks,
     #: broker reachability)
-    readers: dict[str, dict[str, Any]] = {}
+    readers: dict[str, ReaderStatus] = {}
     #: every reader the enumerator assigned splits to has its metadata
     readers_ready: bool = False
     #: the writer's Spark executors (or why the writer did not answer)
@@ -262,9 +266,9 @@ class PipelineStatus(ByName, msgspec.Struct, frozen=True, kw_only=True):
 
 
 def encode(status: PipelineStatus) -> bytes:
-    """The JSON ``rayconnect status --json`` prints. The other actors' reports (readers,
-    discovery, upkeep jobs) are their own dicts: a value JSON has no type for is written as
-    its text rather than failing the whole status."""
+    """The JSON ``rayconnect status --json`` prints. The upkeep jobs' reports are their own
+    dicts: a value JSON has no type for is written as its text rather than failing the
+    whole status."""
     return msgspec.json.encode(status, enc_hook=str)
 
 

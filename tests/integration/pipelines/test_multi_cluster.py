@@ -23,6 +23,7 @@ import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.kafka.admin import create_topic, produce_demo_records
 from rayconnect.metadata import FileMetadataService
+from rayconnect.protocol.actor_status import DiscoveryStatus
 
 PIPELINE = "multi"
 
@@ -91,12 +92,12 @@ def assert_exactly_once(path: Path, want_rows: set) -> None:
     )
 
 
-def all_splits(discovery: dict) -> set[str]:
-    return {k for keys in discovery["splits_per_reader"].values() for k in keys}
+def all_splits(discovery: DiscoveryStatus) -> set[str]:
+    return {k for keys in discovery.splits_per_reader.values() for k in keys}
 
 
 def reader_started_at(handle, reader: str) -> float:
-    return handle.status()["readers"][names.reader(PIPELINE, *reader.split("/"))]["started_at"]
+    return handle.status().readers[names.reader(PIPELINE, *reader.split("/"))].started_at
 
 
 @pytest.mark.timeout(900)
@@ -118,7 +119,7 @@ def test_clusters_and_topics_come_and_go_without_a_restart(
     propagation: list[float] = []
 
     def wait_for_readers(predicate, since: float) -> None:
-        handle.wait_for(lambda s: predicate(s["discovery"]), timeout_s=60, poll_s=0.05)
+        handle.wait_for(lambda s: predicate(s.discovery), timeout_s=60, poll_s=0.05)
         propagation.append(time.monotonic() - since)
 
     try:
@@ -136,15 +137,15 @@ def test_clusters_and_topics_come_and_go_without_a_restart(
 
         # 3. a malformed edit is ignored, with the file and the field in status
         world.path.write_text("streams:\n  - stream_id: orders\n    clusters: 7\n")
-        status = handle.wait_for(lambda s: s["discovery"]["last_error"], timeout_s=30)
-        assert "streams.yaml" in status["discovery"]["last_error"]
-        assert "$.streams[0].clusters" in status["discovery"]["last_error"]
+        status = handle.wait_for(lambda s: s.discovery.last_error, timeout_s=30)
+        assert "streams.yaml" in status.discovery.last_error
+        assert "$.streams[0].clusters" in status.discovery.last_error
         world.produce("c0", "orders", 500)
         handle.wait_for(caught_up(world.offsets("c0", "c1")), timeout_s=120)
 
         # 4. cluster c1 removed: its partitions commit and retire; c0 goes on
         edited = world.write_metadata({"c0": ["orders"]})
-        wait_for_readers(lambda d: set(d["clusters"]) == {"c0"}, edited)
+        wait_for_readers(lambda d: set(d.clusters) == {"c0"}, edited)
         c1_offsets = {k: v for k, v in handle.status()["offsets"].items() if k.startswith("c1/")}
         assert c1_offsets == world.offsets("c1")  # all it read was committed before it left
         world.produce("c1", "orders", 700)  # produced while c1 is not subscribed
@@ -154,7 +155,7 @@ def test_clusters_and_topics_come_and_go_without_a_restart(
 
         # 5. c1 re-added: it resumes from the table's offsets, nothing read twice
         edited = world.write_metadata({"c0": ["orders"], "c1": ["orders", "orders-eu"]})
-        wait_for_readers(lambda d: set(d["clusters"]) == {"c0", "c1"}, edited)
+        wait_for_readers(lambda d: set(d.clusters) == {"c0", "c1"}, edited)
         handle.wait_for(caught_up(world.offsets("c0", "c1")), timeout_s=120)
         assert_exactly_once(table, world.rows("c0", "c1"))
 

@@ -69,8 +69,8 @@ def test_256_partitions_in_4_hosts_exactly_once_when_a_host_dies_mid_round(
         hosts = pipeline_actor_names(NAME, "participants")
         assert hosts == [f"{NAME}/participants/{CLUSTER}/{t}/0" for t in topics]
         held = ray.get(ray.get_actor(victim, namespace=names.NAMESPACE).status.remote())
-        assert sorted(held["partitions"]) == sorted(produced[1].offsets())
-        assert {p["host"] for p in held["partitions"].values()} == {victim}
+        assert sorted(held.partitions) == sorted(produced[1].offsets())
+        assert {p.host for p in held.partitions.values()} == {victim}
         status = handle.wait_for(_caught_up(produced), timeout_s=90)
         # a host hands all its partitions' flushes of a round to the writer in one call
         # (per partition it was 64 a host a round; a flush by age or one that waited for its
@@ -99,8 +99,8 @@ def test_256_partitions_in_4_hosts_exactly_once_when_a_host_dies_mid_round(
         assert len(status["offsets"]) == TOPICS * PER_TOPIC
         assert all(lag == 0 for lag in status["lag"].values())
         after = ray.get(ray.get_actor(victim, namespace=names.NAMESPACE).status.remote())
-        assert after["pid"] != held["pid"]  # the host died and Ray restarted it
-        assert len(after["partitions"]) == PER_TOPIC
+        assert after.pid != held.pid  # the host died and Ray restarted it
+        assert len(after.partitions) == PER_TOPIC
         print(f"\nstart {start_s:.1f} s, kills landed in an open round: {landed}")
         print(f"writer calls before the kills {calls} in {rounds} rounds")
     finally:
@@ -136,7 +136,7 @@ def test_a_restarted_host_steers_a_reader_that_lived_on_once_the_enumerator_is_b
     try:
         handle.wait_for(sink_checks.caught_up(produced), timeout_s=120)
         readers_before = {
-            n: s["started_at"] for n, s in handle.status()["readers"].items() if "started_at" in s
+            n: s.started_at for n, s in handle.status().readers.items() if s.started_at is not None
         }
         enumerator = ray.get_actor(names.enumerator(name), namespace=names.NAMESPACE)
         ray.kill(enumerator, no_restart=True)
@@ -151,7 +151,7 @@ def test_a_restarted_host_steers_a_reader_that_lived_on_once_the_enumerator_is_b
             name=names.enumerator(name), namespace=names.NAMESPACE, lifetime="detached"
         ).remote(pipeline.config)
         status = handle.wait_for(sink_checks.caught_up(produced), timeout_s=90)
-        readers_after = {n: s.get("started_at") for n, s in status["readers"].items()}
+        readers_after = {n: s.started_at for n, s in status.readers.items()}
         assert readers_after == readers_before, "the readers were restarted: nothing tested"
         sink_checks.assert_exactly_once(tmp_path / "t", produced, status)
     finally:

@@ -45,6 +45,7 @@ import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.demo import chaos
 from rayconnect.kafka.embedded import EmbeddedBroker
+from rayconnect.protocol.status import PipelineStatus
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 
 _SETTINGS: dict[str, Any] = {"commit_interval_s": 2, "write_timeout_s": 30}
@@ -173,17 +174,15 @@ def _status_or_none(handle: rc.PipelineHandle) -> dict[str, Any] | None:
         return None
 
 
-def _shown(status: dict[str, Any]) -> list[str]:
+def _shown(status: PipelineStatus) -> list[str]:
     """What status said about an outage: the coordinator's outages, the readers' broker."""
-    readers = [r["broker"] for r in status["readers"].values() if r.get("broker")]
-    return [*status["outages"], *readers]
+    readers = [r.broker for r in status.readers.values() if r.broker]
+    return [*status.outages, *readers]
 
 
-def _all_fine(status: dict[str, Any]) -> bool:
-    readers_fine = all(
-        r.get("broker_unreachable_since") is None for r in status["readers"].values()
-    )
-    return readers_fine and not status["outages"]
+def _all_fine(status: PipelineStatus) -> bool:
+    readers_fine = all(r.broker_unreachable_since is None for r in status.readers.values())
+    return readers_fine and not status.outages
 
 
 def _every(period_s: float, until: float) -> Iterator[None]:

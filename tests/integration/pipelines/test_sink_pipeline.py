@@ -266,12 +266,12 @@ def test_a_full_buffer_flushes_and_asks_for_an_early_commit(ray_session, kafka_b
         participants = {
             key: p
             for n in hosts
-            for key, p in ray.get(ray.get_actor(n, namespace="rayconnect").status.remote())[
-                "partitions"
-            ].items()
+            for key, p in ray.get(
+                ray.get_actor(n, namespace="rayconnect").status.remote()
+            ).partitions.items()
         }
         assert set(participants) == set(produced.offsets())
-        assert all(p["flushes"] >= 6 for p in participants.values())  # 6000 each, by 1000
+        assert all(p.flushes >= 6 for p in participants.values())  # 6000 each, by 1000
         assert_exactly_once(tmp_path / "t", produced, status)
     finally:
         handle.stop(commit=False)
