@@ -132,7 +132,8 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     catalog: dict[str, str] = {}
     #: iceberg: an Iceberg REST catalog instead of the embedded one
     rest_catalog: RestCatalog | None = None
-    #: seconds a new table's topic may take to flow (the sink's topic discovery)
+    #: seconds a new table may take to flow: how often the source looks for tables added
+    #: to the publication, and the sink for their topics
     discovery_interval_s: PositiveFloat = 5.0
     #: the sink's rounds (``rc.CommitSettings``)
     commit: CommitSettings = CommitSettings(commit_interval_s=5.0)
@@ -210,6 +211,7 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
                 topic_prefix=self.prefix,
                 own_publication=self.owns_publication,
                 topic_partitions=self.partitions,
+                discovery_interval_s=self.discovery_interval_s,
             ),
         )
         return SourcePipelineConfig(

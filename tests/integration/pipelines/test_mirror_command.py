@@ -90,6 +90,7 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
         "to": str(lake),
         "password_file": postgres.password_file,
         "commit": rc.CommitSettings(commit_interval_s=1.0, write_timeout_s=10),
+        "discovery_interval_s": 1.0,  # a table added mid-run: found by both pipelines soon
     }
     with pytest.raises(rc.ConfigError, match=r"tables: public.nope does not exist"):
         rc.Mirror("pgm", postgres.url, tables=["nope"], **settings).check()
