@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -57,7 +57,7 @@ class HolderRef:
     """A session's block holder: its handle, and the name and namespace a Spark task (a
     separate Ray driver) looks it up by."""
 
-    handle: ray.actor.ActorHandle
+    handle: ray.actor.ActorHandle[Any]
     name: str
     namespace: str
 

@@ -38,7 +38,7 @@ class Rows(msgspec.Struct, frozen=True):
 
 
 #: what a write is handed per block: a ref to a whole table or batch, or rows inside one
-Block: TypeAlias = "ray.ObjectRef | Rows"
+Block: TypeAlias = "ray.ObjectRef[Any] | Rows"
 
 
 def put_together(

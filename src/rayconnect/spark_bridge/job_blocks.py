@@ -76,7 +76,7 @@ class JobBlocks:
                     raise input_schema_in_task(str(e)) from None
                 yield index, conformed
 
-    def holder(self) -> ray.actor.ActorHandle:
+    def holder(self) -> ray.actor.ActorHandle[Any]:
         if not ray.is_initialized():
             ray.init(
                 address=self.ray_address,

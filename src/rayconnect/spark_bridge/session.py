@@ -140,7 +140,7 @@ def start_spark(
     configs.update(_app_master_on_this_node())
     configs.update(extra_configs or {})
     with _master_on_this_node(SPARK_NAMESPACE_PREFIX + app_name):
-        return raydp.init_spark(
+        session: SparkSession = raydp.init_spark(
             app_name=app_name,
             num_executors=executors,
             executor_cores=cores,
@@ -148,6 +148,7 @@ def start_spark(
             configs=configs,
             placement_group=placement_group,
         )
+    return session
 
 
 #: RayDP names its Java app master ``RAY_APP_MASTER`` and its executors
@@ -165,7 +166,7 @@ def _master_class(namespace: str) -> Any:
 
     body: Any = ray_internals.remote_class_body(Master)
 
-    class RayDPSparkMaster(body):  # RayDP's name: tools and tests know its actors by it
+    class RayDPSparkMaster(body):  # type: ignore[misc]  # RayDP's name: tools and tests know its actors by it
         def _generate_ray_configs(self) -> str:
             options = json.loads(super()._generate_ray_configs())
             options["ray.job.namespace"] = namespace
@@ -212,7 +213,8 @@ def _app_master_on_this_node() -> dict[str, str]:
     loopback addresses)."""
     import ray
 
-    return {f"{MASTER_RESOURCE}node:{ray.util.get_node_ip_address()}": "0.001"}
+    ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    return {f"{MASTER_RESOURCE}node:{ip}": "0.001"}
 
 
 def registered_executors(spark: SparkSession, app_name: str) -> int | None:

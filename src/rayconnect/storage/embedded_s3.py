@@ -351,7 +351,7 @@ class EmbeddedS3(ChildProcess):
     def _bucket_exists(self, bucket: str) -> bool:
         from pyarrow import fs
 
-        return self.filesystem().get_file_info(bucket).type == fs.FileType.Directory
+        return bool(self.filesystem().get_file_info(bucket).type == fs.FileType.Directory)
 
     def _list_buckets(self) -> list[str]:
         from pyarrow import fs
