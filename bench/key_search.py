@@ -178,8 +178,8 @@ def main() -> None:
                             **cell,
                             "same_answer": same(found, baseline[rows]),
                             "fallbacks": search.counts.here,
-                            "spark_searches": counts["spark_searches"],
-                            "executors": stats.get("executors"),
+                            "spark_searches": counts.spark_searches,
+                            "executors": stats.executors,
                             "writer_ready_s": started,
                         }
                     )

@@ -130,7 +130,7 @@ def run(
             writer = ray.get_actor(names.writer(name), namespace=names.NAMESPACE)
             wstats = ray.get(writer.stats.remote())
             out["writer"] = {
-                k: wstats.get(k)
+                k: getattr(wstats, k)
                 for k in (
                     "spark_jobs",
                     "spark_writes",

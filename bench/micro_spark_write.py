@@ -53,7 +53,7 @@ def main() -> None:
             s = stats[-1]
             print(
                 f"{total:>8,} rows in {a.groups} groups: wall {statistics.median(walls):.2f} s "
-                f"(prepare {s['last_prepare_s']:.2f} s, spark {s['last_spark_s']:.2f} s) "
+                f"(prepare {s.last_prepare_s:.2f} s, spark {s.last_spark_s:.2f} s) "
                 f"= {total / statistics.median(walls):,.0f} rows/s"
             )
         ray.get(writer.close.remote())

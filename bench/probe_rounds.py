@@ -77,11 +77,11 @@ def main() -> None:
         def sample() -> None:
             while not done.is_set():
                 s = ray.get(writer.stats.remote())
-                here = not s["spark_writes"]  # every write made without Spark (latency profile)
-                writes[s["spark_writes"] + s.get("writes_here", 0)] = (
-                    s.get("last_write_here_s" if here else "last_write_s") or 0,
-                    s.get("last_prepare_s") or 0,
-                    s.get("last_spark_s") or 0,
+                here = not s.spark_writes  # every write made without Spark (latency profile)
+                writes[s.spark_writes + s.writes_here] = (
+                    (s.last_write_here_s if here else s.last_write_s) or 0,
+                    s.last_prepare_s or 0,
+                    s.last_spark_s or 0,
                 )
                 time.sleep(0.2)
 
@@ -95,7 +95,7 @@ def main() -> None:
             done.set()
             t.join()
             s = ray.get(coord.status.remote())
-            calls = ray.get(writer.stats.remote())["calls"]
+            calls = ray.get(writer.stats.remote()).calls
         finally:
             stop("probe", handle)
         lat = percentiles(produce_to_visible_ms(f"{tmp}/t"))

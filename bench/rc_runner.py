@@ -170,10 +170,10 @@ def run_backlog(
         "round_s_max": status.get("round_s_max"),
         "end_to_start_s_median": status.get("end_to_start_s_median"),
         "commit_s_median": status.get("commit_s_median"),
-        "spark_jobs": wstats.get("spark_jobs"),
-        "spark_writes": wstats.get("spark_writes"),
-        "writer_calls": wstats.get("calls"),
-        "spark_jobs_per_round": (wstats.get("spark_jobs") or 0) / max(rounds, 1),
+        "spark_jobs": wstats.spark_jobs,
+        "spark_writes": wstats.spark_writes,
+        "writer_calls": wstats.calls,
+        "spark_jobs_per_round": wstats.spark_jobs / max(rounds, 1),
         # data files a version added (Delta): bounded by hosts x tasks, not partitions
         "files_per_round_max": files_per_round[-1] if files_per_round else None,
         "files_per_round_median": (

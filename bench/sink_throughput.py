@@ -86,8 +86,8 @@ def main() -> None:
             f"{status['round_s_median']:.2f} / {status['round_s_max']:.2f} s",
         ),
         ("commit latency median", f"{status['commit_s_median'] * 1000:.0f} ms"),
-        ("Spark jobs (writes)", f"{wstats['spark_jobs']} ({wstats['spark_writes']})"),
-        ("Spark jobs per committed round", f"{wstats['spark_jobs'] / max(rounds, 1):.2f}"),
+        ("Spark jobs (writes)", f"{wstats.spark_jobs} ({wstats.spark_writes})"),
+        ("Spark jobs per committed round", f"{wstats.spark_jobs / max(rounds, 1):.2f}"),
     ]
     width = max(len(k) for k, _ in rows)
     print()

@@ -51,6 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import ray
@@ -61,6 +62,7 @@ from rayconnect.actors.pieces import FlushPart, PartWritten
 from rayconnect.config.placement import Placement
 from rayconnect.config.spark import SparkSettings
 from rayconnect.formats.settings import RecordFormat
+from rayconnect.protocol.status import WriterStatus
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.blocks import Block
@@ -330,19 +332,19 @@ class WriterActor:
             self._start_task.add_done_callback(self._spark_started)
         return self._start_task
 
-    async def ready(self) -> dict[str, Any]:
+    async def ready(self) -> WriterStatus:
         """Start Spark and warm it up (first call only); return once writes are fast - at
         once with ``spark.start: when_needed``, whose Spark starts when writes need it."""
         self._ensure_draining()
         if not self._spark_optional:
             await self._ensure_spark()
-        return dict(self._stats)
+        return await self.stats()
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self) -> WriterStatus:
         """Counters: calls, Spark writes and jobs (jobs == writes proves one job per write);
         executors wanted / started with / registered now, and ``problem``: why Spark is
         degraded or missing (None when it has every executor)."""
-        return dict(self._stats)
+        return msgspec.convert(self._stats, WriterStatus)
 
     # -- writes ---------------------------------------------------------------------------
 

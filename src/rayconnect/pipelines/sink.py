@@ -340,12 +340,10 @@ def _writer_status(pipeline: str, timeout_s: float) -> WriterStatus:
     if writer is None:
         return WriterStatus(error="no writer actor")
     try:
-        stats = ray.get(writer.stats.remote(), timeout=timeout_s)
+        stats: WriterStatus = ray.get(writer.stats.remote(), timeout=timeout_s)
     except Exception as e:  # restarting after a node loss is a state, not an error
         return WriterStatus(error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}")
-    return msgspec.convert(
-        {k: stats.get(k) for k in WriterStatus.__struct_fields__ if k != "error"}, WriterStatus
-    )
+    return stats
 
 
 #: the roles that start rounds (coordinator) and actors (enumerator): ``stop`` ends them

@@ -105,7 +105,8 @@ class TableStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class WriterStatus(msgspec.Struct, frozen=True, kw_only=True):
-    """The Spark side: executors wanted, started with and registered now."""
+    """The writer actor's report (``WriterActor.stats``): the Spark side - executors
+    wanted, started with and registered now - and its counters."""
 
     #: the Spark application's name (a new one after the writer restarted Spark)
     app_name: str | None = None
@@ -133,6 +134,28 @@ class WriterStatus(msgspec.Struct, frozen=True, kw_only=True):
     spark_searches: int | None = None
     #: ... and in its own process (Spark not up)
     searches_here: int | None = None
+    #: write calls received (a participant host's flushes of one moment are one)
+    calls: int = 0
+    #: writes made as Spark jobs
+    spark_writes: int = 0
+    #: Spark jobs those writes ran (equal to ``spark_writes``: one job per write)
+    spark_jobs: int = 0
+    #: writes made in the writer's own process (before Spark was up, or small ones)
+    writes_here: int = 0
+    #: the last Spark write's job ids
+    last_job_ids: tuple[int, ...] = ()
+    #: the last Spark write's groups (flushes gathered into it)
+    last_groups: int = 0
+    #: seconds of the last Spark write in all
+    last_write_s: float | None = None
+    #: ... of which preparing the job (lending the blocks, building the DataFrame)
+    last_prepare_s: float | None = None
+    #: ... and the Spark job itself
+    last_spark_s: float | None = None
+    #: seconds of the last write made in the writer's process
+    last_write_here_s: float | None = None
+    #: a routed sink: how often the writer read its route tables' schemas
+    route_schema_reads: int | None = None
     #: why the writer did not answer (it is restarting)
     error: str | None = None
 

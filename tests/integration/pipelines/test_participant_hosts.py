@@ -78,7 +78,7 @@ def test_256_partitions_in_4_hosts_exactly_once_when_a_host_dies_mid_round(
         counts = status.rounds_since_start
         rounds = counts.committed + counts.partial + counts.discarded
         writer = ray.get_actor(names.writer(NAME), namespace=names.NAMESPACE)
-        calls = ray.get(writer.stats.remote())["calls"]
+        calls = ray.get(writer.stats.remote()).calls
         assert 0 < calls <= 2 * TOPICS * rounds, (calls, counts)
         landed = {}
         for how in ("ray.kill", "sigkill"):

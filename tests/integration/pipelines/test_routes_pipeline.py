@@ -345,7 +345,7 @@ def test_topic_pattern_and_field_routes_into_delta_tables_made_on_the_fly_throug
         before = handle.status()
         # the first rounds committed while Spark started: written in the writer's process
         writer = ray.get_actor(actor_names.writer("routed"), namespace=actor_names.NAMESPACE)
-        assert ray.get(writer.stats.remote())["writes_here"] > 0
+        assert ray.get(writer.stats.remote()).writes_here > 0
         FAULT_MARKER.touch()  # the next round of several tables dies after the first
         for n, t in enumerate(shop):  # rounds into tables that exist now
             topics.send(t, [{"id": i, "n": n, "more": True} for i in range(100, 120)])

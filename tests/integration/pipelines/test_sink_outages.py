@@ -45,7 +45,7 @@ import rayconnect as rc
 from rayconnect.actors import names
 from rayconnect.demo import chaos
 from rayconnect.kafka.embedded import EmbeddedBroker
-from rayconnect.protocol.status import PipelineStatus
+from rayconnect.protocol.status import PipelineStatus, WriterStatus
 from rayconnect.storage.embedded_s3 import EmbeddedS3
 
 _SETTINGS: dict[str, Any] = {"commit_interval_s": 2, "write_timeout_s": 30}
@@ -253,7 +253,7 @@ def test_a_writer_restarted_while_the_table_store_is_down_writes_once_it_is_back
         failed = handle.wait_for(
             lambda s: s.writer.warm_up_failed is not None, timeout_s=240, poll_s=1.0
         ).writer
-        assert failed.app_name == starting["app_name"]
+        assert failed.app_name == starting.app_name
         s3.start()
         down_s = time.monotonic() - down_at
         produced.more(1000)
@@ -272,14 +272,14 @@ def test_a_writer_restarted_while_the_table_store_is_down_writes_once_it_is_back
         s3.stop()
 
 
-def _starting_spark(stats: dict[str, Any], old_app: str | None) -> bool:
+def _starting_spark(stats: WriterStatus, old_app: str | None) -> bool:
     """The restarted writer (a new Spark app name) was asked to write and is starting Spark."""
-    return stats["app_name"] != old_app and stats["calls"] > 0 and stats["spark_start_s"] is None
+    return stats.app_name != old_app and stats.calls > 0 and stats.spark_start_s is None
 
 
 def _wait_for_writer(
-    pipeline_name: str, condition: Callable[[dict[str, Any]], bool], timeout_s: float
-) -> dict[str, Any]:
+    pipeline_name: str, condition: Callable[[WriterStatus], bool], timeout_s: float
+) -> WriterStatus:
     """The writer's own counters (``stats``) once ``condition`` holds (polled every 0.1 s;
     a restarting writer is asked again)."""
     deadline = time.monotonic() + timeout_s

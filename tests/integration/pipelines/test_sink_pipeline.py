@@ -233,10 +233,10 @@ def test_idle_partitions_do_not_delay_a_round_and_a_round_is_one_spark_job(
         # Spark job, or (while Spark starts) a write made by the writer process itself
         writer = ray.get_actor(names.writer("idle"), namespace="rayconnect")
         stats = ray.get(writer.stats.remote())
-        assert stats["spark_jobs"] == stats["spark_writes"]
-        assert stats["spark_writes"] + stats["writes_here"] == status.rounds_since_start.committed
+        assert stats.spark_jobs == stats.spark_writes
+        assert stats.spark_writes + stats.writes_here == status.rounds_since_start.committed
         # and the host hands its partitions' flushes of a round to the writer in one call
-        assert stats["calls"] == status.rounds_since_start.committed
+        assert stats.calls == status.rounds_since_start.committed
     finally:
         handle.stop(commit=False)
 

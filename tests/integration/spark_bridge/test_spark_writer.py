@@ -26,6 +26,7 @@ from rayconnect.actors.writer import start_writer
 from rayconnect.config.spark import SparkSettings
 from rayconnect.errors import JavaNotFoundError
 from rayconnect.formats.evolution import schema_differences
+from rayconnect.protocol.status import WriterStatus
 from rayconnect.protocol.types import DataFile
 from rayconnect.schema import RAW_RECORD_SCHEMA
 from rayconnect.spark_bridge.blocks import put_together
@@ -79,7 +80,7 @@ def writer() -> Iterator[ray.actor.ActorHandle]:
         stats = ray.get(handle.stats.remote())
         print(
             f"\nray.init {t_ray:.1f} s; writer ready {time.perf_counter() - t0:.1f} s "
-            f"(spark start {stats['spark_start_s']} s, warm-up {stats['warm_up_s']} s)"
+            f"(spark start {stats.spark_start_s} s, warm-up {stats.warm_up_s} s)"
         )
         try:
             yield handle
@@ -109,11 +110,11 @@ def expected_keys(partition: int, start: int, n: int) -> set[tuple[str, int, int
     return {("c1", partition, off) for off in range(start, start + n)}
 
 
-def jobs_delta(writer: ray.actor.ActorHandle, before: dict) -> tuple[int, int]:
+def jobs_delta(writer: ray.actor.ActorHandle, before: WriterStatus) -> tuple[int, int]:
     after = ray.get(writer.stats.remote())
     return (
-        after["spark_writes"] - before["spark_writes"],
-        after["spark_jobs"] - before["spark_jobs"],
+        after.spark_writes - before.spark_writes,
+        after.spark_jobs - before.spark_jobs,
     )
 
 
@@ -315,7 +316,7 @@ def test_a_hosts_flushes_in_one_call_each_get_their_files_or_their_failure(
     ]
     before = ray.get(writer.stats.remote())
     written = ray.get(writer.write_parts.remote(str(table), parts, "host-0"))
-    assert ray.get(writer.stats.remote())["calls"] == before["calls"] + 1
+    assert ray.get(writer.stats.remote()).calls == before.calls + 1
     assert [w.error is None for w in written] == [True, True, False, True]
     assert "partition" in (written[2].error or "") and written[2].files == []
     here = write_groups_here(
@@ -349,8 +350,8 @@ def test_write_timing(
     assert sum(f.records for group in files for f in group) == rows
     print(
         f"\nwrite {rows} rows in {n_groups} groups: {elapsed:.2f} s round trip, "
-        f"{stats['last_write_s']} s in write_groups (prepare {stats['last_prepare_s']} s, "
-        f"spark {stats['last_spark_s']} s), job ids {stats['last_job_ids']}"
+        f"{stats.last_write_s} s in write_groups (prepare {stats.last_prepare_s} s, "
+        f"spark {stats.last_spark_s} s), job ids {stats.last_job_ids}"
     )
 
 
@@ -414,34 +415,34 @@ def test_when_needed_writes_here_until_busy_then_starts_spark(
     )
     try:
         stats = ray.get(lazy.stats.remote())
-        assert stats["spark_start"] == "when_needed" and stats["spark_start_s"] is None
+        assert stats.spark_start == "when_needed" and stats.spark_start_s is None
         table = tmp_path / "t"
         for i in range(5):  # a light load over more than a window: Spark is not needed
             files = ray.get(lazy.write.remote(str(table), [ray.put(records(0, i * 100, 100))]))
             assert key_set(read_files(table, files)) == expected_keys(0, i * 100, 100)
             time.sleep(0.8)
         stats = ray.get(lazy.stats.remote())
-        assert stats["writes_here"] == 5 and stats["spark_writes"] == 0
+        assert stats.writes_here == 5 and stats.spark_writes == 0
         job, expected = _search_job(tmp_path)  # a merge-on-read search: here too
         assert [p.tolist() for p in SearchOnWriter(lazy_name, NAMESPACE)(job)] == expected
         stats = ray.get(lazy.stats.remote())
-        assert stats["searches_here"] == 1 and stats["spark_searches"] == 0
-        assert stats["spark_started_because"] is None and stats["spark_start_s"] is None
+        assert stats.searches_here == 1 and stats.spark_searches == 0
+        assert stats.spark_started_because is None and stats.spark_start_s is None
 
         big = ray.put(records(1, 0, 300_000))  # writes back to back: ~all of the window busy
         deadline = time.monotonic() + 60
-        while stats["spark_started_because"] is None:
+        while stats.spark_started_because is None:
             assert time.monotonic() < deadline, stats
             for files in ray.get([lazy.write.remote(str(table), [big]) for _ in range(4)]):
                 assert sum(f.records for f in files) == 300_000  # (read back below: slow)
             stats = ray.get(lazy.stats.remote())
         assert key_set(read_files(table, files)) == expected_keys(1, 0, 300_000)
-        assert "of the last 3 s (start_when_busy 0.5)" in stats["spark_started_because"]
-        assert stats["spark_writes"] == 0  # written here while Spark starts
+        assert "of the last 3 s (start_when_busy 0.5)" in stats.spark_started_because
+        assert stats.spark_writes == 0  # written here while Spark starts
 
         deadline = time.monotonic() + 150
-        while stats["warm_up_s"] is None:  # Spark up and warmed up
-            assert time.monotonic() < deadline and stats["problem"] is None, stats
+        while stats.warm_up_s is None:  # Spark up and warmed up
+            assert time.monotonic() < deadline and stats.problem is None, stats
             time.sleep(1)
             stats = ray.get(lazy.stats.remote())
         before = stats
@@ -449,7 +450,7 @@ def test_when_needed_writes_here_until_busy_then_starts_spark(
         assert key_set(read_files(table, files)) == expected_keys(2, 0, 500)
         assert jobs_delta(lazy, before) == (1, 1)
         for w in (writer, lazy):  # each Spark's app master in a namespace of its own
-            app = ray.get(w.stats.remote())["app_name"]
+            app = ray.get(w.stats.remote()).app_name
             ray.get_actor("RAY_APP_MASTER", namespace=f"rayconnect-spark-{app}")
         with pytest.raises(ValueError):
             ray.get_actor("RAY_APP_MASTER", namespace=NAMESPACE)
@@ -492,8 +493,8 @@ def test_a_merge_on_read_search_runs_on_sparks_executors_once_spark_is_up(
     found = on_writer(job)
     assert [p.tolist() for p in found] == expected
     after = ray.get(writer.stats.remote())
-    assert after["spark_searches"] == before["spark_searches"] + 1
-    assert after["searches_here"] == before["searches_here"]
+    assert after.spark_searches == before.spark_searches + 1
+    assert after.searches_here == before.searches_here
     assert on_writer.counts.on_writer == 1 and on_writer.counts.here == 0
 
     away = SearchOnWriter("no-such-pipeline/writer", NAMESPACE)
@@ -523,25 +524,25 @@ def test_when_needed_goes_on_writing_here_while_spark_cannot_start(
     try:
         table = tmp_path / "t"
         stats = ray.get(lazy.stats.remote())
-        assert stats["spark_start_s"] is None and stats["problem"] is None
+        assert stats.spark_start_s is None and stats.problem is None
         big = ray.put(records(1, 0, 300_000))
         deadline = time.monotonic() + 60
-        while stats["spark_started_because"] is None:
+        while stats.spark_started_because is None:
             assert time.monotonic() < deadline, stats
             for files in ray.get([lazy.write.remote(str(table), [big]) for _ in range(4)]):
                 assert sum(f.records for f in files) == 300_000
             stats = ray.get(lazy.stats.remote())
         deadline = time.monotonic() + 60
-        while stats["problem"] is None:
+        while stats.problem is None:
             assert time.monotonic() < deadline, stats
             time.sleep(0.5)
             stats = ray.get(lazy.stats.remote())
-        assert stats["problem"].startswith("waiting for CPUs: no Ray node had room for one ")
-        assert "writes go on in the writer's process until one fits" in stats["problem"]
+        assert stats.problem.startswith("waiting for CPUs: no Ray node had room for one ")
+        assert "writes go on in the writer's process until one fits" in stats.problem
         before = stats
         files = ray.get(lazy.write.remote(str(table), [ray.put(records(2, 0, 500))]))
         assert key_set(read_files(table, files)) == expected_keys(2, 0, 500)
         after = ray.get(lazy.stats.remote())
-        assert after["writes_here"] == before["writes_here"] + 1 and after["spark_writes"] == 0
+        assert after.writes_here == before.writes_here + 1 and after.spark_writes == 0
     finally:
         ray.kill(lazy)  # its start waits for CPUs that never come: close() would wait 25 s
