@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,18 @@ def parse_streams(data: bytes, file: str = "<metadata>") -> tuple[KafkaStream, .
     return tuple(streams)
 
 
+@dataclass
+class _FileState:
+    """What the service last read: the file's digest (unchanged: not parsed again), the
+    streams in force, why the file's current content is not in force, and when the
+    streams in force were read."""
+
+    digest: str | None = None
+    streams: tuple[KafkaStream, ...] | None = None
+    error: str | None = None
+    good_at: float | None = None
+
+
 class FileMetadataService(msgspec.Struct, StreamLookups, tag="file", dict=True):
     """Streams from the YAML/JSON file at ``path``; see the module docstring.
 
@@ -157,21 +170,20 @@ class FileMetadataService(msgspec.Struct, StreamLookups, tag="file", dict=True):
         if not self.path:
             raise MetadataError("FileMetadataService.path is empty")
 
-    # Cache, kept in the instance __dict__ (not msgspec fields): neither encoded nor pickled.
-    def _cache(self) -> dict[str, Any]:
-        cache: dict[str, Any] | None = self.__dict__.get("_state")
+    # Kept in the instance __dict__ (not msgspec fields): neither encoded nor pickled.
+    def _cache(self) -> _FileState:
+        cache: _FileState | None = self.__dict__.get("_state")
         if cache is None:
-            cache = {"digest": None, "streams": None, "error": None, "good_at": None}
-            self.__dict__["_state"] = cache
+            cache = self.__dict__["_state"] = _FileState()
         return cache
 
     @property
     def last_error(self) -> str | None:
-        return self._cache()["error"]
+        return self._cache().error
 
     @property
     def last_good_at(self) -> float | None:
-        return self._cache()["good_at"]
+        return self._cache().good_at
 
     def refresh(self) -> bool:
         """Re-read the file; True if new metadata came into force.
@@ -181,30 +193,31 @@ class FileMetadataService(msgspec.Struct, StreamLookups, tag="file", dict=True):
         try:
             data = Path(self.path).read_bytes()
         except OSError as e:
-            cache["digest"] = None  # whatever comes back next must be parsed again
+            cache.digest = None  # whatever comes back next must be parsed again
             return self._failed(MetadataFileError(self.path, f"cannot read: {e.strerror or e}"))
         digest = hashlib.sha256(data).hexdigest()
-        if digest == cache["digest"]:
+        if digest == cache.digest:
             return False
-        cache["digest"] = digest
+        cache.digest = digest
         try:
             streams = parse_streams(data, self.path)
         except MetadataFileError as e:
             return self._failed(e)
-        cache.update(streams=streams, error=None, good_at=time.time())
+        cache.streams, cache.error, cache.good_at = streams, None, time.time()
         return True
 
     def _failed(self, error: MetadataFileError) -> bool:
         cache = self._cache()
-        cache["error"] = str(error)
-        if cache["streams"] is None:
-            cache["digest"] = None  # nothing good yet: report it again on every call
+        cache.error = str(error)
+        if cache.streams is None:
+            cache.digest = None  # nothing good yet: report it again on every call
             raise error
         return False
 
     def _streams(self) -> tuple[KafkaStream, ...]:
-        self.refresh()
-        streams: tuple[KafkaStream, ...] = self._cache()["streams"]
+        self.refresh()  # raises while there are no streams in force
+        streams = self._cache().streams
+        assert streams is not None
         return streams
 
     def get_all_streams(self) -> tuple[KafkaStream, ...]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from dataclasses import dataclass
 
 import msgspec
 
@@ -58,6 +58,14 @@ def streams_of_topics(
     )
 
 
+@dataclass
+class _View:
+    """The cluster's streams as last listed, and when (None: not listed yet)."""
+
+    streams: tuple[KafkaStream, ...] | None = None
+    refreshed_at: float | None = None
+
+
 class SingleClusterMetadataService(msgspec.Struct, StreamLookups, tag="single_cluster", dict=True):
     """Each non-internal topic of the cluster at ``bootstrap_servers`` is a stream.
 
@@ -89,17 +97,16 @@ class SingleClusterMetadataService(msgspec.Struct, StreamLookups, tag="single_cl
                 raise MetadataError(f"topic_pattern {self.topic_pattern!r}: {e}") from None
 
     # Last refreshed view, in the instance __dict__: not a field, neither encoded nor pickled.
-    def _view(self) -> dict[str, Any]:
-        view: dict[str, Any] | None = self.__dict__.get("_state")
+    def _view(self) -> _View:
+        view: _View | None = self.__dict__.get("_state")
         if view is None:
-            view = {"streams": None, "refreshed_at": None}
-            self.__dict__["_state"] = view
+            view = self.__dict__["_state"] = _View()
         return view
 
     @property
     def refreshed_at(self) -> float | None:
         """Wall-clock time of the last successful refresh (None: never)."""
-        return self._view()["refreshed_at"]
+        return self._view().refreshed_at
 
     async def refresh(self) -> tuple[KafkaStream, ...]:
         """List the cluster's topics now (metadata API); raises if the broker cannot be
@@ -118,11 +125,12 @@ class SingleClusterMetadataService(msgspec.Struct, StreamLookups, tag="single_cl
             await admin.close()
         cluster = ClusterMetadata(self.bootstrap_servers, (), dict(self.properties))
         streams = streams_of_topics(topics, self.cluster_id, cluster, self.topic_pattern)
-        self._view().update(streams=streams, refreshed_at=time.time())
+        view = self._view()
+        view.streams, view.refreshed_at = streams, time.time()
         return streams
 
     def _streams(self) -> tuple[KafkaStream, ...]:
-        streams: tuple[KafkaStream, ...] | None = self._view()["streams"]
+        streams = self._view().streams
         if streams is None:
             raise MetadataError(
                 f"cluster {self.cluster_id!r} at {self.bootstrap_servers}: topics not listed "
@@ -134,4 +142,4 @@ class SingleClusterMetadataService(msgspec.Struct, StreamLookups, tag="single_cl
         return self._streams()
 
     def is_cluster_active(self, cluster_id: str) -> bool:
-        return cluster_id == self.cluster_id and bool(self._view()["streams"])
+        return cluster_id == self.cluster_id and bool(self._view().streams)
