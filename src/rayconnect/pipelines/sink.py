@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -351,13 +352,21 @@ def _writer_status(pipeline: str, timeout_s: float) -> WriterStatus:
 STARTERS = frozenset({"enumerator", "coordinator"})
 
 
-def _partition_states(actor_names: list[str], timeout_s: float) -> dict[str, dict[str, str]]:
-    """Partition -> ``state`` and ``reason`` (``PartitionStatus``' fields) where a
-    participant says it is stalled (the liveness rule, ``protocol.participant``); hosts
-    (among the pipeline's ``actor_names``) that do not answer are left out."""
+@dataclass(frozen=True)
+class _PartitionState:
+    """A partition's ``state`` and ``reason`` (``PartitionStatus``' fields)."""
+
+    state: str = "ok"
+    reason: str | None = None
+
+
+def _partition_states(actor_names: list[str], timeout_s: float) -> dict[str, _PartitionState]:
+    """Partition -> its state where a participant says it is stalled (the liveness rule,
+    ``protocol.participant``); hosts (among the pipeline's ``actor_names``) that do not
+    answer are left out."""
     hosts = [get_actor(n) for n in actor_names if "/participants/" in n]
     refs = [h.status.remote() for h in hosts if h is not None]
-    states: dict[str, dict[str, str]] = {}
+    states: dict[str, _PartitionState] = {}
     for ref in refs:
         try:
             report: HostStatus = ray.get(ref, timeout=timeout_s)
@@ -365,14 +374,12 @@ def _partition_states(actor_names: list[str], timeout_s: float) -> dict[str, dic
             continue
         for key, part in report.partitions.items():
             if part.stalled:
-                states[key] = {
-                    "state": "stalled",
-                    "reason": (
-                        f"nothing read for {part.idle_rounds_behind} rounds while its log has "
-                        f"data to offset {part.data_end} (reader at {part.position}); "
-                        f"reader re-synced {part.resyncs} times"
-                    ),
-                }
+                states[key] = _PartitionState(
+                    "stalled",
+                    f"nothing read for {part.idle_rounds_behind} rounds while its log has "
+                    f"data to offset {part.data_end} (reader at {part.position}); "
+                    f"reader re-synced {part.resyncs} times",
+                )
     return states
 
 
@@ -422,13 +429,12 @@ class PipelineHandle(Handle):
             lag[key] = None if hw is None or committed is None else hw - committed
             if (lag[key] or 0) < 0:  # never lag 0: the table is past the log's end
                 lag[key] = None
-                states[key] = {
-                    "state": "offsets_ahead",
-                    "reason": f"committed offset {committed:,} > high watermark {hw:,}",
-                }
+                states[key] = _PartitionState(
+                    "offsets_ahead", f"committed offset {committed:,} > high watermark {hw:,}"
+                )
         for key, report in status.out_of_range.items():
             lag[key] = None
-            states[key] = {"state": report.state, "reason": report.describe()}
+            states[key] = _PartitionState(report.state, report.describe())
         keys = sorted(set(status.partitions) | set(status.offsets) | set(hws))
         return msgspec.structs.replace(
             status,
@@ -448,9 +454,11 @@ class PipelineHandle(Handle):
                     high_watermark=hws.get(key),
                     lag=lag.get(key),
                     host=status.participant_hosts.get(key),
-                    **states.get(key, {}),
+                    state=s.state,
+                    reason=s.reason,
                 )
                 for key in keys
+                for s in [states.get(key, _PartitionState())]
             },
             actors=actor_statuses(self.name) if actors else None,
             tables={
