@@ -44,7 +44,7 @@ from rayconnect.protocol.truncate_marker import PARTITION_TRUNCATE_HEADERS
 from rayconnect.protocol.unchanged_marker import unchanged_headers
 from rayconnect.source_tasks.base import SourceRecord
 from rayconnect.source_tasks.postgres.column_types import lake_type
-from rayconnect.source_tasks.postgres.pgoutput import Cell, Column
+from rayconnect.source_tasks.postgres.pgoutput import Cell, Column, Unchanged
 from rayconnect.source_tasks.postgres.values import json_encoder
 
 #: what ``after`` holds for a TOASTed value that was not sent (Debezium's default)
@@ -129,14 +129,11 @@ class RowCodec:
         some unchanged TOASTed values (``old``, a whole old row, has them all), their
         column names (``protocol.unchanged_marker``: a decimal or a list cannot hold the
         placeholder, so the names say it for every type)."""
-        if old is not None:
+        if old is not None or Unchanged.TOAST not in cells:  # (a C loop: every update)
             return self.headers
-        names = [
-            self.shape.columns[i].name
-            for i, cell in enumerate(cells)
-            if cell is not None and type(cell) is not bytes
-        ]
-        return self.headers + unchanged_headers(names) if names else self.headers
+        columns = self.shape.columns
+        names = [columns[i].name for i, cell in enumerate(cells) if cell is Unchanged.TOAST]
+        return self.headers + unchanged_headers(names)
 
     def identity(self, cells: Sequence[Cell]) -> bytes:
         """An old key tuple ('K'): the replica identity's columns only (pgoutput sends the
