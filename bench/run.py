@@ -40,6 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import contextlib
 
+from extras import require_bench_extras  # noqa: E402
+
+require_bench_extras()  # before the helpers import them, and before any scenario runs
+
 from baseline import STORAGE_ENV  # noqa: E402
 from common import (  # noqa: E402
     Helper,
