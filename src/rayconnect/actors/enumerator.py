@@ -237,6 +237,7 @@ class EnumeratorActor:
                 self.config.source.max_poll_records,
                 self.config.partitions_per_host,
                 self.config.topic_groups,
+                self.config.commit.consistent_cuts,
             )
             # Under the lock already (this runs inside _apply): carry its Ready out here.
             await self._carry_out(

@@ -394,6 +394,7 @@ class ParticipantHostActor:
                 time.monotonic(),
                 caught_up=p.caught_up,
                 high_watermark=p.high_watermark,
+                cut_lsn=p.cut_lsn,
             ),
         )
 

@@ -31,6 +31,8 @@ class Piece(msgspec.Struct, frozen=True):
     caught_up: bool
     #: the partition's high watermark as the reader saw it (the participant's liveness rule)
     high_watermark: int | None = None
+    #: consistent cuts: the piece ends with a cut marker of this LSN (not one of its rows)
+    cut_lsn: int | None = None
 
 
 class FlushPart(msgspec.Struct, frozen=True):

@@ -43,6 +43,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from rayconnect.actors import names
 from rayconnect.actors.pieces import Piece
 from rayconnect.config.sink import DEFAULT_PARTITIONS_PER_HOST
+from rayconnect.kafka.cut_markers import marker_rows
 from rayconnect.kafka.discovery import client_properties
 from rayconnect.kafka.reachability import Reachability, watch
 from rayconnect.metrics import SinkMetrics
@@ -68,6 +69,8 @@ class _Cut:
     rows: pa.RecordBatch
     whole: bool  # the whole fetched batch (not a slice of it)
     high_watermark: int | None
+    cut_lsn: int | None = None  # the piece ends with a cut marker (left out of ``rows``)
+
 
 FETCH_MIN_BYTES = 512 * 1024
 
@@ -88,8 +91,11 @@ class ReaderActor:
         max_poll_records: int = 50_000,
         partitions_per_host: int = DEFAULT_PARTITIONS_PER_HOST,
         topic_groups: int | None = None,
+        cut_markers: bool = False,
     ) -> None:
         self.pipeline = pipeline
+        #: consistent cuts: pieces end at cut markers, which they name instead of holding
+        self.cut_markers = cut_markers
         self.cluster_id = cluster_id
         self.cluster = cluster
         self.reader_id = reader_id
@@ -350,12 +356,21 @@ class ReaderActor:
             key: [tp, batch, first, 0, self._consumer.highwater(tp)]
             for key, tp, batch, first in fetches
         }
+        # consistent cuts: each partition's marker rows, in order (a piece ends at one)
+        markers = {
+            key: marker_rows(batch) if self.cut_markers else [] for key, _, batch, _ in fetches
+        }
         fetched_to = {key: self._consumer_position(tp) for key, tp, _, _ in fetches}
         while pending:
             cuts: dict[str, list[_Cut]] = {}  # host -> this wave's pieces for it
             for key, entry in list(pending.items()):
                 tp, batch, first, start, high_watermark = entry
                 end = min(start + size, batch.num_rows)
+                marks, cut_lsn = markers[key], None
+                while marks and marks[0][0] < start:
+                    marks.pop(0)
+                if marks and marks[0][0] < end:
+                    end, cut_lsn = marks[0][0] + 1, marks[0][1]
                 stop = batch.column("offset")[end - 1].as_py() + 1
                 if end == batch.num_rows:
                     # the fetch's last piece ends where the consumer stands: past the commit
@@ -367,10 +382,11 @@ class ReaderActor:
                     self._apply(decision)  # paused: put back; moved or dropped: nothing
                     del pending[key]
                     continue
-                whole = end - start == batch.num_rows
-                rows = batch if whole else batch.slice(start, end - start)
+                whole = end - start == batch.num_rows and cut_lsn is None
+                kept = end - start - (cut_lsn is not None)  # a marker is no row
+                rows = batch if whole else batch.slice(start, kept)
                 cuts.setdefault(self._host_of[key], []).append(
-                    _Cut(key, first, decision.stop, rows, whole, high_watermark)
+                    _Cut(key, first, decision.stop, rows, whole, high_watermark, cut_lsn)
                 )
                 if end < batch.num_rows:
                     entry[2], entry[3] = decision.stop, end
@@ -491,7 +507,9 @@ class ReaderActor:
         )
         hw = cut.high_watermark
         caught_up = hw is not None and cut.next_offset >= hw
-        return Piece(cut.key, cut.first, cut.next_offset, n, nbytes, rows, caught_up, hw)
+        return Piece(
+            cut.key, cut.first, cut.next_offset, n, nbytes, rows, caught_up, hw, cut.cut_lsn
+        )
 
     def _not_handed(self, token: PollToken, key: str, first: int, e: BaseException) -> None:
         """The piece of ``key`` starting at ``first`` did not reach its host: read it again."""

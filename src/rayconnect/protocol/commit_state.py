@@ -64,8 +64,11 @@ class CommitState:
         write_timeout_s: float,
         interval_from: float | None = None,
         table_offsets: Mapping[str, int] | None = None,
+        cut: int | None = None,
     ) -> None:
         self.epoch = epoch
+        #: consistent cuts: the LSN every partition of the round ends at (StartCommit.cut)
+        self.cut = cut
         self.txn_id = txn_id
         self.partitions: frozenset[str] = frozenset(partitions)
         self.start_offsets: dict[str, int] = {
@@ -255,6 +258,7 @@ class CommitState:
         statuses = [self.statuses[k] for k in keys]
         files = {f.path: f for s in statuses for f in s.files}
         resets = {k: self.starting_over[k] for k in keys if k in self.starting_over}
+        partial = bool(self.missing() or self.lost or len(keys) < len(self.statuses))
         return CommitTable(
             epoch=self.epoch,
             txn_id=self.txn_id,
@@ -266,8 +270,9 @@ class CommitState:
                 pipeline=pipeline,
                 epoch=self.epoch,
                 txn_id=self.txn_id,
-                partial=bool(self.missing() or self.lost or len(keys) < len(self.statuses)),
+                partial=partial,
                 records=sum(s.records for s in statuses),
                 offset_resets=resets,
+                cut_lsn=None if partial else self.cut,
             ),
         )

@@ -80,6 +80,7 @@ from typing import Final
 import msgspec
 
 from rayconnect.protocol.commit_state import CommitState, Rejection, RejectionKind
+from rayconnect.protocol.cut_marks import next_cut
 from rayconnect.protocol.drain_window import DrainWindow
 from rayconnect.protocol.effects import (
     Broadcast,
@@ -348,6 +349,8 @@ class Coordinator(TableMachine[State, Event]):
         self._last_duration: float | None = None
         self._last_end_to_start: float | None = None
         self._last_error: str | None = None
+        #: consistent cuts: the cut of the last version committed whole (None: unknown)
+        self._committed_cut: int | None = None
 
     # -- read-only views -------------------------------------------------------------------
 
@@ -449,6 +452,8 @@ class Coordinator(TableMachine[State, Event]):
         self._offsets.update(commit.offsets)
         self._committed += 1
         self._partial += int(commit.metadata.partial)
+        if commit.metadata.cut_lsn is not None:
+            self._committed_cut = commit.metadata.cut_lsn
         self._last_duration = now - rnd.started_at
         ack = AckCommit(
             epoch=self._epoch,
@@ -515,8 +520,7 @@ class Coordinator(TableMachine[State, Event]):
             return [GiveUp(self._last_error)]
         start = self._resets.pending[report.partition].start
         self._last_error = (
-            f"{report.describe()}; starting it over at {start:,} "
-            f"(offsets_out_of_range: {policy})"
+            f"{report.describe()}; starting it over at {start:,} (offsets_out_of_range: {policy})"
         )
         return []
 
@@ -634,7 +638,9 @@ class Coordinator(TableMachine[State, Event]):
             return []
         assert rnd is not None
         if self._state is State.STARTED:
-            start = StartCommit(epoch=self._epoch, txn_id=rnd.txn_id, offsets=rnd.start_offsets)
+            start = StartCommit(
+                epoch=self._epoch, txn_id=rnd.txn_id, offsets=rnd.start_offsets, cut=rnd.cut
+            )
             return [SendMessage(to=key, message=start)]
         rnd.mark_lost(key)
         return self._evaluate(now)
@@ -668,6 +674,11 @@ class Coordinator(TableMachine[State, Event]):
         if interval_from is not None:
             self._last_end_to_start = now - interval_from
         self._txn_id += 1
+        rnd = self._round
+        cut = None
+        if self.config.consistent_cuts and rnd is not None:
+            seen = {k: s.cut_seen for k, s in rnd.statuses.items()}
+            cut = next_cut(self._partitions, seen, self._committed_cut)
         rnd = CommitState(
             epoch=self._epoch,
             txn_id=self._txn_id,
@@ -678,9 +689,12 @@ class Coordinator(TableMachine[State, Event]):
             interval_from=interval_from,
             commit_interval_s=self.config.commit_interval_s,
             write_timeout_s=self.config.write_timeout_s,
+            cut=cut,
         )
         self._round = rnd
-        start = StartCommit(epoch=self._epoch, txn_id=self._txn_id, offsets=rnd.start_offsets)
+        start = StartCommit(
+            epoch=self._epoch, txn_id=self._txn_id, offsets=rnd.start_offsets, cut=cut
+        )
         # reports that came while the last round was written may end this one at once,
         # whichever way that round ended (committed, empty or discarded)
         return [

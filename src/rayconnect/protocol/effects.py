@@ -21,6 +21,8 @@ from rayconnect.protocol.messages import Message
 from rayconnect.protocol.types import DataFile
 
 COORDINATOR = "coordinator"
+#: the table metadata key of a version's cut (``RoundMetadata.cut_lsn``)
+CUT_LSN_KEY = "rayconnect.cut_lsn"
 
 
 # Subclasses say frozen=True again: msgspec inherits it, mypy (dataclass_transform) does not.
@@ -55,6 +57,9 @@ class RoundMetadata(msgspec.Struct, frozen=True):
     #: partitions this version starts over (``protocol.offset_range``): key -> the stale
     #: offset outside the partition's log that the version's offset replaces
     offset_resets: dict[str, int] = {}
+    #: consistent cuts: every partition of the version ends at its cut marker of this LSN
+    #: (None: not a cut - cuts are off, or the commit is partial)
+    cut_lsn: int | None = None
 
     def as_table_metadata(self) -> dict[str, str]:
         """The table's spelling: ``rayconnect.<field>`` string values."""
@@ -67,6 +72,8 @@ class RoundMetadata(msgspec.Struct, frozen=True):
         }
         if self.offset_resets:
             spelled["rayconnect.offset_resets"] = msgspec.json.encode(self.offset_resets).decode()
+        if self.cut_lsn is not None:
+            spelled[CUT_LSN_KEY] = str(self.cut_lsn)
         return spelled
 
 

@@ -41,6 +41,9 @@ class StartCommit(_Message, tag="START-COMMIT", frozen=True):
     epoch: int
     txn_id: int
     offsets: dict[str, int]
+    #: consistent cuts (``commit.consistent_cuts``): each partition takes the records up to
+    #: its cut marker of this LSN (``protocol/cut_marks.py``); None: nothing this round
+    cut: int | None = None
 
 
 class EndCommit(_Message, tag="END-COMMIT", frozen=True):
@@ -65,6 +68,8 @@ class WriteStatus(_Message, tag="WRITE-STATUS", frozen=True):
     first_offset: int
     next_offset: int
     records: int
+    #: consistent cuts: the highest cut marker LSN read past the round's start (None: none)
+    cut_seen: int | None = None
 
 
 class AckCommit(_Message, tag="ACK-COMMIT", frozen=True):
@@ -131,11 +136,17 @@ class HostWriteStatus(_Message, tag="HOST-WRITE-STATUS", frozen=True):
     records: tuple[int, ...]
     files: tuple[DataFile, ...] = ()
     file_indexes: tuple[tuple[int, ...], ...] = ()
+    #: each partition's ``WriteStatus.cut_seen`` (empty: None for all)
+    cuts_seen: tuple[int | None, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.partitions)
         lengths = (len(self.first_offsets), len(self.next_offsets), len(self.records))
-        if lengths != (n, n, n) or len(self.file_indexes) not in (0, n):
+        if (
+            lengths != (n, n, n)
+            or len(self.file_indexes) not in (0, n)
+            or len(self.cuts_seen) not in (0, n)
+        ):
             raise ValueError(f"HOST-WRITE-STATUS arrays of unequal length for {n} partitions")
         if len(set(self.partitions)) != n:
             raise ValueError("HOST-WRITE-STATUS names a partition twice")
@@ -170,6 +181,11 @@ class HostWriteStatus(_Message, tag="HOST-WRITE-STATUS", frozen=True):
             records=tuple(s.records for s in statuses),
             files=tuple(files),
             file_indexes=tuple(indexes) if files else (),
+            cuts_seen=(
+                tuple(s.cut_seen for s in statuses)
+                if any(s.cut_seen is not None for s in statuses)
+                else ()
+            ),
         )
 
     def statuses(self) -> list[WriteStatus]:
@@ -180,6 +196,7 @@ class HostWriteStatus(_Message, tag="HOST-WRITE-STATUS", frozen=True):
         for idx in indexes:
             if idx not in own:
                 own[idx] = tuple(files[j] for j in idx)
+        cuts = self.cuts_seen or (None,) * len(self.partitions)
         return [
             WriteStatus(
                 self.epoch,
@@ -189,13 +206,15 @@ class HostWriteStatus(_Message, tag="HOST-WRITE-STATUS", frozen=True):
                 first,
                 next_,
                 records,
+                cut,
             )
-            for key, first, next_, records, idx in zip(
+            for key, first, next_, records, idx, cut in zip(
                 self.partitions,
                 self.first_offsets,
                 self.next_offsets,
                 self.records,
                 indexes,
+                cuts,
                 strict=True,
             )
         ]

@@ -54,6 +54,14 @@ Rules
   1, then 2, 4 ... up to ``MAX_RESYNC_GAP`` idle rounds), so a partition whose log truly
   ends earlier than it said (a topic re-created) costs a seek now and then, not one a
   round. ``STALL_ROUNDS`` such rounds in a row show the partition as ``stalled`` (status).
+- Consistent cuts (``commit.consistent_cuts``, ``protocol/cut_marks.py``): the START
+  names a cut LSN; the round takes exactly the records up to this partition's marker of it.
+  Batches are *held* (in the read-ahead) as they come, and the held ones that end at or
+  before the cut's end move into the round (``_promote``) once that end is known - a marker
+  at or past the cut read. An END before the round reached its end waits for it (the
+  marker is in the log: the coordinator only names cuts every partition has read).
+  WRITE-STATUS says the highest marker read past the round's end (``cut_seen``), from which
+  the coordinator names the next cut. The reader ends every batch at a marker at most.
 - A failed flush loses data that the round accepted: the round cannot be reported. The
   participant pauses, tells the coordinator (ROUND-LOST, so the round does not wait for it)
   and waits for the next START.
@@ -85,6 +93,7 @@ from typing import Final
 
 import msgspec
 
+from rayconnect.protocol.cut_marks import CutMarks
 from rayconnect.protocol.effects import (
     COORDINATOR,
     FindReader,
@@ -262,6 +271,10 @@ class Participant(TableMachine[State, Event]):
         self._resync_at = 1
         self._resyncs = 0
         self._progress_at: float | None = None  # when a batch was last accepted
+        #: consistent cuts: the markers read past the committed offset, the open round's cut
+        self._cuts = self.config.consistent_cuts
+        self._marks = CutMarks()
+        self._cut: int | None = None
 
     # -- read-only views -------------------------------------------------------------------
 
@@ -349,10 +362,12 @@ class Participant(TableMachine[State, Event]):
         *,
         caught_up: bool = False,
         high_watermark: int | None = None,
+        cut_lsn: int | None = None,
     ) -> Ready:
         """The reader delivers offsets ``[first_offset, next_offset)`` as ``handle``;
         ``caught_up``: they end at the partition's high watermark (nothing more to read);
-        ``high_watermark``: the partition's, as the reader saw it (the liveness rule)."""
+        ``high_watermark``: the partition's, as the reader saw it (the liveness rule);
+        ``cut_lsn``: the batch ends with a cut marker of this LSN (consistent cuts)."""
         if next_offset < first_offset or first_offset < 0 or count < 0 or nbytes < 0:
             raise ProtocolError(
                 f"{self.key}: bad batch [{first_offset}, {next_offset}) "
@@ -363,6 +378,8 @@ class Participant(TableMachine[State, Event]):
             self._data_end = next_offset
         elif high_watermark is not None:
             self._data_end = max(high_watermark, next_offset)
+        if cut_lsn is not None:  # a fact of the log, whatever becomes of the batch
+            self._marks.seen(next_offset, cut_lsn)
         return self._on_records(
             Batch(first_offset, next_offset, count, nbytes, handle, now), caught_up
         )
@@ -448,6 +465,8 @@ class Participant(TableMachine[State, Event]):
         txn = self._txn = WriteState(msg.epoch, msg.txn_id, first_offset=offset)
         self._gap_seek = None
         ahead, self._ahead = self._ahead, None
+        if self._cuts:
+            return self._start_cut(msg.cut, txn, ahead)
         if ahead is not None and offset == ahead.first_offset and not self._reader_lost:
             txn.adopt(ahead)  # the reader is at ahead.next_offset already: no seek
             effects = [Resume(), *self._after_append(txn)]
@@ -461,6 +480,68 @@ class Participant(TableMachine[State, Event]):
             return [self._seek(offset), Resume()]
         return [Resume()]
 
+    def _start_cut(self, cut: int | None, txn: WriteState, ahead: ReadAhead | None) -> Ready:
+        """START with consistent cuts: what was held stays held if it starts where the
+        round does, and the cut takes its part of it."""
+        offset = txn.first_offset
+        self._cut = cut
+        self._marks.forget_through(offset)
+        effects: Ready = [Resume()]
+        if ahead is None or offset != ahead.first_offset or self._reader_lost:
+            ahead = None
+            if offset is None:
+                self._reader_at, self._reader_lost = None, False
+                effects = [SeekToPolicy(), Resume()]
+            elif offset != self._reader_at or self._reader_lost:
+                effects = [self._seek(offset), Resume()]
+        self._ahead = ahead if ahead is not None or offset is None else ReadAhead(offset)
+        if self._ahead is not None:
+            self._ahead.full = False
+        return effects + self._promote()
+
+    def _cut_end(self, txn: WriteState) -> int | None:
+        """Where the open round ends for its cut (None: not known yet)."""
+        if txn.first_offset is None:
+            return None
+        return self._marks.end_for(self._cut, txn.first_offset)
+
+    def _promote(self) -> Ready:
+        """Consistent cuts: move the held batches the cut takes into the open round; at
+        the round's end after END, flush the rest and report."""
+        txn, ahead = self._txn, self._ahead
+        if txn is None or ahead is None or self._state not in (State.WRITING, State.ENDING):
+            return []
+        end = self._cut_end(txn)
+        if end is None:
+            return []
+        effects: Ready = []
+        for batch in ahead.take_through(end):
+            txn.append(batch)
+            effects += self._after_append(txn)
+        if self._state is State.ENDING and txn.next_offset == end:
+            if txn.has_buffer:
+                effects.append(self._flush(txn))
+            effects += self._maybe_report()
+        return effects
+
+    def _hold(self, ahead: ReadAhead, batch: Batch, caught_up: bool) -> Ready:
+        """Consistent cuts, a round open: hold the batch (contiguous, as a round's batches
+        are: a gap seeks back once, a stale batch is dropped), then let the cut take."""
+        first = batch.first_offset
+        if first > ahead.next_offset and self._gap_seek != ahead.next_offset:
+            self._gap_seek = ahead.next_offset
+            self._dropped += 1
+            return [self._seek(ahead.next_offset)]
+        if first != ahead.next_offset:
+            return self._drop(first, batch.next_offset)
+        self._gap_seek = None
+        txn = self._txn
+        unknown_end = txn is not None and self._cut_end(txn) is None
+        # bounded only once the cut's end is known: before, the marker may lie beyond
+        return self._read_ahead(ahead, batch, caught_up, bounded=not unknown_end) + (
+            self._promote()
+        )
+
     def _on_end(self, msg: EndCommit, now: float) -> Ready:
         txn = self._current(msg.epoch, msg.txn_id)
         before = self._state
@@ -473,7 +554,9 @@ class Participant(TableMachine[State, Event]):
         effects: Ready = []
         self._drain_told = False  # what is read from here on is the next round's
         self._judge_idle(txn, now)
-        if txn.next_offset is not None and not self._reader_lost:
+        if self._cuts and (self._ahead is not None or txn.first_offset is None):
+            pass  # held batches stay held: the round may still need some
+        elif txn.next_offset is not None and not self._reader_lost:
             self._ahead = ReadAhead(txn.next_offset)  # keep reading for the next round
         else:
             effects.append(Pause())  # the start is unknown: nothing to continue from
@@ -487,6 +570,7 @@ class Participant(TableMachine[State, Event]):
             return []
         effects: Ready = [Pause()] if before is State.WRITING else []
         self._committed = msg.offsets.get(self.key)
+        self._marks.forget_through(self._committed)
         ahead = self._ahead
         if ahead is not None and self._committed != ahead.first_offset:
             effects += self._drop_read_ahead()  # committed without us: START will seek back
@@ -498,6 +582,9 @@ class Participant(TableMachine[State, Event]):
         first, next_ = batch.first_offset, batch.next_offset
         if first == next_:
             return []
+        open_round = self._state in (State.WRITING, State.ENDING)
+        if self._cuts and open_round and self._ahead is not None:
+            return self._hold(self._ahead, batch, caught_up)
         if self._state is not State.WRITING and self._ahead is not None:
             return self._read_ahead(self._ahead, batch, caught_up)
         if self._state is not State.WRITING or txn is None or txn.next_offset is None:
@@ -545,7 +632,8 @@ class Participant(TableMachine[State, Event]):
         """At END: a quiet round that read nothing while the log had data past the reader
         counts as idle-behind; when a re-sync is due, the next START seeks (module
         docstring)."""
-        at, end = txn.next_offset, self._data_end
+        # with cuts the reader runs ahead of the round (held batches): judge where it is
+        at, end = (self._reader_at if self._cuts else txn.next_offset), self._data_end
         if txn.records or txn.next_offset != txn.first_offset:
             self._idle_behind, self._resync_at = 0, 1
             return
@@ -562,7 +650,9 @@ class Participant(TableMachine[State, Event]):
             self._resyncs += 1
             self._resync_at = self._idle_behind + min(2**self._resyncs, MAX_RESYNC_GAP)
 
-    def _read_ahead(self, ahead: ReadAhead, batch: Batch, caught_up: bool) -> Ready:
+    def _read_ahead(
+        self, ahead: ReadAhead, batch: Batch, caught_up: bool, bounded: bool = True
+    ) -> Ready:
         if batch.first_offset != ahead.next_offset:
             self._dropped += 1
             self._reader_lost = True  # stale or a gap: the next START seeks
@@ -573,8 +663,10 @@ class Participant(TableMachine[State, Event]):
         ahead.ends_round = ends or ahead.ends_round
         self._reader_at = batch.next_offset
         cfg = self.config
-        if not ahead.full and (
-            ahead.records >= cfg.flush_max_records or ahead.nbytes >= cfg.flush_max_bytes
+        if (
+            bounded
+            and not ahead.full
+            and (ahead.records >= cfg.flush_max_records or ahead.nbytes >= cfg.flush_max_bytes)
         ):
             ahead.full = True
             return [*told, Pause()]  # bounded: wait for the next START
@@ -626,6 +718,8 @@ class Participant(TableMachine[State, Event]):
         assert txn is not None
         self._last_error = f"flush {flush_id} of txn {txn.txn_id} failed: {reason}"
         effects: Ready = [Pause()] if before is State.WRITING else self._drop_read_ahead()
+        if self._cuts:
+            self._ahead = None  # held batches follow a round that is gone: read again
         # Tell the coordinator now, so the round does not wait write_timeout_s for us.
         lost = RoundLost(epoch=txn.epoch, txn_id=txn.txn_id, partition=self.key, reason=reason)
         effects.append(SendMessage(to=COORDINATOR, message=lost))
@@ -643,6 +737,9 @@ class Participant(TableMachine[State, Event]):
         if self._reader_lost:  # the reader's steering was lost or it attached meanwhile
             effects = [self._seek(offset), Resume()] if self.is_reading else [self._seek(offset)]
         self._reader_at = offset
+        if self._cuts:
+            self._ahead = ReadAhead(offset)  # batches before now came from nowhere known
+            return effects + self._promote()
         return effects + (self._maybe_report() if self._state is State.ENDING else [])
 
     def _on_tick(self, now: float) -> Ready:
@@ -661,8 +758,13 @@ class Participant(TableMachine[State, Event]):
         txn = self._txn
         if txn is None or not txn.can_report():
             return []
+        cut_seen = None
+        if self._cuts:
+            if txn.next_offset != self._cut_end(txn):
+                return []  # the cut's end is still to be read
+            cut_seen = self._marks.highest(txn.next_offset)
         self._fire(Event.REPORT)
-        return [SendMessage(to=COORDINATOR, message=txn.write_status(self.key))]
+        return [SendMessage(to=COORDINATOR, message=txn.write_status(self.key, cut_seen))]
 
     def _close(self) -> None:
         """Forget the open round (its flushes' late results will be ignored)."""

@@ -44,6 +44,11 @@ class CommitSettings(msgspec.Struct, frozen=True):
     #: while steady traffic keeps a version per commit_interval_s. Implied by
     #: commit_when_caught_up.
     commit_when_drained: bool = True
+    #: every round ends every partition at one source LSN, so the tables of a routed sink
+    #: fed by one database are, version by version, a consistent cut of it (the source
+    #: writes cut markers: the Postgres source's ``cut_markers``; docs/guides/
+    #: database-mirror.md#consistent-cuts). Costs about one commit_interval_s of freshness.
+    consistent_cuts: bool = False
 
     def __post_init__(self) -> None:
         require(self.commit_interval_s > 0, "commit_interval_s must be > 0")

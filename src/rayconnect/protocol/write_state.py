@@ -115,7 +115,7 @@ class WriteState:
         """Everything accepted is in files and the starting offset is known."""
         return self.first_offset is not None and not self.in_flight and not self._batches
 
-    def write_status(self, key: str) -> WriteStatus:
+    def write_status(self, key: str, cut_seen: int | None = None) -> WriteStatus:
         assert self.first_offset is not None and self.next_offset is not None
         self.reported = WriteStatus(
             epoch=self.epoch,
@@ -125,6 +125,7 @@ class WriteState:
             first_offset=self.first_offset,
             next_offset=self.next_offset,
             records=self.records,
+            cut_seen=cut_seen,
         )
         return self.reported
 
@@ -157,3 +158,16 @@ class ReadAhead:
         self.next_offset = batch.next_offset
         self.records += batch.count
         self.nbytes += batch.nbytes
+
+    def take_through(self, end: int) -> list[Batch]:
+        """The leading batches that end at or before ``end`` (consistent cuts: the part a
+        round's cut takes); what stays starts where they end."""
+        n = 0
+        while n < len(self.batches) and self.batches[n].next_offset <= end:
+            n += 1
+        taken, self.batches = self.batches[:n], self.batches[n:]
+        for batch in taken:
+            self.first_offset = batch.next_offset
+            self.records -= batch.count
+            self.nbytes -= batch.nbytes
+        return taken
