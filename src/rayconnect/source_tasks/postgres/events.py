@@ -45,6 +45,7 @@ from rayconnect.protocol.unchanged_marker import unchanged_headers
 from rayconnect.source_tasks.base import SourceRecord
 from rayconnect.source_tasks.postgres.column_types import lake_type
 from rayconnect.source_tasks.postgres.pgoutput import Cell, Column, Unchanged
+from rayconnect.source_tasks.postgres.row_reader import compile_reader
 from rayconnect.source_tasks.postgres.values import json_encoder
 
 #: what ``after`` holds for a TOASTed value that was not sent (Debezium's default)
@@ -72,7 +73,8 @@ class RowCodec:
     """Rows of one table shape as JSON, built once per shape (a Relation message)."""
 
     __slots__ = (
-        "shape", "headers", "_names", "_fields", "_encoders", "_key", "_identity", "_unavailable"
+        "shape", "headers", "read", "_names", "_fields", "_encoders", "_key", "_identity",
+        "_unavailable",
     )  # fmt: skip
 
     def __init__(
@@ -100,6 +102,9 @@ class RowCodec:
         self._unavailable = [
             placeholder if lake_types[c.name] == "string" else b"null" for c in columns
         ]
+        #: a row of values and NULLs at a position of a pgoutput message -> ``row(cells)``
+        #: and ``key(cells)`` in one pass, or None (the general path): ``row_reader``
+        self.read = compile_reader(self._fields, self._encoders, self._key, self._names)
 
     def row(self, cells: Sequence[Cell], old: Sequence[Cell] | None = None) -> bytes:
         """The whole row; an unchanged TOASTed value from ``old`` (a whole old row) if it
@@ -169,6 +174,14 @@ def event_value(
     )  # fmt: skip
 
 
+def source_tail(*, lsn: int, txid: int | None, commit_ms: int, snapshot: bool) -> bytes:
+    """The transaction's part of a ``source`` block, after ``EventBuilder.source_head``."""
+    return b'"lsn":%d,"lsn_text":"%X/%X","txId":%s,"ts_ms":%d,"snapshot":"%s"}' % (
+        lsn, lsn >> 32, lsn & 0xFFFFFFFF, b"null" if txid is None else b"%d" % txid,
+        commit_ms, b"true" if snapshot else b"false",
+    )  # fmt: skip
+
+
 def read_events(
     codec: RowCodec, rows: Sequence[Sequence[Cell]], source: bytes, now_ms: int
 ) -> tuple[list[bytes | None], list[bytes]]:
@@ -216,8 +229,13 @@ class EventBuilder:
     def source(
         self, shape: TableShape, *, lsn: int, txid: int | None, commit_ms: int, snapshot: bool
     ) -> bytes:
-        """The ``source`` block, the same for every change of a transaction and table;
-        its table part is written once per table."""
+        """The ``source`` block, the same for every change of a transaction and table:
+        ``source_head`` (once per table) and ``source_tail`` (once per transaction)."""
+        tail = source_tail(lsn=lsn, txid=txid, commit_ms=commit_ms, snapshot=snapshot)
+        return self.source_head(shape) + tail
+
+    def source_head(self, shape: TableShape) -> bytes:
+        """The table's part of its ``source`` blocks: ``{"connector": ..., "table": ...,``."""
         head = self._heads.get((shape.schema, shape.table))
         if head is None:
             fields = {
@@ -228,10 +246,7 @@ class EventBuilder:
                 "table": shape.table,
             }
             head = self._heads[(shape.schema, shape.table)] = _encode(fields)[:-1] + b","
-        return head + b'"lsn":%d,"lsn_text":"%X/%X","txId":%s,"ts_ms":%d,"snapshot":"%s"}' % (
-            lsn, lsn >> 32, lsn & 0xFFFFFFFF, b"null" if txid is None else b"%d" % txid,
-            commit_ms, b"true" if snapshot else b"false",
-        )  # fmt: skip
+        return head
 
     def records(
         self,
