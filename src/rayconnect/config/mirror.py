@@ -135,7 +135,8 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: seconds a new table may take to flow: how often the source looks for tables added
     #: to the publication, and the sink for their topics
     discovery_interval_s: PositiveFloat = 5.0
-    #: the sink's rounds (``rc.CommitSettings``)
+    #: the sink's rounds (``rc.CommitSettings``); ``consistent_cuts: true`` makes the source
+    #: write the cut markers it needs (docs/guides/database-mirror.md#consistent-cuts)
     commit: CommitSettings = CommitSettings(commit_interval_s=5.0)
     #: the sink's Spark (``rc.SparkSettings``)
     spark: SparkSettings = SparkSettings()
@@ -212,6 +213,7 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
                 own_publication=self.owns_publication,
                 topic_partitions=self.partitions,
                 discovery_interval_s=self.discovery_interval_s,
+                cut_markers=self.commit.consistent_cuts,
             ),
         )
         return SourcePipelineConfig(

@@ -58,7 +58,11 @@ class PostgresSettings(msgspec.Struct, frozen=True):
         (docs/guides/postgres-source.md#parallel-snapshot). ``discovery_interval_s``: how
         often the streaming task looks for tables added to the publication; each one found
         is captured and snapshotted while the stream flows (watermarked chunks of
-        ``batch_size`` rows: docs/guides/postgres-source.md#snapshots-while-streaming)."""
+        ``batch_size`` rows: docs/guides/postgres-source.md#snapshots-while-streaming).
+        ``cut_markers``: end each Kafka transaction that ends at a Postgres commit with a
+        cut marker in every partition of every captured table's topic, for sinks with
+        ``commit.consistent_cuts`` (docs/guides/database-mirror.md#consistent-cuts); other
+        consumers of the topics see them as tombstones without a key."""
 
     dsn: str
     slot: str
@@ -85,6 +89,7 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     snapshot_parallelism: PositiveInt | None = None
     snapshot_chunk_rows: PositiveInt = 100_000
     discovery_interval_s: PositiveFloat = 10.0
+    cut_markers: bool = False
 
     __repr__ = redacted_repr
 

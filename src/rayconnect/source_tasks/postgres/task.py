@@ -31,6 +31,7 @@ from rayconnect.source_tasks.base import (
     SourceRecord,
     SourceTaskContext,
 )
+from rayconnect.source_tasks.cut_markers import cut_markers
 from rayconnect.source_tasks.postgres import catalog, window_reader
 from rayconnect.source_tasks.postgres.events import (
     EventBuilder,
@@ -447,11 +448,15 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                 continue
             self._on_message(decode(payload), records)
         txn = self.context.transaction_context
+        markers: list[SourceRecord] = []
         if records and txn is not None and (self._txn is None or self._open >= bound):
+            if self._txn is None and self.settings.cut_markers:  # ends at a database commit
+                markers = cut_markers([t.name for t in self.topics()], self._flush_point)
             txn.commit_transaction()
             self._open = 0
             self._flushes.append(self._flush_point)
         self._records_polled += len(records)
+        records += markers
         return records
 
     def _on_message(self, message: Any, records: list[SourceRecord]) -> None:
