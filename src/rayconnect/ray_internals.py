@@ -56,6 +56,13 @@ def kv_del(key: bytes, namespace: str | None = None) -> None:
     _internal_kv_del(key, namespace=namespace)
 
 
+def kv_keys(prefix: bytes, namespace: str | None = None) -> list[bytes]:
+    """The keys starting with ``prefix``."""
+    from ray.experimental.internal_kv import _internal_kv_list
+
+    return [bytes(k) for k in _internal_kv_list(prefix, namespace=namespace)]
+
+
 def actor_id(handle: Any) -> str:
     """The hex id of the actor a handle points to: equal for every handle to one actor."""
     return str(handle._actor_id.hex())

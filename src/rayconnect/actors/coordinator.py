@@ -582,8 +582,9 @@ class CoordinatorActor:
         upkeep = self._route_upkeep.get(table)
         if upkeep is None:
             from rayconnect.tables.factory import open_upkeep
+            from rayconnect.tables.route_formats import sink_formats
 
-            formats = self.config.route_formats()
+            formats = sink_formats(self.config)
             upkeep = open_upkeep(
                 self.config.sink.route_table(table), self.config.name, formats(table)
             )

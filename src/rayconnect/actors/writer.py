@@ -81,6 +81,7 @@ from rayconnect.spark_bridge.task_writes import RoutedWrite
 from rayconnect.spark_bridge.write_here import write_groups_here
 from rayconnect.spark_bridge.write_result import WriteResult
 from rayconnect.storage.location import TableLocation, as_location
+from rayconnect.tables.route_formats import PublishedFormats
 from rayconnect.write_modes.row_delta import SearchJob, search_here
 
 if TYPE_CHECKING:
@@ -559,6 +560,10 @@ class WriterActor:
         if self._table_schema is not None:
             table_schema = await loop.run_in_executor(None, self._table_schema)
         routing = self._routing
+        if routing is not None and isinstance(routing.formats, PublishedFormats):
+            # Spark's tasks get plain formats, with the keys published so far
+            formats = await loop.run_in_executor(None, routing.formats.refresh)
+            routing = dataclasses.replace(routing, formats=formats)
         if routing is not None and self._route_schemas is not None:
             schemas = await loop.run_in_executor(self._here_thread, self._route_schemas)
             routing = dataclasses.replace(routing, schemas=schemas)

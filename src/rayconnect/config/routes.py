@@ -223,6 +223,10 @@ class Routes(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: a record no rule takes (or whose rule makes a bad table name): ``dead_letter`` - kept
     #: with the reason in the sink's own table - or ``stop`` its partition
     unrouted: Unrouted = "dead_letter"
+    #: an upsert table whose rule gives no key (``key_schema``, ``key_columns``) is keyed by
+    #: the key the producer of its topic published (``rayconnect.route_keys``: the Postgres
+    #: source's ``route_keys_for``), when there is one
+    published_keys: bool = False
 
     def __post_init__(self) -> None:
         require(bool(self.rules), "routes.rules is empty: give at least one rule")
@@ -272,10 +276,39 @@ class RouteFormats(msgspec.Struct, frozen=True):
     default: RecordFormat
     #: each rule's tables' format, in rule order
     by_rule: tuple[RecordFormat, ...]
+    #: ``routes.published_keys``: table -> the key published for its topic (columns and
+    #: type names), for upsert tables whose rule gives no key (``with_published``)
+    keys: dict[str, dict[str, str]] = {}
 
     def __call__(self, name: str) -> RecordFormat:
         rule = self.routes.rule_of(name)
-        return self.default if rule is None else self.by_rule[rule]
+        fmt = self.default if rule is None else self.by_rule[rule]
+        key = self.keys.get(name)
+        if key is None:
+            return fmt
+        return msgspec.structs.replace(
+            fmt, key_format="json", key_schema=key, include_key=True, upsert_keys=tuple(key)
+        )
+
+    def with_published(self, topic_keys: Mapping[str, dict[str, str]]) -> RouteFormats:
+        """These formats with the keys published for topics (``rayconnect.route_keys``):
+        each topic's table, if its rule gives no key of its own (``key_schema``,
+        ``key_columns``) and it is an upsert table,
+        is keyed by its topic's key (unchanged without ``routes.published_keys``)."""
+        if not self.routes.published_keys:
+            return self
+        keys = dict(self.keys)
+        for topic, key in topic_keys.items():
+            name = self.routes.route(topic).table
+            if name is None:
+                continue
+            rule = self.routes.rule_of(name)
+            own = self.routes.rules[rule] if rule is not None else None
+            if own is not None and (own.key_schema or own.key_columns) is not None:
+                continue
+            if (self.default if rule is None else self.by_rule[rule]).upsert_keys:
+                keys[name] = dict(key)
+        return self if keys == self.keys else msgspec.structs.replace(self, keys=keys)
 
     @property
     def typed(self) -> bool:

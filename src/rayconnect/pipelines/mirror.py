@@ -326,6 +326,11 @@ class MirrorHandle:
         sink = self.sink.stop(commit=commit, timeout_s=timeout_s)
         with contextlib.suppress(Exception):
             ray_internals.kv_del(_kv_key(self.name), namespace=_KV_NAMESPACE)
+        if drop_slot:  # deleted for good: the keys its source published go too
+            from rayconnect import route_keys
+
+            with contextlib.suppress(Exception):
+                route_keys.forget(self.record.sink)
         if self.broker is not None:
             self.broker.stop()
         return MirrorStopResult(source=source, sink=sink, drained=drained, slot_dropped=drop_slot)

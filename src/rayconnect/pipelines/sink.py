@@ -234,9 +234,10 @@ def _routing(cfg: SinkPipelineConfig) -> tuple[Any, Any]:
     if cfg.sink.routes is None:
         return None, None
     from rayconnect.spark_bridge.task_writes import RoutedWrite
+    from rayconnect.tables.route_formats import sink_formats
     from rayconnect.tables.table_set import RouteSchemas
 
-    formats = cfg.route_formats()
+    formats = sink_formats(cfg)
     schemas = RouteSchemas(cfg.sink, cfg.name, formats) if formats.typed else None
     return RoutedWrite(cfg.sink.routes, cfg.sink.route_location, formats), schemas
 

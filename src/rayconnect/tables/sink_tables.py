@@ -16,5 +16,7 @@ def open_round_committer(
     """The committer of ``config``'s rounds (no IO yet); ``search``: where merge-on-read
     rounds search their keys (``write_modes.key_search``)."""
     if config.sink.routes is not None:
-        return TableSet(config.sink, config.name, config.route_formats(), search)
+        from rayconnect.tables.route_formats import sink_formats
+
+        return TableSet(config.sink, config.name, sink_formats(config), search)
     return open_committer(config.sink, config.name, config.record_format(), search)

@@ -239,3 +239,48 @@ def test_truncate_applies_by_default_and_a_rule_may_dead_letter_it() -> None:
     assert msgspec.structs.replace(cfg, sink=sink).route_formats()("rest").truncate == (
         "dead_letter"
     )
+
+
+def test_a_table_whose_rule_gives_no_key_takes_the_key_published_for_its_topic() -> None:
+    """``published_keys`` (``rayconnect.route_keys``): a table made by a rule without a
+    ``key_schema`` of its own is keyed by its topic's published key; a rule's own key, an
+    append table and a topic no rule takes are left as they are."""
+
+    def config(published: bool) -> SinkPipelineConfig:
+        return SinkPipelineConfig(
+            name="p",
+            source=rc.KafkaSource(
+                META, value_format="json", key_format="json", key_schema={"id": "long"},
+                include_key=True,
+            ),
+            sink=DeltaSink(
+                "/lake",
+                routes=Routes(
+                    (
+                        Route("own", topic="db.own", key_schema={"k": "string"}),
+                        Route("log", topic="db.log", write_mode="append"),
+                        Route("{1}", topic_pattern=r"db\.(\w+)"),
+                    ),
+                    published_keys=published,
+                ),
+                write_mode="upsert",
+            ),
+        )  # fmt: skip
+
+    published = {
+        "db.later": {"region": "string", "n": "int"},
+        "db.own": {"x": "long"},
+        "db.log": {"x": "long"},
+        "elsewhere.t": {"x": "long"},
+    }
+    formats = config(True).route_formats().with_published(published)
+    later = formats("later")
+    assert (later.upsert_keys, later.key_schema) == (("region", "n"), published["db.later"])
+    assert formats("own").upsert_keys == ("k",)
+    assert formats("log").upsert_keys == ()
+    assert formats("other").upsert_keys == ("id",)  # nothing published: the rule's
+    assert set(formats.keys) == {"later"}
+    # the keys travel to the writer's Spark tasks with the formats
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(formats), type=type(formats)) == formats
+    plain = config(False).route_formats()
+    assert plain.with_published(published) is plain
