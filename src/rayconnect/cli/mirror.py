@@ -175,7 +175,15 @@ def mirror_lines(status: MirrorStatus) -> list[str]:
         lines.append(f"  {name:<{width}}  {version:>8}  {t.rows_since_start:>10,}  {lag:>8}")
     if not tables:
         lines.append("  (no table committed yet: the snapshot is on its way)")
-    return lines
+    return lines + [f"  not mirrored: {why}" for why in refused_tables(status)]
+
+
+def refused_tables(status: MirrorStatus) -> list[str]:
+    """Why each table the source found while streaming is not mirrored (no primary key)."""
+    source = status.source
+    task = source.tasks.get(0) if source is not None else None
+    report = task.source if task is not None else None
+    return list((report or {}).get("tables_refused", {}).values())
 
 
 def source_line(status: MirrorStatus) -> str:

@@ -121,7 +121,8 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     key_schema: dict[str, str] | None = None
     #: each captured table's key (``schema.table`` -> the record key's fields and types):
     #: filled at start from the tables' primary keys (``pipelines.mirror``); a table missing
-    #: here (one that appears later) is keyed by ``key_schema``, else ``{id: long}``
+    #: here (one that appears later) is keyed by ``key_schema``, else by its own primary key
+    #: as the source publishes it (``rayconnect.route_keys``)
     table_keys: dict[str, dict[str, str]] = {}
     #: how a round updates a table (None: the format's default: Delta ``copy_on_write``,
     #: Iceberg ``merge_on_read``)
@@ -188,6 +189,12 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
         return self.publication is None
 
     @property
+    def whole_schema(self) -> bool:
+        """Every table of schema public is mirrored, those created later too (no ``tables``
+        or ``publication`` named): the publication is ``FOR TABLES IN SCHEMA public``."""
+        return not self.tables and self.publication is None
+
+    @property
     def prefix(self) -> str:
         return self.topic_prefix or self.name
 
@@ -213,6 +220,8 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
                 own_publication=self.owns_publication,
                 topic_partitions=self.partitions,
                 discovery_interval_s=self.discovery_interval_s,
+                schemas=["public"] if self.whole_schema else [],
+                route_keys_for=self.name if self.key_schema is None else None,
                 cut_markers=self.commit.consistent_cuts,
             ),
         )
@@ -288,7 +297,8 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
         upsert: dict[str, Any] = {
             "write_mode": "upsert",
             "key_columns": tuple(self.fallback_key),
-            "routes": Routes(rules=self._rules()),
+            # a table found later is keyed by the key its source publishes (``route_keys``)
+            "routes": Routes(rules=self._rules(), published_keys=self.key_schema is None),
             "storage_options": self.storage_options,
         }
         if self.upsert_mode is not None:

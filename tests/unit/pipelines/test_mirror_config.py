@@ -158,6 +158,46 @@ def test_each_table_is_keyed_by_its_own_primary_key() -> None:
     assert lake_table("public.t") == "t" and lake_table("s.t") == "s_t"
 
 
+def test_a_table_found_later_is_keyed_by_the_key_its_source_publishes() -> None:
+    """A whole-schema mirror's publication takes tables created later (``schemas``); its
+    source publishes each table's key for the sink (``route_keys_for``), whose pattern rules
+    key a table by its topic's published key - a table of ``table_keys`` keeps its rule."""
+    config = MirrorConfig(
+        name="shop",
+        database="postgresql://cdc@db:5432/shop",
+        to="/lake",
+        table_keys={"public.lines": {"order_id": "int", "line": "int"}},
+    )
+    task = config.source_config(["public.lines"]).task
+    assert isinstance(task, PostgresTask)
+    assert (task.schemas, task.route_keys_for) == (["public"], "shop")
+    named = MirrorConfig(name="shop", database=config.database, to="/lake", tables=["a"])
+    assert named.source_config(["a"]).task.schemas == []  # type: ignore[union-attr]
+    formats = (
+        config.sink_config()
+        .route_formats()
+        .with_published(
+            {
+                "shop.public.added": {"region": "string", "n": "int"},
+                "shop.sales.later": {"k": "decimal(10,2)"},
+                "shop.public.lines": {"other": "long"},  # its own rule's key wins
+            }
+        )
+    )
+    added = formats("added")
+    assert added.upsert_keys == ("region", "n")
+    assert added.key_schema == {"region": "string", "n": "int"}
+    assert formats("sales_later").upsert_keys == ("k",)
+    assert formats("lines").upsert_keys == ("order_id", "line")
+    assert formats("unpublished").upsert_keys == ("id",)  # nothing published: the fallback
+    shared = MirrorConfig(
+        name="shop", database=config.database, to="/lake", key_schema={"id": "long"}
+    )
+    assert shared.source_config(["a"]).task.route_keys_for is None  # type: ignore[union-attr]
+    plain = shared.sink_config().route_formats()
+    assert plain.with_published({"shop.public.added": {"region": "string"}}) is plain
+
+
 def test_the_read_back_command_of_an_iceberg_mirror_opens_its_embedded_catalog() -> None:
     """The printed command names the catalog as the sink opens it (a SQL catalog keeps its
     tables under its name: another name finds none) and the mirror's namespace."""

@@ -55,6 +55,35 @@ def test_a_truncate_in_the_window_drops_the_whole_chunk() -> None:
     assert window.rows() == ([], [])
 
 
+def test_a_keyless_chunk_goes_out_whole_unless_truncated_in_its_window() -> None:
+    """No key tells which row a change touched: every row goes out (an append sink keeps
+    them beside the changes); a truncate in the window still drops them."""
+    rows = ChunkRead("public.k", [None, None], [b"a", b"b"], [8], False, keyed=False)
+    window = Window("w", rows)
+    window.on_watermark(mark("w", LOW))
+    window.on_change("public.k", None)
+    assert window.on_watermark(mark("w", HIGH))
+    assert window.rows() == ([None, None], [b"a", b"b"])
+    truncated = Window("v", rows)
+    truncated.on_watermark(mark("v", LOW))
+    truncated.on_truncate("public.k")
+    truncated.on_watermark(mark("v", HIGH))
+    assert truncated.rows() == ([], [])
+
+
+def test_keyless_chunks_are_page_ranges_open_at_the_table_end() -> None:
+    from rayconnect.source_tasks.postgres.window_reader import ROWS_PER_PAGE_GUESS, keyless_chunk
+
+    first = keyless_chunk("public.k", None, pages=100, per_page=40.0, rows=400)
+    assert (first.lo, first.hi) == ([0], [10])
+    middle = keyless_chunk("public.k", [90], pages=100, per_page=40.0, rows=400)
+    assert (middle.lo, middle.hi) == ([90], None)  # reaches the end: the pages added too
+    guessed = keyless_chunk("public.k", [3], pages=1000, per_page=0.0, rows=500)
+    assert (guessed.lo, guessed.hi) == ([3], [3 + 500 // ROWS_PER_PAGE_GUESS])
+    empty = keyless_chunk("public.k", None, pages=0, per_page=0.0, rows=500)
+    assert (empty.lo, empty.hi) == ([0], None)
+
+
 def test_pending_tables_move_on_chunk_by_chunk_and_are_asked_once() -> None:
     p = Progress(known=["public.a"])
     assert p.request(["public.b", "public.c", "public.b"]) == ["public.b", "public.c"]

@@ -8,6 +8,7 @@ with it before any actor starts, and a task that meets it later says it in its s
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -16,6 +17,8 @@ from rayconnect.errors import ConfigError
 from rayconnect.source_tasks.postgres.events import TableShape
 from rayconnect.source_tasks.postgres.pgoutput import Column, parse_lsn
 from rayconnect.source_tasks.postgres.settings import PostgresSettings
+
+log = logging.getLogger(__name__)
 
 
 class PostgresUnreachable(ConfigError):
@@ -170,18 +173,61 @@ def primary_keys(conn: Any, tables: list[tuple[str, str]]) -> dict[str, list[tup
 
 
 def ensure_publication(settings: PostgresSettings, conn: Any) -> None:
-    """With ``tables``: the publication exists and holds each of them."""
+    """With ``tables``: the publication exists and holds each of them; with ``schemas``,
+    every table of those schemas, later ones too (``schema_publication``)."""
     if not settings.tables:
         return
     pub = settings.publication_name
     names = ", ".join(f'"{s}"."{t}"' for s, t in settings.qualified_tables)
     if not query(conn, "SELECT 1 FROM pg_publication WHERE pubname = %s", (pub,)):
+        if settings.schemas and schema_publication(conn, pub, settings.schemas, create=True):
+            ensure_publication(settings, conn)  # and the tables named outside the schemas
+            return
         query(conn, f'CREATE PUBLICATION "{pub}" FOR TABLE {names}')
         return
+    if settings.schemas:
+        schema_publication(conn, pub, settings.schemas, create=False)
     have = set(tables_of_publication(conn, pub))
     missing = [f'"{s}"."{t}"' for s, t in settings.qualified_tables if (s, t) not in have]
     if missing:
         query(conn, f'ALTER PUBLICATION "{pub}" ADD TABLE {", ".join(missing)}')
+
+
+def schema_publication(conn: Any, pub: str, schemas: list[str], *, create: bool) -> bool:
+    """Publication ``pub`` holds ``schemas`` whole - tables created there later too, their
+    changes published from their creation (``FOR TABLES IN SCHEMA``, Postgres 15). Only a
+    superuser may: for another user False, logged (the publication then holds the tables
+    named, and a table created later flows once added: ``ALTER PUBLICATION``)."""
+    import psycopg2
+
+    listed = ", ".join(f'"{s}"' for s in schemas)
+    if not create:
+        have = {s for (s,) in query(
+            conn,
+            "SELECT n.nspname FROM pg_publication_namespace pn "
+            "JOIN pg_publication p ON p.oid = pn.pnpubid "
+            "JOIN pg_namespace n ON n.oid = pn.pnnspid WHERE p.pubname = %s",
+            (pub,),
+        )}  # fmt: skip
+        missing = [s for s in schemas if s not in have]
+        if not missing:
+            return True
+        listed = ", ".join(f'"{s}"' for s in missing)
+    sql = (
+        f'CREATE PUBLICATION "{pub}" FOR TABLES IN SCHEMA {listed}'
+        if create
+        else f'ALTER PUBLICATION "{pub}" ADD TABLES IN SCHEMA {listed}'
+    )
+    try:
+        query(conn, sql)
+    except psycopg2.errors.InsufficientPrivilege as e:
+        log.warning(
+            "publication %s: not FOR TABLES IN SCHEMA %s (%s): tables created there later "
+            "are captured once added to it (ALTER PUBLICATION %s ADD TABLE ...)",
+            pub, listed, str(e).strip().splitlines()[0], pub,
+        )  # fmt: skip
+        return False
+    return True
 
 
 def tables_of_publication(conn: Any, pub: str) -> list[tuple[str, str]]:
@@ -256,6 +302,18 @@ def table_shape(
     primary_key = tuple(r[0] for r in keyed)
     sql_types = {name: (sqltype, collatable) for name, _, _, sqltype, collatable, _ in rows}
     return TableShape(schema, table, columns, primary_key), sql_types
+
+
+def table_pages(conn: Any, schema: str, table: str) -> tuple[int, float]:
+    """The table's heap pages now, and its rows per page as last estimated (0: none)."""
+    ((pages, estimate, analysed),) = query(
+        conn,
+        "SELECT pg_relation_size(oid) / current_setting('block_size')::int, reltuples, relpages "
+        "FROM pg_class WHERE oid = %s::regclass",
+        (f'"{schema}"."{table}"',),
+    )
+    per_page = float(estimate) / analysed if estimate and estimate > 0 and analysed else 0.0
+    return int(pages), per_page
 
 
 def wal_position(conn: Any) -> int:

@@ -13,6 +13,15 @@ key written) in the same Kafka transaction. A row never overwrites a newer strea
 a task killed mid-chunk reads that chunk again after restart (the watermarks of the lost
 window carry another id and are ignored).
 
+A table without a primary key (REPLICA IDENTITY FULL: its records have no key) is read by
+heap page ranges instead (``ctid``, about ``batch_size`` rows a chunk, ``Progress.pending_after``
+the next page): no key says which of its rows a change in the window touched, so every row
+of the chunk goes out (none after a truncate in the window) - the rows as read between the
+watermarks, beside the window's changes in the stream. An append sink keeps both; a sink
+that keeps rows by key cannot take such a table at all. A row an update moves from a page
+not read yet to one already read is in no chunk (its change is in the stream), one moved
+the other way is in two.
+
 Requests travel the same way: ``rayconnect snapshot`` writes a transactional message with
 the tables into the WAL (``request_prefix``), so a request is in order with the changes
 and survives the task's restarts until its effect is committed.
@@ -53,13 +62,15 @@ def decode_request(content: bytes) -> list[str]:
 
 class ChunkRead(msgspec.Struct):
     """A chunk of ``table`` read between the watermarks: its records' keys and values in key
-    order, the last key read and whether the table has no rows after it."""
+    order, the last key read and whether the table has no rows after it. ``keyed`` False: a
+    table without a key, read by pages - ``last_key`` is then ``[the next page]``."""
 
     table: str
     keys: list[bytes | None]
     values: list[bytes]
     last_key: Key | None
     exhausted: bool
+    keyed: bool = True
 
 
 def new_window_id() -> str:
@@ -95,8 +106,9 @@ class Window:
         return kind == HIGH and self.open
 
     def on_change(self, table: str, key: bytes | None) -> None:
-        """A change written to Kafka: newer than the chunk's row of the same key."""
-        if self.open and table == self.chunk.table:
+        """A change written to Kafka: newer than the chunk's row of the same key (a keyless
+        chunk's rows cannot be told apart: they all go out)."""
+        if self.open and table == self.chunk.table and self.chunk.keyed:
             self.changed.add(key)
 
     def on_truncate(self, table: str) -> None:

@@ -62,7 +62,16 @@ class PostgresSettings(msgspec.Struct, frozen=True):
         ``cut_markers``: end each Kafka transaction that ends at a Postgres commit with a
         cut marker in every partition of every captured table's topic, for sinks with
         ``commit.consistent_cuts`` (docs/guides/database-mirror.md#consistent-cuts); other
-        consumers of the topics see them as tombstones without a key."""
+        consumers of the topics see them as tombstones without a key.
+        ``schemas``: capture every table of these schemas, those created later too - the
+        task's publication is made ``FOR TABLES IN SCHEMA`` (Postgres 15; a superuser's
+        right: without it, the tables there at start), so a new table's changes flow from
+        its creation and its rows are snapshotted while streaming once it is found.
+        ``route_keys_for``: the routed sink pipeline that keys each table by its primary key
+        as this task publishes it (``rayconnect.route_keys``: a mirror's sink); a table
+        found while streaming is published before its first record, and one without a
+        primary key is refused (no records; the status names it) - that sink could not keep
+        its rows by key."""
 
     dsn: str
     slot: str
@@ -90,6 +99,8 @@ class PostgresSettings(msgspec.Struct, frozen=True):
     snapshot_chunk_rows: PositiveInt = 100_000
     discovery_interval_s: PositiveFloat = 10.0
     cut_markers: bool = False
+    schemas: list[str] = []
+    route_keys_for: str | None = None
 
     __repr__ = redacted_repr
 
@@ -116,6 +127,8 @@ class PostgresSettings(msgspec.Struct, frozen=True):
             not (self.password_env and self.password_file),
             "password_env, password_file: give one, not both",
         )
+        for schema in self.schemas:
+            require(bool(_NAME.match(schema)), f"schemas: {schema!r} is no schema name")
         for table in self.tables:
             require(
                 table.count(".") <= 1 and all(table.split(".")),
