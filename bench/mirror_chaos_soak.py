@@ -16,18 +16,20 @@ int[], numeric, timestamptz, jsonb, NULL flips; 400 keys each under upserts, upd
 deletes) and ``big`` (``--big-rows`` rows, the load writing to its first 400 keys too), the
 table the interrupted snapshots read.
 
-Faults, one kind at random: ``kill`` (ray.kill or SIGKILL of the source task, the sink's
-coordinator, a participant host, the writer or a reader), ``pg-crash`` (every Postgres
-process SIGKILLed - the postmaster and its backends, as a machine crash - then started:
-crash recovery), ``network`` (the Postgres host's link down, or a one-way cut: what Postgres
-sends to the source dropped, 5-30 s), ``broker`` (tansu SIGKILLed, started 2-10 s later),
-``snapshot`` (``SourcePipelineHandle.snapshot(["big"])``, then the source task killed 0.3-3 s
-later, ray.kill or SIGKILL; the offsets ``big``'s topic grew by until the kill say the
-snapshot was still running, and the fault waits until the topic holds, after the request, a
-snapshot read of every key of ``big`` the load does not touch: the interrupted snapshot was
-redone to its end) and ``truncate`` (a table truncated, then rows inserted in the
-same transaction). ``tc netem`` and iptables are not in this kernel (shared notes/network.md):
-no loss or delay faults.
+Faults (``--gap`` seconds apart, 10-30; ``--each-kind-first``: one of each kind in order
+before the random draw, past ``--minutes`` if need be), a kind at random: ``kill`` (ray.kill
+or SIGKILL of the source task, the sink's coordinator, a participant host, the writer or a
+reader), ``pg-crash`` (every Postgres process SIGKILLed - the postmaster and its backends,
+as a machine crash - then started: crash recovery), ``network`` (the Postgres host's link
+down, or a one-way cut: what Postgres sends to the source dropped, 5-30 s), ``broker``
+(tansu SIGKILLed, started 2-10 s later), ``snapshot``
+(``SourcePipelineHandle.snapshot(["big"])``, then the source task killed 0-2 s after the
+snapshot's first rows reached the topic, ray.kill or SIGKILL; the offsets ``big``'s topic
+grew by until the kill say the snapshot was still running, and the fault waits until the
+topic holds, after the request, a snapshot read of every key of ``big`` the load does not
+touch: the interrupted snapshot was redone to its end) and ``truncate`` (a table truncated,
+then rows inserted in the same transaction). ``tc netem`` and iptables are not in this
+kernel (shared notes/network.md): no loss or delay faults.
 
 After each fault: faults healed, the load running 5 s more, then paused (no transaction
 open), and the time from the heal until every lake table equals ``SELECT *`` (checked every
@@ -88,6 +90,8 @@ KINDS = ("kill", "pg-crash", "network", "broker", "snapshot", "truncate")
 #: the load runs this long after a fault is healed before the check: what the check then
 #: compares holds changes the recovered pipelines carried, not only what came before it
 AFTER_FAULT_S = 5.0
+#: offsets ``big``'s topic grows by once a snapshot is underway (a chunk is ~5,000 rows)
+SNAPSHOT_UNDERWAY = 2_000
 ROLES = ("source-task", "coordinator", "participant", "writer", "reader")
 
 
@@ -296,8 +300,15 @@ class MirrorSoak:
             before = self.topic_ends(topic)
             asked = time.monotonic()
             self.source.snapshot([BIG])
-            delay = rng.uniform(0.3, 3.0)
-            time.sleep(delay)
+            # killed mid-snapshot: once its first chunk is in the topic (the load's own
+            # changes to the table add a few dozen records a second)
+            deadline = asked + 120
+            while sum(self.topic_ends(topic).values()) - sum(before.values()) < SNAPSHOT_UNDERWAY:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0.0, 2.0))
+            delay = time.monotonic() - asked
             at_kill = self.topic_ends(topic)
             chaos.kill_actor(names.task(SOURCE, 0), how)
             # the load changes keys below KEYS only: every key above must be read again
@@ -323,11 +334,10 @@ class MirrorSoak:
         """The topic's high watermarks (records and transaction markers)."""
         return asyncio.run(high_watermarks(self.broker.bootstrap_servers, topic))
 
-    def wait_recovered(self, fault: dict[str, Any]) -> None:
-        """Pause the load, time until every lake table equals ``SELECT *``, resume."""
-        t = time.monotonic()
-        self.db.pause()
-        deadline = t + self.args.recovery_limit
+    def until_mirrored(self) -> str | None:
+        """Check every 2 s until every lake table equals ``SELECT *``: None, or the last
+        difference seen when ``--recovery-limit`` ran out."""
+        deadline = time.monotonic() + self.args.recovery_limit
         problem: str | None = "never checked"
         while time.monotonic() < deadline:
             try:
@@ -335,8 +345,15 @@ class MirrorSoak:
             except Exception as e:  # a lake table being committed, Postgres restarting
                 problem = f"{type(e).__name__}: {e}"
             if problem is None:
-                break
+                return None
             time.sleep(2.0)
+        return problem
+
+    def wait_recovered(self, fault: dict[str, Any]) -> None:
+        """Pause the load, time until every lake table equals ``SELECT *``, resume."""
+        t = time.monotonic()
+        self.db.pause()
+        problem = self.until_mirrored()
         took = time.monotonic() - t + (0.0 if fault["kind"] == "start" else AFTER_FAULT_S)
         fault["recovery_s"] = round(took, 1) if problem is None else None
         if problem is not None:
@@ -351,9 +368,11 @@ class MirrorSoak:
         )
         end = self.t0 + self.args.minutes * 60
         kinds = self.args.kinds.split(",")
-        while time.monotonic() < end:
-            time.sleep(self.rng.uniform(10, 30))
-            kind = self.rng.choice(kinds)
+        first = list(kinds) if self.args.each_kind_first else []
+        low, high = (float(x) for x in self.args.gap.split(","))
+        while time.monotonic() < end or first:
+            time.sleep(self.rng.uniform(low, high))
+            kind = first.pop(0) if first else self.rng.choice(kinds)
             fault: dict[str, Any] = {"kind": kind, "at_s": round(time.monotonic() - self.t0)}
             try:
                 fault.update(self.inject(kind))
@@ -376,13 +395,16 @@ class MirrorSoak:
         return self.save(complete=True)
 
     def check_final(self) -> dict[str, Any]:
-        """The load stopped: every table equal to ``SELECT *``; row counts per table."""
-        problem = difference(self.db, self.lake_of)
+        """The load stopped: every table equal to ``SELECT *`` within the recovery limit;
+        row counts per table."""
+        began = time.monotonic()
+        problem = self.until_mirrored()
         if problem is not None:
             self.violations.append(f"final: {problem}")
         rows = {t: len(self.db.rows_of(t)) for t in self.db.names}
         task = self.source.status(timeout_s=30).tasks.get(0)
-        return {"mirrored": problem is None, "rows": rows, "changes": self.db.changes,
+        return {"mirrored": problem is None, "caught_up_s": round(time.monotonic() - began, 1),
+                "rows": rows, "changes": self.db.changes,
                 "transactions": self.db.transactions,
                 "source_task_restarts": task.restarts if task else None}  # fmt: skip
 
@@ -436,6 +458,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rate", type=float, default=200.0, help="the load's changes/s")
     ap.add_argument("--big-rows", type=int, default=100_000)
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument(
+        "--each-kind-first",
+        action="store_true",
+        help="one fault of each kind, in order, first (past --minutes if need be)",
+    )
+    ap.add_argument("--gap", default="10,30", help="seconds between faults: low,high")
     ap.add_argument("--recovery-limit", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=40)
     ap.add_argument("--out", default=None)
