@@ -41,6 +41,7 @@ from rayconnect.kafka.offsets_store import combined_offsets, offset_key, offset_
 from rayconnect.kafka.topics import ensure_topics
 from rayconnect.kafka.transactions import (
     confirm_stored,
+    fence,
     init_transactions,
     producer,
     stop_quietly,
@@ -180,9 +181,15 @@ class TaskRunner:
             source = self.task.metrics() or None
         with contextlib.suppress(Exception):
             lag = self.task.lag()
+        machine = self.machine.status()
+        with contextlib.suppress(Exception):
+            helpers = self.task.helper_records_committed()
+            machine = msgspec.structs.replace(
+                machine, records_committed=machine.records_committed + helpers
+            )
         return SourceTaskReport(
             task=self.index,
-            **msgspec.structs.asdict(self.machine.status()),
+            **msgspec.structs.asdict(machine),
             transactional_id=self.transactional_id if self.transactional else None,
             exactly_once=self.transactional,
             warning=self.warning,
@@ -289,6 +296,9 @@ class TaskRunner:
                 **self.client,
             )
             await init_transactions(self.producer, s.commit_timeout_s)
+            helpers = self.task.helper_transactional_ids(self.transactional_id)
+            if helpers and self.transactional:
+                await fence(s.target.bootstrap_servers, helpers, s.commit_timeout_s, **self.client)
             offsets, _ = await combined_offsets(
                 s.target.bootstrap_servers,
                 s.own_offsets_topic,
@@ -296,7 +306,9 @@ class TaskRunner:
                 s.name,
                 **self.client,
             )
-            context = SourceTaskContext(s.name, self.index, s.tasks, offsets, self.txn_context)
+            context = SourceTaskContext(
+                s.name, self.index, s.tasks, offsets, self.txn_context, s, self.transactional
+            )
             await self.task.start(context)
             # its topics exist before its first record (kafka.topics: not the broker's pick)
             specs = self.task.topics()

@@ -151,3 +151,42 @@ async def send_batched(producer: Any, records: Sequence[Outgoing]) -> list[SentB
     for tp in list(open_batches):
         await send(tp)
     return sent
+
+
+async def send_page(
+    producer: Any,
+    topic: str,
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes],
+    headers: list[tuple[str, bytes | None]],
+) -> list[SentBatch]:
+    """``send_batched`` for a page of one topic's records sharing ``headers``: keyed ones
+    partitioned by their keys (the same murmur2), keyless ones (None keys: all of them)
+    to partition 0 - without a record object each, a partition at a time."""
+    await producer.client._wait_on_metadata(topic)
+    of_topic = sorted(producer._metadata.partitions_for_topic(topic))
+    if not keys:
+        return []
+    if keys[0] is None:
+        by_partition = {0: list(range(len(values)))}
+    else:
+        chosen = (murmur2(keys) & np.uint32(0x7FFFFFFF)) % np.uint32(len(of_topic))  # type: ignore[arg-type]
+        by_partition = {
+            of_topic[p]: np.flatnonzero(chosen == p).tolist() for p in range(len(of_topic))
+        }
+    sent: list[SentBatch] = []
+    for partition, members in by_partition.items():
+        builder, start = producer.create_batch(), 0
+        for j, i in enumerate(members):
+            key, value = keys[i], values[i]
+            if builder.append(timestamp=None, key=key, value=value, headers=headers) is None:
+                builder.close()
+                future = await producer.send_batch(builder, topic, partition=partition)
+                sent.append(SentBatch(future, members[start:j]))
+                builder, start = producer.create_batch(), j
+                builder.append(timestamp=None, key=key, value=value, headers=headers)
+        if start < len(members):
+            builder.close()
+            future = await producer.send_batch(builder, topic, partition=partition)
+            sent.append(SentBatch(future, members[start:]))
+    return sent

@@ -228,6 +228,11 @@ class SourceTaskContext:
     ``offsets`` is the combined view (the pipeline's own offsets topic over the global one)
     of every source partition of the pipeline, read with read_committed after this task's
     zombies were fenced; ``offset(p)`` looks one up, ``owned_offsets()`` lists this task's.
+
+    ``pipeline_settings`` (the pipeline's ``SourceSettings``; None outside a task actor) and
+    ``transactional`` are for a task whose helpers write to Kafka in transactions of their
+    own (the Postgres source's snapshot workers): the target, the offsets topics and the
+    transactional id their ids derive from - they fence and commit as the task does.
     """
 
     def __init__(
@@ -237,12 +242,16 @@ class SourceTaskContext:
         tasks: int,
         offsets: Mapping[str, Any],
         transaction_context: TransactionContext | None = None,
+        pipeline_settings: Any = None,
+        transactional: bool = False,
     ) -> None:
         self.pipeline = pipeline
         self.task_index = task_index
         self.tasks = tasks
         self.offsets = dict(offsets)
         self.transaction_context = transaction_context
+        self.pipeline_settings = pipeline_settings
+        self.transactional = transactional
 
     def offset(self, source_partition: Any) -> Any:
         """The committed source offset of ``source_partition``, or None."""
@@ -300,6 +309,18 @@ class SourceTask:
         """How far behind the source the committed records are (None: the task cannot
         tell); shown in status and recorded as metrics every few seconds."""
         return None
+
+    def helper_transactional_ids(self, transactional_id: str) -> list[str]:
+        """The transactional ids the task's helpers write with (derived from the task's
+        ``transactional_id``): fenced with the task's own, before its offsets are read - a
+        helper that died mid-transaction would hold read_committed readers back on a broker
+        that does not time transactions out, and must not commit afterwards."""
+        return []
+
+    def helper_records_committed(self) -> int:
+        """Records the task's helpers committed in their own Kafka transactions (the
+        Postgres source's snapshot workers): counted in the task's ``records_committed``."""
+        return 0
 
     def topics(self) -> list[TopicSpec]:
         """The topics this task writes to, with the partitions to make them with, once

@@ -10,6 +10,9 @@ control characters. Most values hold no backslash: they are slices of the buffer
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+
+from rayconnect.errors import RayconnectError
 
 _NULL = b"\\N"
 _ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))", re.DOTALL)
@@ -27,6 +30,28 @@ def _unescape_one(match: re.Match[bytes]) -> bytes:
 
 def unescape(field: bytes) -> bytes:
     return _ESCAPE.sub(_unescape_one, field)
+
+
+def parse_columns(data: bytes, width: int) -> list[Sequence[bytes | None]]:
+    """Every column of a COPY text output of ``width`` columns, each a list of its rows'
+    text (None: null): the whole output split at once, then sliced a column at a time; a
+    column holding a backslash (a null or an escape) is unescaped value by value. Tabs and
+    newlines inside values are escaped, so every raw one is a separator."""
+    if not data:
+        return [[] for _ in range(width)]
+    cells = data[:-1].replace(b"\n", b"\t").split(b"\t")
+    if len(cells) % width:
+        raise RayconnectError(f"COPY text: {len(cells)} cells are not rows of {width} columns")
+    columns: list[Sequence[bytes | None]] = []
+    for i in range(width):
+        column = cells[i::width]
+        if b"\\" in b"".join(column):
+            columns.append(
+                [None if f == _NULL else unescape(f) if b"\\" in f else f for f in column]
+            )
+        else:
+            columns.append(column)
+    return columns
 
 
 def parse_rows(data: bytes) -> list[list[bytes | None]]:

@@ -12,6 +12,14 @@ A keyless table's chunks must all be in one Kafka transaction: ``may_commit`` is
 while some of them are received and others not (its rows have no key to resume by, and a
 later snapshot could see a row moved between two ``ctid`` ranges: one transaction, as
 before, keeps it exact). The plan lists them one after another, so that window is short.
+
+Producing workers (``producing``: in a task actor) write their pages themselves, each page
+with its chunk's progress in one transaction of the worker's (``snapshot_workers``); a
+keyless table's chunks are one job of one worker, in one transaction. ``pages`` then only
+applies the progress they committed and hands the task nothing to write. The plan is
+committed (the task's source offset, by the ``-snapshot-plan`` producer) before any worker
+starts, and again when this incarnation starts more workers than the plan says: a later
+one fences every worker id that may have written.
 """
 
 from __future__ import annotations
@@ -19,12 +27,26 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import msgspec
 
 from rayconnect.source_tasks.postgres import catalog
+from rayconnect.source_tasks.postgres.chunk_offsets import plan_id
+from rayconnect.source_tasks.postgres.chunk_writer import ChunkWriter
 from rayconnect.source_tasks.postgres.progress import Chunk, Progress
 from rayconnect.source_tasks.postgres.settings import PostgresSettings
 from rayconnect.source_tasks.postgres.snapshot import SnapshotReader
-from rayconnect.source_tasks.postgres.snapshot_workers import Page, Tables, WorkerLost, WorkerPool
+from rayconnect.source_tasks.postgres.snapshot_workers import (
+    Page,
+    Producing,
+    Tables,
+    WorkerLost,
+    WorkerPool,
+    Written,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,25 +60,72 @@ class ParallelSnapshot:
         order: list[str],
         parallelism: int,
         use_ray: bool,
+        producing: Producing | None = None,
+        partition: Any = None,
     ) -> None:
+        """``producing``: the workers write (Ray actors); ``partition``: the task's source
+        partition, which the plan is committed under then."""
         self.settings = settings
         self.progress = progress
         self.exporter, self.lsn, name = catalog.export_snapshot(settings)
         try:
-            if not progress.chunks:
+            planned = not progress.chunks
+            if planned:
                 self._plan(name, tables, order)
+                progress.plan = time.time_ns()
             progress.begin_chunks(self.lsn)
-            self.todo = collections.deque(i for i, c in enumerate(progress.chunks) if not c.done)
+            shapes = tables.shapes
+            self.keyless = {c.table for c in progress.chunks if not shapes[c.table].primary_key}
+            self.todo = collections.deque(self._jobs(producing is not None))
             size = max(1, min(parallelism, len(self.todo)))
-            self.pool = WorkerPool(settings, name, tables, size, use_ray)
+            if producing is not None:
+                producing = msgspec.structs.replace(producing, plan=progress.plan)
+                if planned or size > progress.snapshot_workers:
+                    progress.snapshot_workers = max(size, progress.snapshot_workers)
+                    self._commit_plan(producing, partition)
+            self.pool = WorkerPool(settings, name, tables, size, use_ray, producing)
         except BaseException:
             self.exporter.close()
             raise
-        self.keyless = {c.table for c in progress.chunks if not tables.shapes[c.table].primary_key}
-        self._pending: dict[asyncio.Future[Page], tuple[int, int]] = {}
+        self.producing = producing
+        self._pending: dict[asyncio.Future[Any], tuple[int, list[int]]] = {}
         self._idle = list(range(len(self.pool.workers)))
+        #: jobs whose worker died: their next worker first reads what it committed
+        self._recover: set[int] = set()
+        #: rows the producing workers committed
+        self.rows_written = 0
         #: each worker's process, as its last page said
         self.pids: dict[int, int] = {}
+
+    def _jobs(self, producing: bool) -> list[list[int]]:
+        """Each unfinished chunk; a producing worker takes a keyless table's chunks as one
+        job (one transaction)."""
+        jobs: list[list[int]] = []
+        grouped: dict[str, list[int]] = {}
+        for i, chunk in enumerate(self.progress.chunks):
+            if chunk.done:
+                continue
+            if producing and chunk.table in self.keyless:
+                if chunk.table not in grouped:
+                    grouped[chunk.table] = []
+                    jobs.append(grouped[chunk.table])
+                grouped[chunk.table].append(i)
+            else:
+                jobs.append([i])
+        return jobs
+
+    def _commit_plan(self, producing: Producing, partition: Any) -> None:
+        """The plan (this offset) committed before a worker writes a chunk of it."""
+        tid = plan_id(producing.transactional_id) if producing.transactional else None
+        writer = ChunkWriter(producing.pipeline, tid)
+
+        async def commit() -> None:
+            try:
+                await writer.write([], [(partition, self.progress.to_offset())])
+            finally:
+                await writer.stop()
+
+        asyncio.run(commit())
 
     def _plan(self, name: str, tables: Tables, order: list[str]) -> None:
         """The chunks of every table still to read (from ``table``/``after`` of an offset
@@ -91,11 +160,17 @@ class ParallelSnapshot:
         chunks = self.progress.chunks
         return sum(c.done for c in chunks), len(chunks)
 
-    def _ask(self, worker: int, index: int) -> None:
-        chunk: Chunk = self.progress.chunks[index]
+    def _ask(self, worker: int, job: list[int]) -> None:
         limit = self.settings.batch_size
-        future = asyncio.ensure_future(self.pool.page(worker, chunk, limit, self.lsn))
-        self._pending[future] = (worker, index)
+        chunks = self.progress.chunks
+        call: Coroutine[Any, Any, Page | Written]
+        if self.producing is None:
+            call = self.pool.page(worker, chunks[job[0]], limit, self.lsn)
+        else:
+            recover = job[0] in self._recover
+            self._recover.discard(job[0])
+            call = self.pool.write(worker, [(i, chunks[i]) for i in job], limit, self.lsn, recover)
+        self._pending[asyncio.ensure_future(call)] = (worker, job)
 
     def _dispatch(self) -> None:
         while self._idle and self.todo:
@@ -112,14 +187,20 @@ class ParallelSnapshot:
         )
         out: list[tuple[Chunk, Page]] = []
         for future in done:
-            worker, index = self._pending.pop(future)
+            worker, job = self._pending.pop(future)
             try:
-                page = future.result()
+                result = future.result()
             except WorkerLost as e:  # its replacement is up: read the chunk again from `after`
-                log.warning("postgres source %s: %s; chunk %d again", self.settings.slot, e, index)
-                self.todo.appendleft(index)
+                log.warning("postgres source %s: %s; chunk %d again", self.settings.slot, e, job[0])
+                self.todo.appendleft(job)
+                self._recover.add(job[0])
                 self._idle.append(worker)
                 continue
+            if isinstance(result, Written):
+                self._written(worker, job, result)
+                continue
+            page: Page = result
+            index = job[0]
             self.pids[worker] = page.pid
             chunk = self.progress.chunks[index]
             if page.last_key is not None:
@@ -128,10 +209,21 @@ class ParallelSnapshot:
                 chunk.done = True
                 self._idle.append(worker)
             else:
-                self._ask(worker, index)
+                self._ask(worker, job)
             out.append((chunk, page))
         self._dispatch()
         return out
+
+    def _written(self, worker: int, job: list[int], written: Written) -> None:
+        """A producing worker committed: its chunks' progress is what Kafka holds now."""
+        self.pids[worker] = written.pid
+        self.rows_written += written.rows
+        for index, chunk in written.chunks:
+            self.progress.chunks[index] = chunk
+        if all(self.progress.chunks[i].done for i in job):
+            self._idle.append(worker)
+        else:
+            self._ask(worker, job)
 
     def close(self) -> None:
         for future in self._pending:

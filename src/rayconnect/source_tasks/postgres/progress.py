@@ -73,6 +73,13 @@ class Chunk(msgspec.Struct, array_like=True):
         else:
             self.segments.append(Segment(self.after, lsn))
 
+    def continue_at(self, lsn: int) -> None:
+        """Continue at ``lsn`` (a progress read back from Kafka): its last segment already
+        is at ``lsn`` if it was written in this exported snapshot."""
+        if self.done or (self.segments and self.segments[-1].lsn == lsn):
+            return
+        self.begin_segment(lsn)
+
 
 class Progress(msgspec.Struct, omit_defaults=True):
     lsn: int = 0
@@ -84,6 +91,12 @@ class Progress(msgspec.Struct, omit_defaults=True):
     segments: dict[str, list[Segment]] = {}
     #: the parallel snapshot's plan and each chunk's progress; [] once done
     chunks: list[Chunk] = []
+    #: the plan's id: a chunk's progress its worker committed (``chunk_offsets``) counts
+    #: for this plan only
+    plan: int = 0
+    #: how many snapshot workers (transactional ids) the plan was started with: all of
+    #: them are fenced before a restarted task reads its chunks' progress
+    snapshot_workers: int = 0
     #: the captured tables as of this offset: a table of the publication not in it was
     #: added since and is snapshotted while streaming ([]: an offset from before this field)
     known: list[str] = []
@@ -118,6 +131,7 @@ class Progress(msgspec.Struct, omit_defaults=True):
             # a keyless table's chunks share its one segment (read in one transaction)
             segments.extend(s for s in chunk.segments if s not in segments)
         self.chunks, self.table, self.after = [], None, None
+        self.plan = self.snapshot_workers = 0
 
     def begin_segment(self, table: str, lsn: int) -> None:
         """Read ``table`` from ``after`` on at ``lsn``: a new segment, or the last one

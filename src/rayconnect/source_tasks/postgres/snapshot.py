@@ -13,9 +13,10 @@ its ``ctid`` range (a TID range scan). ``plan`` cuts a table into chunks
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from typing import Any
 
-from rayconnect.source_tasks.postgres.copy_text import parse_rows
+from rayconnect.source_tasks.postgres.copy_text import parse_columns, parse_rows
 from rayconnect.source_tasks.postgres.events import RowCodec, TableShape, key_values
 from rayconnect.source_tasks.postgres.progress import Chunk, Key, comparable_key
 from rayconnect.source_tasks.postgres.snapshot_plan import (
@@ -46,16 +47,28 @@ class SnapshotReader:
             cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
 
-    def _copy(self, sql: str, params: list[Any]) -> Rows:
+    def _copy(self, sql: str, params: list[Any]) -> bytes:
         with self.conn.cursor() as cur:
             query = cur.mogrify(sql, params).decode()
             out = io.BytesIO()
             cur.copy_expert(f"COPY ({query}) TO STDOUT", out)
-        return parse_rows(out.getvalue())
+        return out.getvalue()
 
     def read(self, shape: TableShape, sql_types: SqlTypes, chunk: Chunk, limit: int) -> Rows:
         """The next rows of ``chunk`` (as Postgres text): up to ``limit`` after its
         ``after`` in key order; a keyless table's chunk all at once."""
+        return parse_rows(self._copy(*self._select(shape, sql_types, chunk, limit)))
+
+    def read_columns(
+        self, shape: TableShape, sql_types: SqlTypes, chunk: Chunk, limit: int
+    ) -> list[Sequence[bytes | None]]:
+        """``read``'s rows as columns (``copy_text.parse_columns``); the shape has columns."""
+        data = self._copy(*self._select(shape, sql_types, chunk, limit))
+        return parse_columns(data, len(shape.columns))
+
+    def _select(
+        self, shape: TableShape, sql_types: SqlTypes, chunk: Chunk, limit: int
+    ) -> tuple[str, list[Any]]:
         table = f"{_ident(shape.schema)}.{_ident(shape.table)} AS src"
         select = ", ".join("src." + _ident(c.name) for c in shape.columns)
         if not shape.primary_key:
@@ -65,7 +78,7 @@ class SnapshotReader:
             if chunk.hi is not None:
                 sql += " AND src.ctid < %s::tid"
                 params.append(f"({int(chunk.hi[0])},0)")
-            return self._copy(sql, params)
+            return sql, params
         order = _order(shape, sql_types)
         casts = ", ".join(f"%s::{sql_types[c][0]}" for c in shape.primary_key)
         where = []
@@ -81,7 +94,7 @@ class SnapshotReader:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY {order} LIMIT {int(limit)}"
-        return self._copy(sql, params)
+        return sql, params
 
     def plan(
         self, shape: TableShape, sql_types: SqlTypes, chunk_rows: int, start: Key | None = None

@@ -23,6 +23,7 @@ import logging
 import time
 from typing import Any
 
+from rayconnect import ray_internals
 from rayconnect.errors import ConfigError, OffsetsOutOfRangeError
 from rayconnect.kafka.topics import TopicSpec
 from rayconnect.source_tasks.base import (
@@ -30,9 +31,12 @@ from rayconnect.source_tasks.base import (
     SourceLag,
     SourceRecord,
     SourceTaskContext,
+    encode_partition,
 )
 from rayconnect.source_tasks.cut_markers import cut_markers
 from rayconnect.source_tasks.postgres import catalog, window_reader
+from rayconnect.source_tasks.postgres.chunk_offsets import merge_committed, snapshot_ids
+from rayconnect.source_tasks.postgres.chunk_writer import fence_and_read
 from rayconnect.source_tasks.postgres.events import (
     EventBuilder,
     Headers,
@@ -64,7 +68,7 @@ from rayconnect.source_tasks.postgres.pgoutput import (
 from rayconnect.source_tasks.postgres.progress import Progress, comparable_key
 from rayconnect.source_tasks.postgres.settings import PostgresSettings
 from rayconnect.source_tasks.postgres.snapshot import SqlTypes
-from rayconnect.source_tasks.postgres.snapshot_workers import Tables
+from rayconnect.source_tasks.postgres.snapshot_workers import Producing, Tables
 from rayconnect.source_tasks.postgres.stream import WalStream
 from rayconnect.source_tasks.postgres.window_reader import WindowReader
 
@@ -122,6 +126,8 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         self._flushes: collections.deque[int] = collections.deque()
         self._last_commit_ms: int | None = None
         self._records_polled = self._truncates_skipped = 0
+        #: snapshot rows the workers committed, of snapshots finished in this incarnation
+        self._rows_written = 0
         if not self.active:
             return
         if context.transaction_context is None:
@@ -130,9 +136,47 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                 "transaction is one Kafka transaction)"
             )
         committed = context.offset(self.source_partition)
-        await asyncio.to_thread(self._prepare, committed)
+        chunk_offsets: dict[str, Any] = {}
+        if self._producing() is not None:
+            chunk_offsets = await self._fenced_offsets(committed)
+            committed = chunk_offsets.get(encode_partition(self.source_partition))
+        await asyncio.to_thread(self._prepare, committed, chunk_offsets)
 
-    def _prepare(self, committed: Any) -> None:
+    def _producing(self) -> Producing | None:
+        """The snapshot workers write their chunks themselves in a task actor (the
+        pipeline's settings known, Ray up); else the task writes what they read."""
+        import ray
+
+        context = self.context
+        pipeline = context.pipeline_settings
+        if pipeline is None or not ray.is_initialized():
+            return None
+        tid = pipeline.transactional_id(context.task_index)
+        return Producing(pipeline, context.transactional, tid, plan=0)
+
+    def helper_transactional_ids(self, transactional_id: str) -> list[str]:
+        """The snapshot's ids (``chunk_offsets``): as many workers as this start may use or
+        an earlier start of this task used (``_remember_workers``)."""
+        workers = max(self._parallelism(), _workers_used(transactional_id))
+        return snapshot_ids(transactional_id, workers)
+
+    async def _fenced_offsets(self, committed: Any) -> dict[str, Any]:
+        """The offsets, read again if the committed plan has more snapshot workers than the
+        runner fenced (``helper_transactional_ids``) - once those are fenced too."""
+        producing = self._producing()
+        assert producing is not None
+        fenced = max(self._parallelism(), _workers_used(producing.transactional_id))
+        offsets = dict(self.context.offsets)
+        workers = Progress.from_offset(committed).snapshot_workers if committed else 0
+        while workers > fenced:
+            ids = snapshot_ids(producing.transactional_id, workers)
+            offsets = await fence_and_read(producing.pipeline, ids)
+            fenced = workers
+            found = offsets.get(encode_partition(self.source_partition))
+            workers = Progress.from_offset(found).snapshot_workers if found else 0
+        return offsets
+
+    def _prepare(self, committed: Any, chunk_offsets: dict[str, Any]) -> None:
         s = self.settings
         conn = catalog.connect(s)
         try:
@@ -140,6 +184,8 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             catalog.ensure_publication(s, conn)
             self.tables = catalog.tables_of(s, conn)
             resumed = None if committed is None else Progress.from_offset(committed)
+            if resumed is not None and resumed.chunks:  # what the workers committed since
+                merge_committed(resumed, chunk_offsets, s.slot)
             if resumed is not None:  # and the tables added to the publication since
                 known = set(resumed.known) - {f"{schema}.{table}" for schema, table in self.tables}
                 self.tables += [
@@ -225,10 +271,14 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
 
         tables = Tables(self.shapes, self.sql_types, self.database)
         order = [f"{schema}.{table}" for schema, table in self.tables]
-        self._snapshot = ParallelSnapshot(
-            self.settings, self.progress, tables, order, self._parallelism(), ray.is_initialized()
-        )
         self._source_partition = self.source_partition
+        producing = self._producing()
+        if producing is not None:  # before any of them writes: a later start fences them
+            _remember_workers(producing.transactional_id, self._parallelism())
+        self._snapshot = ParallelSnapshot(
+            self.settings, self.progress, tables, order, self._parallelism(),
+            ray.is_initialized(), producing, self._source_partition,
+        )  # fmt: skip
 
     def _begin_stream(self) -> None:
         self._stream = WalStream(self.settings, self.settings.publication_name)
@@ -267,6 +317,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         assert snap is not None
         pages = await snap.pages(POLL_BUDGET_S)
         if snap.done:
+            self._rows_written += snap.rows_written
             snap.close()
             self._snapshot = None
             p.finish_snapshot()
@@ -599,6 +650,11 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         if self._stream is not None and lsn:
             self._stream.confirm(lsn)
 
+    def helper_records_committed(self) -> int:
+        """The snapshot's rows its workers committed (in their own transactions)."""
+        snap = getattr(self, "_snapshot", None)
+        return getattr(self, "_rows_written", 0) + (snap.rows_written if snap else 0)
+
     def lag(self) -> SourceLag | None:
         """Replication lag: bytes of WAL between the slot's confirmed position (what is in
         Kafka) and the server's, and, while that is > 0, seconds since the commit in
@@ -708,3 +764,22 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                     part.close()
         self._stream = self._snapshot = None
 
+
+def _workers_key(transactional_id: str) -> bytes:
+    return f"{transactional_id}/snapshot-workers".encode()
+
+
+def _workers_used(transactional_id: str) -> int:
+    """How many snapshot workers earlier starts of the task used - Ray's key-value store
+    knows before the offsets are read (0 without Ray)."""
+    with contextlib.suppress(Exception):
+        kept = ray_internals.kv_get(_workers_key(transactional_id), namespace="rayconnect")
+        return int(kept or 0)
+    return 0
+
+
+def _remember_workers(transactional_id: str, workers: int) -> None:
+    """Before ``workers`` snapshot workers write: later starts fence that many ids."""
+    if workers > _workers_used(transactional_id):
+        key = _workers_key(transactional_id)
+        ray_internals.kv_put(key, str(workers).encode(), namespace="rayconnect")
