@@ -136,7 +136,7 @@ def after_truncate(changes: pa.Table) -> tuple[pa.Table, bool, frozenset[TopicPa
 def _flags(changes: pa.Table, name: str) -> np.ndarray:
     if name not in changes.column_names:
         return np.zeros(changes.num_rows, dtype=bool)
-    return pc.fill_null(changes.column(name), False).to_numpy(zero_copy_only=False)
+    return np.asarray(pc.fill_null(changes.column(name), False).to_numpy(zero_copy_only=False))
 
 
 def _before_partition_truncates(changes: pa.Table) -> tuple[np.ndarray, frozenset[TopicPartition]]:

@@ -254,9 +254,8 @@ def _matches(rows: pa.Table, keys: pa.Table) -> np.ndarray:
     if len(names) == 1:
         column = rows.column(names[0])
         wanted = keys.column(names[0]).cast(column.type)
-        return pc.fill_null(pc.is_in(column, value_set=wanted), False).to_numpy(
-            zero_copy_only=False
-        )
+        found = pc.fill_null(pc.is_in(column, value_set=wanted), False)
+        return np.asarray(found.to_numpy(zero_copy_only=False))
     indexed = rows.select(names).append_column(
         "__pos", pa.array(np.arange(rows.num_rows, dtype=np.int64))
     )

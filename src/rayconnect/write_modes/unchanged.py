@@ -85,7 +85,7 @@ def mark(
 
 
 def _holds_text(t: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_string(t)
         or pa.types.is_large_string(t)
         or pa.types.is_binary(t)
@@ -207,7 +207,7 @@ def _newest(found: pa.Table, key_columns: list[str]) -> pa.Table:
 
 def _positions(ranks: pa.ChunkedArray, wanted: pa.ChunkedArray) -> np.ndarray:
     """Where each of ``wanted`` (ranks) is in ``ranks`` (unique)."""
-    return pc.index_in(wanted, value_set=ranks.combine_chunks()).to_numpy()
+    return np.asarray(pc.index_in(wanted, value_set=ranks.combine_chunks()).to_numpy())
 
 
 def _put(rows: pa.Table, name: str, at: np.ndarray, values: pa.Array | pa.ChunkedArray) -> pa.Table:
