@@ -99,13 +99,15 @@ def murmur2(keys: Sequence[bytes]) -> np.ndarray:
 
 async def send_batched(producer: Any, records: Sequence[Outgoing]) -> list[SentBatch]:
     """Send ``records`` (already size-checked) in batches, in the order the batches were
-    filled. A partition the topic does not have is an error (as ``send`` asserts)."""
+    filled. A partition the topic does not have is an error (as ``send`` asserts).
+
+    Records are first grouped by topic-partition (a record's copies in each of its
+    partitions), in order, then each group is appended to its batches in one tight loop."""
     metadata = producer._metadata
     partitions: dict[str, list[int]] = {}
     for topic in {r.topic for r in records}:
         await producer.client._wait_on_metadata(topic)
         partitions[topic] = sorted(metadata.partitions_for_topic(topic))
-    chosen: list[tuple[int, int]] = []  # (record, partition), a record's copies in a row
     keyed = [
         r.key
         for r in records
@@ -113,43 +115,44 @@ async def send_batched(producer: Any, records: Sequence[Outgoing]) -> list[SentB
     ]
     hashes = iter((murmur2(keyed) & np.uint32(0x7FFFFFFF)).tolist()) if keyed else iter(())
     sticky: dict[str, int] = {}
+    groups: dict[tuple[str, int], list[int]] = {}  # members of each partition, in order
     for i, r in enumerate(records):
-        of_topic = partitions[r.topic]
+        topic = r.topic
+        of_topic = partitions[topic]
         if r.every_partition:
-            chosen += [(i, p) for p in of_topic]
-        elif r.partition is not None:
+            for partition in of_topic:
+                groups.setdefault((topic, partition), []).append(i)
+            continue
+        if r.partition is not None:
             if r.partition not in of_topic:
                 raise ValueError(f"topic {r.topic!r} has no partition {r.partition}")
-            chosen.append((i, r.partition))
+            partition = r.partition
         elif r.key is not None:
-            chosen.append((i, of_topic[next(hashes) % len(of_topic)]))
+            partition = of_topic[next(hashes) % len(of_topic)]
         else:
-            if r.topic not in sticky:
-                available = list(metadata.available_partitions_for_topic(r.topic))
-                sticky[r.topic] = random.choice(available or of_topic)
-            chosen.append((i, sticky[r.topic]))
-    open_batches: dict[tuple[str, int], tuple[Any, list[int]]] = {}
+            if topic not in sticky:
+                available = list(metadata.available_partitions_for_topic(topic))
+                sticky[topic] = random.choice(available or of_topic)
+            partition = sticky[topic]
+        members = groups.get((topic, partition))
+        if members is None:
+            members = groups[(topic, partition)] = []
+        members.append(i)
     sent: list[SentBatch] = []
-
-    async def send(tp: tuple[str, int]) -> None:
-        builder, members = open_batches.pop(tp)
-        builder.close()  # a closed batch goes out at once (no linger)
-        future = await producer.send_batch(builder, tp[0], partition=tp[1])
-        sent.append(SentBatch(future, members))
-
-    for i, partition in chosen:
-        r = records[i]
-        tp = (r.topic, partition)
-        while True:
-            batch = open_batches.get(tp)
-            if batch is None:
-                batch = open_batches[tp] = (producer.create_batch(), [])
-            if batch[0].append(timestamp=None, key=r.key, value=r.value, headers=r.headers or []):
-                batch[1].append(i)
-                break
-            await send(tp)  # full: a new batch takes the record (a first one always fits)
-    for tp in list(open_batches):
-        await send(tp)
+    for (topic, partition), members in groups.items():
+        builder, start = producer.create_batch(), 0
+        for j, i in enumerate(members):
+            r = records[i]
+            key, value, headers = r.key, r.value, r.headers or []
+            if builder.append(timestamp=None, key=key, value=value, headers=headers) is None:
+                builder.close()  # full: out at once (no linger); a new one takes the record
+                future = await producer.send_batch(builder, topic, partition=partition)
+                sent.append(SentBatch(future, members[start:j]))
+                builder, start = producer.create_batch(), j
+                builder.append(timestamp=None, key=key, value=value, headers=headers)
+        builder.close()
+        future = await producer.send_batch(builder, topic, partition=partition)
+        sent.append(SentBatch(future, members[start:]))
     return sent
 
 
