@@ -21,21 +21,30 @@ with each value wrapped as Debezium's JSON converter with schemas writes it (``{
 ..., "payload": ...}``, the schema of the table's event built once per table): what each
 way of carrying the column types costs.
 
+The exactly-once ways run in this process with its start-up objects frozen out of the
+collector's way, as the task actor does (``freeze_start_up``). ``--before REV``: the
+exactly-once task of rayconnect at git revision REV (its ``src`` extracted to a temporary
+folder), defaults and tuned, each in a process of its own, beside the current tree's in a
+process of its own - before and after in the same run, on the same WAL.
+
 Latency: the exactly-once task runs in a child process while pgbench writes ``--rate``
 changes/s for ``--seconds``; a read_committed consumer here takes, per change, the time it
 is received minus its Postgres commit time (``source.ts_ms``).
 
     .venv/bin/python bench/postgres_source.py [--txns 20000] [--rate 5000] [--seconds 20]
+        [--before REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -295,6 +304,54 @@ async def latency(
     return {"changes": len(delays), "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": delays[-1]}
 
 
+def _freeze_start_up() -> None:
+    """What the task actor does at its start (a rayconnect without it: nothing)."""
+    try:
+        from rayconnect.actors.source_task import freeze_start_up
+    except ImportError:
+        return
+    freeze_start_up()
+
+
+def _child(spec: dict[str, Any]) -> None:
+    """One exactly-once way in this process (``--child``): prints its rate and CPU."""
+    _freeze_start_up()
+    server = PostgresServer(Path(spec["root"]), spec["port"])
+    start = time.process_time()
+    rate = asyncio.run(
+        exactly_once(server, spec["bootstrap"], spec["changes"], spec["slot"], spec["tuned"])
+    )
+    print(json.dumps({"rate": rate, "cpu": time.process_time() - start}))
+
+
+async def in_child(
+    server: PostgresServer, bootstrap: str, changes: int, slot: str, tuned: bool, src: str | None
+) -> tuple[float, float]:
+    """``exactly_once`` in a process of its own, importing rayconnect from ``src`` (None:
+    this tree): (changes/s, CPU seconds of that process)."""
+    spec = {"root": str(server.root), "port": server.port, "bootstrap": bootstrap,
+            "changes": changes, "slot": slot, "tuned": tuned}  # fmt: skip
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, __file__, "--child", json.dumps(spec)],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["rate"], result["cpu"]
+
+
+def extract_src(rev: str, into: str) -> str:
+    """rayconnect's ``src`` at git revision ``rev``, written below ``into``."""
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", rev, "src"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    return str(Path(into) / "src")
+
+
 async def _cpu(run: Any, cpu: list[float]) -> Any:
     """``await run``, appending the CPU seconds this process spent on it to ``cpu``."""
     start = time.process_time()
@@ -303,16 +360,25 @@ async def _cpu(run: Any, cpu: list[float]) -> Any:
     return result
 
 
-async def main(txns: int, rate: int, seconds: int) -> None:
-    with postgres_server() as server, EmbeddedBroker("bench-pg") as broker:
+#: the ways of ``--before``: (slot, tuned, the revision's tree or this one)
+BEFORE_AFTER = [("eobefore", False, True), ("eobeforetuned", True, True), ("eoafter", False, False),
+                ("eoaftertuned", True, False)]  # fmt: skip
+
+
+async def main(txns: int, rate: int, seconds: int, before: str | None) -> None:
+    _freeze_start_up()
+    with postgres_server() as server, EmbeddedBroker("bench-pg") as broker, \
+            tempfile.TemporaryDirectory(prefix="rc-pgsrc-before-") as tree:  # fmt: skip
         bootstrap = broker.bootstrap_servers
+        old_src = extract_src(before, tree) if before else None
         server.psql(
             ";".join(f"CREATE TABLE {t} (id int PRIMARY KEY, v int, s text)" for t in TABLES)
         )
         server.psql(f"CREATE PUBLICATION {PUB} FOR TABLE {', '.join(TABLES)}")
-        for slot in ("raw", "plain", "plainenv", "eo", "eonotypes", "eotuned"):
+        children = [slot for slot, _, _ in BEFORE_AFTER] if before else []
+        for slot in ("raw", "plain", "plainenv", "eo", "eonotypes", "eotuned", *children):
             server.psql(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')")
-        for prefix in ("plain", "eo", "eonotypes", "eotuned"):
+        for prefix in ("plain", "eo", "eonotypes", "eotuned", *children):
             for t in TABLES:
                 await create_topic(bootstrap, f"{prefix}.public.{t}", 2)
         t0 = time.perf_counter()
@@ -330,6 +396,17 @@ async def main(txns: int, rate: int, seconds: int) -> None:
             exactly_once(server, bootstrap, changes, "eonotypes", types=False), cpu
         )
         tuned = await _cpu(exactly_once(server, bootstrap, changes, "eotuned", tuned=True), cpu)
+        compared = []  # (way, changes/s, CPU s of its process)
+        for slot, tuned_child, old in BEFORE_AFTER if before else []:
+            way = f"{'@' + before[:10] if old else 'this tree'}{' tuned' if tuned_child else ''}"
+            got = await in_child(
+                server, bootstrap, changes, slot, tuned_child, old_src if old else None
+            )
+            compared.append((way, *got))
+        # the slots read are dropped: max_replication_slots (10) leaves none for the latency task
+        server.psql(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active"
+        )
         lat = await latency(server, bootstrap, rate, seconds)
     print(
         f"{changes:,} changes ({txns:,} Postgres transactions of 10 upserts, 10 tables; "
@@ -340,6 +417,11 @@ async def main(txns: int, rate: int, seconds: int) -> None:
     ways += [("exactly-once", eo), ("eo no header", no_types), ("eo tuned", tuned)]
     for (way, v), cpu_s in zip(ways, cpu, strict=True):
         print(f"{way:<14} {v:>10,.0f} {v / plain:>8.2f} {cpu_s / changes * 1e6:>14.1f}")
+    if compared:
+        print(f"\nexactly once, each in a process of its own (--before {before}):")
+        print(f"{'rayconnect':<22} {'changes/s':>10} {'x raw':>6} {'CPU us/change':>14}")
+        for way, v, cpu_s in compared:
+            print(f"{way:<22} {v:>10,.0f} {v / ceiling:>6.2f} {cpu_s / changes * 1e6:>14.1f}")
     print(
         f"(plain+schemas: the plain loop, values in Debezium's schema-ful JSON; eo: the "
         f"rayconnect.value_schema header on every record, eo no header: column_types none; "
@@ -357,5 +439,10 @@ if __name__ == "__main__":
     ap.add_argument("--txns", type=int, default=20_000)
     ap.add_argument("--rate", type=int, default=5_000)
     ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--before", default=None, help="a git revision to compare with")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    asyncio.run(main(args.txns, args.rate, args.seconds))
+    if args.child:
+        _child(json.loads(args.child))
+    else:
+        asyncio.run(main(args.txns, args.rate, args.seconds, args.before))
