@@ -2,7 +2,8 @@
 Postgres transaction changes together, read the way the guide says (``pick_cut``: each
 table at its version of the newest cut every table reached), is one database state at
 every read - the same value per key in both tables - while the load runs; and equal to
-``SELECT *`` at the end. Real Postgres, broker, Ray actors and Delta tables."""
+``SELECT *`` at the end. Real Postgres, broker, Ray actors, Delta tables (Iceberg tables in
+the slow group)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ import pytest
 
 import rayconnect as rc
 from rayconnect.demo.local_postgres import PostgresServer
-from rayconnect.tables.consistent_cut import Cut, NoCutError, delta_history, pick_cut
+from rayconnect.tables.consistent_cut import (
+    Cut,
+    NoCutError,
+    delta_history,
+    iceberg_history,
+    pick_cut,
+)
 
 pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.timeout(420)]
 
@@ -52,9 +59,41 @@ def _write_pairs(server: PostgresServer, stop: threading.Event, counts: list[int
         conn.close()
 
 
-def _rows(lake: Path, table: str, version: int | None = None) -> dict[int, int]:
-    frame = pl.read_delta(str(lake / table), version=version).select("id", "v")
-    return dict(frame.rows())
+class _Lake:
+    """The mirror's two tables, as a reader of cuts sees them (a Delta folder or the
+    embedded Iceberg catalog)."""
+
+    def __init__(self, mirror: rc.Mirror, lake: Path) -> None:
+        self.lake, self.iceberg = lake, mirror.config.format == "iceberg"
+        self.sink = mirror.config.sink_config().sink
+
+    def _table(self, name: str) -> object:
+        from rayconnect.tables.factory import iceberg_committer
+
+        route = self.sink.route_table(name)
+        return iceberg_committer(route, "cuts-check", None).catalog().load_table(route.table)
+
+    def cut(self) -> Cut | None:
+        try:
+            if self.iceberg:
+                return pick_cut({t: iceberg_history(self._table(t)) for t in TABLES})
+            if not all((self.lake / t / "_delta_log").exists() for t in TABLES):
+                return None  # a table not made yet
+            return pick_cut({t: delta_history(str(self.lake / t)) for t in TABLES})
+        except NoCutError:
+            return None
+        except Exception as e:  # an Iceberg table not made yet
+            if self.iceberg and type(e).__name__ == "NoSuchTableError":
+                return None
+            raise
+
+    def rows(self, table: str, version: int) -> dict[int, int]:
+        if self.iceberg:
+            frame = pl.from_arrow(self._table(table).scan(snapshot_id=version).to_arrow())
+        else:
+            frame = pl.read_delta(str(self.lake / table), version=version)
+        assert isinstance(frame, pl.DataFrame)
+        return dict(frame.select("id", "v").rows())
 
 
 def _database(server: PostgresServer, table: str) -> dict[int, int]:
@@ -67,17 +106,9 @@ def _database(server: PostgresServer, table: str) -> dict[int, int]:
         conn.close()
 
 
-def _cut(lake: Path) -> Cut | None:
-    if not all((lake / t / "_delta_log").exists() for t in TABLES):
-        return None  # a table not made yet
-    try:
-        return pick_cut({t: delta_history(str(lake / t)) for t in TABLES})
-    except NoCutError:
-        return None
-
-
+@pytest.mark.parametrize("lake_format", ["delta", pytest.param("iceberg", marks=pytest.mark.slow)])
 def test_every_cut_a_reader_picks_is_one_state_of_the_database(
-    postgres: PostgresServer, tmp_path: Path
+    postgres: PostgresServer, tmp_path: Path, lake_format: str
 ) -> None:
     conn = _connect(postgres)
     with conn.cursor() as cur:
@@ -87,14 +118,17 @@ def test_every_cut_a_reader_picks_is_one_state_of_the_database(
     conn.commit()
     conn.close()
     lake = tmp_path / "lake"
-    handle = rc.Mirror(
+    mirror = rc.Mirror(
         "cuts",
         postgres.url,
         to=str(lake),
+        format=lake_format,
         tables=list(TABLES),
         password_file=postgres.password_file,
         commit=rc.CommitSettings(commit_interval_s=1.0, write_timeout_s=30, consistent_cuts=True),
-    ).start()
+    )
+    reader = _Lake(mirror, lake)
+    handle = mirror.start()
     stop, counts = threading.Event(), [0]
     writer = threading.Thread(target=_write_pairs, args=(postgres, stop, counts), daemon=True)
     try:
@@ -103,10 +137,10 @@ def test_every_cut_a_reader_picks_is_one_state_of_the_database(
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline or len(seen) < 3:
             assert time.monotonic() < deadline + 120, f"only {len(seen)} cuts in 135 s"
-            cut = _cut(lake)
+            cut = reader.cut()
             if cut is not None and cut.lsn not in seen:
-                a = _rows(lake, "pair_a", cut.versions["pair_a"])
-                b = _rows(lake, "pair_b", cut.versions["pair_b"])
+                a = reader.rows("pair_a", cut.versions["pair_a"])
+                b = reader.rows("pair_b", cut.versions["pair_b"])
                 assert a == b, f"cut {cut}: tables differ on {set(a.items()) ^ set(b.items())}"
                 seen[cut.lsn] = len(a)
             time.sleep(0.3)
@@ -118,10 +152,8 @@ def test_every_cut_a_reader_picks_is_one_state_of_the_database(
         want = {t: _database(postgres, t) for t in TABLES}
         end = time.monotonic() + 120
         while True:
-            cut = _cut(lake)
-            got = (
-                {t: _rows(lake, t, cut.versions[t]) for t in TABLES} if cut is not None else None
-            )
+            cut = reader.cut()
+            got = {t: reader.rows(t, cut.versions[t]) for t in TABLES} if cut is not None else None
             if got == want:
                 break
             assert time.monotonic() < end, "the newest cut never reached the database"
