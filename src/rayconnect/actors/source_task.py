@@ -618,11 +618,21 @@ class SourceTaskActor:
             s,
             lag=lag,
             restarts=self.restarts,
-            last_error=current_error(s.last_error or self._failed, errors, started),
+            last_error=current_error(
+                s.last_error or self._failed or self._problem(), errors, started
+            ),
             errors=errors,
             gave_up=self.gave_up,
             pid=os.getpid(),
         )
+
+    def _problem(self) -> str | None:
+        """What the source says is wrong while it runs on (the Postgres source: tables it
+        does not capture, and why)."""
+        problem = getattr(self.runner.task, "problem", None)
+        with contextlib.suppress(Exception):
+            return problem() if problem is not None else None
+        return None
 
     async def close(self, timeout_s: float = 60.0) -> SourceTaskReport:
         """Stop: commit (or, for connector boundaries, abort) the open transaction, then

@@ -79,7 +79,7 @@ def _caught_up_lags(
         time.sleep(1.0)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
     postgres: PostgresServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -118,13 +118,16 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
             "DELETE FROM lines WHERE order_id < 5",
             "INSERT INTO lines VALUES (100, 0, 7)",
         )
-        # a table added to the publication mid-run and one re-snapshotted on request, the
-        # source task SIGKILLed right after (its snapshots while streaming redone after it)
+        # a table created mid-run (the mirror's publication holds schema public: no ALTER
+        # PUBLICATION), keyed by its own composite text key, and one re-snapshotted on
+        # request, the source task SIGKILLed right after (its snapshots while streaming
+        # redone after it); a keyless table created mid-run is refused, named in status
         _execute(
             postgres,
-            "CREATE TABLE added (id bigint PRIMARY KEY, label text)",
-            "INSERT INTO added SELECT g, 'v' || g FROM generate_series(1, 400) g",
-            "ALTER PUBLICATION pgm_pub ADD TABLE added",
+            "CREATE TABLE added (region text, n int, label text, PRIMARY KEY (region, n))",
+            "INSERT INTO added SELECT 'r' || g % 4, g, 'v' || g FROM generate_series(1, 400) g",
+            "CREATE TABLE loose (a int)",
+            "INSERT INTO loose VALUES (1), (2)",
         )
         assert main(["snapshot", "pgm", "lines"]) == 0
         assert main(["snapshot", "pgm", "nope"]) == 2
@@ -134,8 +137,9 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
         os.kill(task.pid, signal.SIGKILL)
         _execute(
             postgres,
-            "UPDATE added SET label = 'u' || id WHERE id % 3 = 0",
-            "DELETE FROM added WHERE id > 390",
+            "UPDATE added SET label = 'u' || n WHERE n % 3 = 0",
+            "DELETE FROM added WHERE n > 390",
+            "UPDATE added SET region = 'moved' WHERE n = 7",
             "UPDATE lines SET qty = qty + 1 WHERE line = 2",
         )
         time.sleep(3)
@@ -151,6 +155,15 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
         assert "mirror pgm: source pipeline pgm-source, sink pipeline pgm" in out, out
         for table in db.names:
             assert table in out, out
+        (task,) = handle.source.status().tasks.values()
+        assert task.source is not None and list(task.source["tables_refused"]) == ["public.loose"]
+        assert "public.loose is not captured: it has no primary key" in out, out
+        # given a primary key, it is found again: mirrored, its rows snapshotted
+        _execute(
+            postgres, "ALTER TABLE loose ADD PRIMARY KEY (a)", "UPDATE loose SET a = 5 WHERE a = 2"
+        )
+        lags = _caught_up_lags(capsys, 90, count=3 * (len(db.names) + 3))
+        assert len(lags) == 3 * (len(db.names) + 3), lags
 
         assert main(["stop", "pgm"]) == 0
         out = capsys.readouterr().out
@@ -158,8 +171,10 @@ def test_a_mirror_starts_stops_resumes_and_drops_its_slot_as_one(
         assert find_mirror("pgm") is None
         assert difference(db, lake) is None
         assert _lines(lake) == set(_catalog(postgres, "SELECT order_id, line, qty FROM lines"))
-        added = pl.read_delta(str(lake / "added")).select("id", "label").rows()
-        assert sorted(added) == _catalog(postgres, "SELECT id, label FROM added ORDER BY id")
+        added = pl.read_delta(str(lake / "added")).select("region", "n", "label").rows()
+        assert sorted(added) == _catalog(postgres, "SELECT * FROM added ORDER BY region, n")
+        loose = pl.read_delta(str(lake / "loose")).select("a").rows()
+        assert sorted(loose) == _catalog(postgres, "SELECT a FROM loose ORDER BY a")
         assert _catalog(postgres, "SELECT slot_name FROM pg_replication_slots") == [("pgm",)]
 
         # its broker lives on here (the test holds it), but a new embedded one would not

@@ -178,6 +178,9 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
 
     def _prepare(self, committed: Any, chunk_offsets: dict[str, Any]) -> None:
         s = self.settings
+        #: tables found while streaming that are not captured, and why (``route_keys_for``:
+        #: no primary key); looked at again at each discovery
+        self.refused: dict[str, str] = {}
         conn = catalog.connect(s)
         try:
             catalog.check(s, conn, slot_wait_s=SLOT_RELEASE_WAIT_S)
@@ -190,7 +193,9 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                 known = set(resumed.known) - {f"{schema}.{table}" for schema, table in self.tables}
                 self.tables += [
                     (schema, table)
-                    for schema, table in sorted(catalog.tables_of_publication(conn, s.publication_name))
+                    for schema, table in sorted(
+                        catalog.tables_of_publication(conn, s.publication_name)
+                    )
                     if f"{schema}.{table}" in known
                 ]
             self.shapes: dict[str, TableShape] = {}
@@ -199,6 +204,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                 shape, types = catalog.table_shape(conn, schema, table)
                 self.shapes[shape.name] = shape
                 self.sql_types[shape.name] = types
+                self._publish_key(shape)
             start_over = resumed is not None and self._out_of_range(conn, resumed)
             catalog.ensure_slot(s, conn)
             (self.database,) = catalog.query(conn, "SELECT current_database()")[0]
@@ -366,7 +372,9 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             added = await asyncio.to_thread(self._added_tables)
             if added:
                 for (schema, table), (shape, types) in added.items():
-                    self.tables.append((schema, table))
+                    if (schema, table) not in self.tables:
+                        self.tables.append((schema, table))
+                    self.refused.pop(shape.name, None)
                     self.shapes[shape.name] = shape
                     self.sql_types[shape.name] = types
                 self._request([shape.name for shape, _ in added.values()])
@@ -374,32 +382,64 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             self._window = await asyncio.to_thread(self._read_window)
 
     def _added_tables(self) -> dict[tuple[str, str], tuple[TableShape, SqlTypes]]:
-        """Tables of the publication not yet known, with their shapes (blocking)."""
+        """Tables of the publication not yet known, with their shapes, their keys
+        published (blocking). With ``route_keys_for`` a table without a primary key is
+        refused instead (and looked at again next time: a key may be added)."""
         conn = catalog.connect(self.settings)
         try:
             known = set(self.progress.known)
             found = catalog.tables_of_publication(conn, self.settings.publication_name)
-            return {
+            added = {
                 (schema, table): catalog.table_shape(conn, schema, table)
                 for schema, table in sorted(found)
                 if f"{schema}.{table}" not in known
             }
         finally:
             conn.close()
+        for where, (shape, _) in list(added.items()):
+            if not self._publish_key(shape):
+                del added[where]
+        return added
+
+    def _publish_key(self, shape: TableShape) -> bool:
+        """With ``route_keys_for``: ``shape``'s primary key published for the sink that
+        keys its table by it (``route_keys``), before any record of it; False (the table
+        refused, logged once) for a table without one. Blocking (a GCS write)."""
+        sink = self.settings.route_keys_for
+        if sink is None:
+            return True
+        if not shape.primary_key:
+            if shape.name not in self.refused:
+                self.refused[shape.name] = (
+                    f"{shape.name} is not captured: it has no primary key, and sink pipeline "
+                    f"{sink} keeps each table's rows by key (add a primary key: it is "
+                    "captured and snapshotted then)"
+                )
+                log.error("postgres source %s: %s", self.settings.slot, self.refused[shape.name])
+            return False
+        from rayconnect import route_keys
+        from rayconnect.source_tasks.postgres.column_types import lake_type
+
+        types = {c.name: lake_type(c.type_oid, c.type_modifier) for c in shape.columns}
+        key = {name: types[name] for name in shape.primary_key}
+        route_keys.publish(sink, self.settings.topic(shape.schema, shape.table), key)
+        self.refused.pop(shape.name, None)  # (it may have gained its key since)
+        return True
 
     def _request(self, tables: list[str]) -> None:
-        """Snapshot ``tables`` while streaming: those captured with a primary key (the
-        chunks are key ranges; a keyless table cannot be read in windows)."""
+        """Snapshot ``tables`` while streaming: those captured (a table without a key by
+        heap page ranges: ``incremental_snapshot``)."""
         names = [t if "." in t else f"public.{t}" for t in tables]
-        ok = [t for t in names if t in self.shapes and self.shapes[t].primary_key]
+        ok = [t for t in names if t in self.shapes and t not in self.refused]
         for name in sorted(set(names) - set(ok)):
             log.error(
-                "postgres source %s: no snapshot of %s while streaming: %s",
+                "postgres source %s: no snapshot of %s while streaming: it is not captured",
                 self.settings.slot,
                 name,
-                "it has no primary key" if name in self.shapes else "it is not captured",
             )
-        self.progress.known += [t for t in names if t in self.shapes and t not in self.progress.known]
+        self.progress.known += [
+            t for t in names if t in self.shapes and t not in self.progress.known
+        ]
         if self.progress.request(ok):
             log.info("postgres source %s: snapshot while streaming: %s", self.settings.slot, ok)
         self._refresh_extra()
@@ -466,7 +506,11 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         self._open += len(keys)
         self._flush_point = lsn
         if chunk.exhausted:
-            log.info("postgres source %s: %s snapshotted while streaming", self.settings.slot, chunk.table)
+            log.info(
+                "postgres source %s: %s snapshotted while streaming",
+                self.settings.slot,
+                chunk.table,
+            )
 
     async def _stream_poll(self) -> list[SourceRecord]:
         stream = self._stream
@@ -540,6 +584,10 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         )
         if known is None:  # a table added to the publication later: its key as pgoutput says
             pk = tuple(c.name for c in rel.columns if c.key) if rel.replica_identity == "d" else ()
+            shape = TableShape(rel.schema, rel.table, rel.columns, pk)
+            self.relations[rel.relation_id] = self._codec(shape)
+            if not self._publish_key(shape):
+                return  # its changes are skipped (``refused``)
             self.tables.append((rel.schema, rel.table))  # its topic is made before its records
         shape = self.shapes[name] = TableShape(rel.schema, rel.table, rel.columns, pk)
         self.relations[rel.relation_id] = self._codec(shape)
@@ -559,6 +607,8 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             if self.progress.already_written(txn.final_lsn, self._n):
                 continue
             codec = self.relations[relation_id]
+            if self.refused and codec.shape.name in self.refused:
+                continue
             if self.settings.truncate == "skip":
                 self._truncates_skipped += 1
                 log.warning("TRUNCATE of %s skipped (truncate: skip)", codec.shape.name)
@@ -572,6 +622,8 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         if self.progress.already_written(txn.final_lsn, self._n):
             return
         codec = self.relations[change.relation_id]
+        if self.refused and codec.shape.name in self.refused:
+            return
         old, key_only = (
             (None, False) if isinstance(change, Insert) else (change.old, change.old_is_key)
         )
@@ -720,13 +772,20 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             "records_polled": self._records_polled,
             "truncates_skipped": self._truncates_skipped,
             "snapshot_pending": list(self.progress.pending),
+            "tables_refused": dict(sorted(self.refused.items())),
         }
+
+    def problem(self) -> str | None:
+        """What is wrong without stopping the task: the tables found while streaming that
+        it does not capture, and why (the status's ``last_error``)."""
+        refused = getattr(self, "refused", None)
+        return "; ".join(refused[name] for name in sorted(refused)) if refused else None
 
     def request_snapshot(self, tables: list[str]) -> None:
         """Snapshot ``tables`` (``schema.table``; ``table``: public) again while the
         stream flows, exactly once, without stopping (``rayconnect snapshot``): a request
         written into the WAL, which the running task meets in order. ConfigError for a
-        table not captured or without a primary key (blocking: from the caller's process)."""
+        table not captured (blocking: from the caller's process)."""
         names = [t if "." in t else f"public.{t}" for t in tables]
         if not names:
             raise ConfigError("snapshot: name the tables to snapshot")
@@ -743,11 +802,11 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                     )
                 schema, _, table = name.partition(".")
                 shape, _ = catalog.table_shape(conn, schema, table)
-                if not shape.primary_key:
+                sink = self.settings.route_keys_for
+                if not shape.primary_key and sink is not None:
                     raise ConfigError(
-                        f"snapshot: {name} has no primary key - a snapshot while streaming "
-                        "reads key ranges (restart the pipeline with a new slot to snapshot "
-                        "it whole)"
+                        f"snapshot: {name} is not captured: it has no primary key, and sink "
+                        f"pipeline {sink} keeps each table's rows by key"
                     )
         finally:
             conn.close()
