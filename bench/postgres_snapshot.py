@@ -11,9 +11,10 @@ a int, b bigint, c double precision, t timestamptz, s text)``.
   tables    ``--tables`` tables of ``--table-rows`` (default 20 x 500k) with
             ``snapshot_parallelism`` 1, 2, 4 (``--parallelism``)
 
-Per run: rows/s from ``start()`` to every row committed (read_committed count of records
-committed by the task), and the CPU seconds per row of each process kind (Postgres, the
-broker, the task actor, the snapshot workers, the rest) sampled every 0.5 s.
+Per run: rows/s from ``start()`` to every row committed (the task's ``records_committed``,
+which counts the rows its snapshot workers committed), and the CPU seconds per row of each
+process kind (Postgres, the broker, the task actor - it plans and tracks chunks -, the
+snapshot workers - they read by COPY, encode and produce -, the rest) sampled every 0.5 s.
 
     .venv/bin/python bench/postgres_snapshot.py [--rows 10000000] [--tables 20]
         [--table-rows 500000] [--parallelism 1,2,4] [--only big,tables]
