@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import rayconnect as rc
@@ -211,3 +212,26 @@ def test_the_read_back_command_of_an_iceberg_mirror_opens_its_embedded_catalog()
     assert "c.load_table('shop.orders')" in lines[1]
     theirs = MirrorRecord("m", "m-source", "m", "/lake", "iceberg", False, None)
     assert "your Iceberg catalog" in read_back_lines(theirs, [])[0]
+
+
+def test_the_live_lines_name_the_tables_not_mirrored() -> None:
+    """A table the source found but does not capture (no primary key) is named under the
+    tables, with why, until it is captured."""
+    from rayconnect.cli.mirror import mirror_lines
+    from rayconnect.pipelines.mirror import MirrorStatus
+    from rayconnect.protocol.source_status import SourcePipelineStatus, SourceTaskReport
+
+    why = "public.loose is not captured: it has no primary key, and sink pipeline m keeps..."
+    task = SourceTaskReport(
+        task=0,
+        state="polling",
+        records_committed=5,
+        source={"tables_refused": {"public.loose": why}},
+    )
+    source = SourcePipelineStatus(pipeline="m-source", tasks={0: task})
+    lines = mirror_lines(MirrorStatus(name="m", source=source, sink=None))
+    assert lines[-1] == f"  not mirrored: {why}"
+    healthy = msgspec.structs.replace(task, source={"tables_refused": {}})
+    lines = mirror_lines(MirrorStatus(name="m", source=msgspec.structs.replace(
+        source, tasks={0: healthy}), sink=None))  # fmt: skip
+    assert not any("not mirrored" in line for line in lines)
