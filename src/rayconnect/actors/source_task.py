@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import time
@@ -498,6 +499,14 @@ def _kv_put(key: bytes, value: bytes) -> None:
         ray_internals.kv_put(key, value, namespace=_KV_NS)
 
 
+def freeze_start_up() -> None:
+    """For a process that is one task's alone: what importing and Ray made lives as long as
+    the process, and a task's stream of short-lived records makes the collector run its full
+    collections often - each would walk all of that again. Moved out of its way."""
+    gc.collect()
+    gc.freeze()
+
+
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class SourceTaskActor:
     async def __init__(  # type: ignore[misc]  # Ray awaits an async actor's __init__
@@ -508,6 +517,7 @@ class SourceTaskActor:
         transactional: bool,
         warning: str | None,
     ) -> None:
+        freeze_start_up()
         self.settings = settings
         self.index = index
         self.runner = TaskRunner(

@@ -35,6 +35,7 @@ from rayconnect.source_tasks.base import (
 )
 from rayconnect.source_tasks.cut_markers import cut_markers
 from rayconnect.source_tasks.postgres import catalog, window_reader
+from rayconnect.source_tasks.postgres.change_records import ChangeRecords
 from rayconnect.source_tasks.postgres.chunk_offsets import merge_committed, snapshot_ids
 from rayconnect.source_tasks.postgres.chunk_writer import fence_and_read
 from rayconnect.source_tasks.postgres.events import (
@@ -299,6 +300,12 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         self._refresh_extra()
         self._txn: Begin | None = None
         self._n = -1
+        #: plain inserts and updates as records in one step (``change_records``)
+        self._source_partition = self.source_partition
+        self._changes = ChangeRecords(self.events, self._source_partition)
+        #: the transaction under way is new (none of it written before a restart, nor in
+        #: the snapshot's segments): its plain changes take the one step
+        self._fresh = False
         #: the source block of each table's events in the transaction under way
         self._sources: dict[str, bytes] = {}
         self._now_ms = 0
@@ -522,6 +529,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
         max_bytes = self.settings.batch_bytes
         deadline = time.monotonic() + POLL_BUDGET_S
         self._poll_bytes = 0
+        one_step = self._changes.record
         # The flush policy: a poll - one Kafka transaction - ends at the first Postgres
         # commit after batch_size records or batch_bytes of events, or as soon as the stream
         # has nothing more (at a low rate each Postgres transaction is in Kafka at once).
@@ -541,6 +549,20 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                 if self._txn is None and not records and not self._flushes:
                     self._caught_up(stream)
                 continue
+            kind = payload[0]  # an insert or update of a new transaction: in one step
+            if (kind == 0x49 or kind == 0x55) and self._fresh and self._window is None:
+                begun = self._txn
+                assert begun is not None  # (fresh: inside one)
+                lsn = begun.final_lsn
+                record = one_step(payload, {"lsn": lsn, "n": self._n + 1, **self._extra})
+                if record is not None:
+                    self._n += 1
+                    self._flush_point = lsn
+                    records.append(record)
+                    self._open += 1
+                    self._poll_bytes += len(record.value)
+                    self._extra_saved = True
+                    continue
             self._on_message(decode(payload), records)
         txn = self.context.transaction_context
         markers: list[SourceRecord] = []
@@ -561,8 +583,11 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             self._txn, self._n = message, -1
             self._sources = {}
             self._now_ms = int(time.time() * 1000)
+            lsn = message.final_lsn
+            self._fresh = lsn > self.progress.lsn and lsn >= self._highest_segment
+            self._changes.begin(message, self._now_ms)
         elif isinstance(message, Commit):
-            self._txn = None
+            self._txn, self._fresh = None, False
             self._last_commit_ms = ms_of(message.commit_ts_us)
             self._flush_point = message.commit_lsn
         elif isinstance(message, Relation):
@@ -575,6 +600,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
 
     def _on_relation(self, rel: Relation) -> None:
         """A table's (new) shape: columns added or dropped since flow through from here on."""
+        self._changes.relation(rel.relation_id, None)  # until the new shape is known
         name = f"{rel.schema}.{rel.table}"
         known = self.shapes.get(name)
         pk = tuple(
@@ -590,7 +616,8 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
                 return  # its changes are skipped (``refused``)
             self.tables.append((rel.schema, rel.table))  # its topic is made before its records
         shape = self.shapes[name] = TableShape(rel.schema, rel.table, rel.columns, pk)
-        self.relations[rel.relation_id] = self._codec(shape)
+        codec = self.relations[rel.relation_id] = self._codec(shape)
+        self._changes.relation(rel.relation_id, None if name in self.refused else codec)
 
     def _codec(self, shape: TableShape) -> RowCodec:
         s = self.settings
@@ -680,7 +707,7 @@ class PostgresSource(ConfiguredTask[PostgresSettings]):
             )
         new = self.events.records(
             shape, op, before, after, key, source=source, now_ms=self._now_ms,
-            offset=offset, source_partition=self.source_partition,
+            offset=offset, source_partition=self._source_partition,
             headers=codec.headers if headers is None else headers,
         )  # fmt: skip
         records += new
