@@ -174,8 +174,12 @@ class NamespacedPostgres(PostgresServer):
         """Every process of the server SIGKILLed at once (the host's namespace holds only
         them): the next start runs crash recovery."""
         self.host.kill_all()
-        with contextlib.suppress(FileNotFoundError):
-            (self.data / "postmaster.pid").unlink()
+        # what a machine's restart clears: the postmaster's PID file and its socket's lock
+        # file (the dead postmaster's PID may belong to another process by now, and Postgres
+        # refuses to start over a lock file whose PID lives)
+        for stale in (self.data / "postmaster.pid", *self.root.glob(".s.PGSQL.*")):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
 
 
 class MirrorSoak:
@@ -379,6 +383,8 @@ class MirrorSoak:
             except Exception as e:
                 fault["error"] = f"{type(e).__name__}: {e}"[:300]
                 self.net.heal()
+                with contextlib.suppress(Exception):  # running already: pg_ctl refuses
+                    self.pg.start()
                 with contextlib.suppress(Exception):
                     self.db.resume()
             self.say(f"fault {fault}")
