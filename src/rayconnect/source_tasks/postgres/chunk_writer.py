@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -28,8 +28,34 @@ from rayconnect.kafka.transactions import (
 )
 from rayconnect.source_tasks.base import encode_partition
 
-if TYPE_CHECKING:  # config.source imports this package
-    from rayconnect.config.source import SourceSettings
+
+class WriterTarget(Protocol):
+    """The cluster written to (``config.source.KafkaTarget``)."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+    @property
+    def properties(self) -> dict[str, str]: ...
+
+
+class WriterSettings(Protocol):
+    """What a chunk writer reads of its pipeline's settings: ``config.source.SourceSettings``
+    has it (a Protocol, as ``config`` imports this package and not the other way)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def target(self) -> WriterTarget: ...
+    @property
+    def commit_timeout_s(self) -> float: ...
+    @property
+    def producer_properties(self) -> dict[str, str]: ...
+    @property
+    def own_offsets_topic(self) -> str: ...
+    @property
+    def global_offsets_topic(self) -> str: ...
+
+
 #: (source partition, source offset) pairs a write commits
 Offsets = Sequence[tuple[Any, Any]]
 
@@ -47,7 +73,7 @@ class ChunkWriter:
     """One transactional producer (``transactional_id``; None: plain, for a target
     without transactions) writing transactions of records and source offsets."""
 
-    def __init__(self, settings: SourceSettings, transactional_id: str | None) -> None:
+    def __init__(self, settings: WriterSettings, transactional_id: str | None) -> None:
         self.settings = settings
         self.transactional_id = transactional_id
         self._producer: Any = None
@@ -65,6 +91,12 @@ class ChunkWriter:
             await init_transactions(p, s.commit_timeout_s)
             self._producer = p
         return self._producer
+
+    async def start(self) -> None:
+        """Initialise the producer now: its id's predecessor (a dead worker) is fenced and
+        its open transaction aborted at once - until then it holds read_committed readers
+        of the partitions it wrote back (another worker reading the offsets, too)."""
+        await self._started()
 
     async def write(self, pages: Sequence[PageRecords], offsets: Offsets) -> None:
         """``pages`` and ``offsets`` in one Kafka transaction, committed on return."""
@@ -100,7 +132,7 @@ class ChunkWriter:
             await stop_quietly(p)
 
 
-async def committed_offsets(settings: SourceSettings) -> dict[str, Any]:
+async def committed_offsets(settings: WriterSettings) -> dict[str, Any]:
     """The pipeline's committed offsets: its own topic over the global one."""
     offsets, _ = await combined_offsets(
         settings.target.bootstrap_servers,
@@ -112,7 +144,7 @@ async def committed_offsets(settings: SourceSettings) -> dict[str, Any]:
     return offsets
 
 
-async def fence_and_read(settings: SourceSettings, ids: list[str]) -> dict[str, Any]:
+async def fence_and_read(settings: WriterSettings, ids: list[str]) -> dict[str, Any]:
     """Fence ``ids`` (their holders' later commits are refused), then read the committed
     offsets: nothing the fenced producers did can change them any more."""
     client = client_properties(settings.target.properties)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -39,7 +39,7 @@ from rayconnect.source_tasks.postgres.chunk_offsets import (
     committed_chunk,
     worker_id,
 )
-from rayconnect.source_tasks.postgres.chunk_writer import ChunkWriter, PageRecords
+from rayconnect.source_tasks.postgres.chunk_writer import ChunkWriter, PageRecords, WriterSettings
 from rayconnect.source_tasks.postgres.events import (
     EventBuilder,
     RowCodec,
@@ -51,9 +51,6 @@ from rayconnect.source_tasks.postgres.page_events import PageCodec
 from rayconnect.source_tasks.postgres.progress import Chunk, Key, comparable_key
 from rayconnect.source_tasks.postgres.settings import PostgresSettings
 from rayconnect.source_tasks.postgres.snapshot import SnapshotReader, SqlTypes
-
-if TYPE_CHECKING:  # config.source imports this package
-    from rayconnect.config.source import SourceSettings
 
 
 class WorkerLost(RayconnectError):
@@ -76,7 +73,7 @@ class Producing(msgspec.Struct, frozen=True):
     """What a worker that writes its pages itself needs: the pipeline (target, offsets
     topics, the task's transactional id), whether it has transactions, and the plan."""
 
-    pipeline: SourceSettings
+    pipeline: WriterSettings
     transactional: bool
     transactional_id: str
     plan: int
@@ -158,6 +155,11 @@ class ProducingCore:
         tid = worker_id(producing.transactional_id, index) if producing.transactional else None
         self.writer = ChunkWriter(producing.pipeline, tid)
         self.loop = asyncio.new_event_loop()
+        try:  # a replacement fences its dead predecessor before anything else
+            self.loop.run_until_complete(self.writer.start())
+        except BaseException:
+            self.core.close()
+            raise
 
     def write(self, job: list[tuple[int, Chunk]], limit: int, lsn: int, recover: bool) -> Written:
         """The next page of each chunk of ``job`` (one keyed chunk, or every chunk of a
