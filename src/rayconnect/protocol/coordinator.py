@@ -80,7 +80,7 @@ from typing import Final
 import msgspec
 
 from rayconnect.protocol.commit_state import CommitState, Rejection, RejectionKind
-from rayconnect.protocol.cut_marks import next_cut
+from rayconnect.protocol.cut_marks import cut_floor, next_cut
 from rayconnect.protocol.drain_window import DrainWindow
 from rayconnect.protocol.effects import (
     Broadcast,
@@ -351,6 +351,8 @@ class Coordinator(TableMachine[State, Event]):
         self._last_error: str | None = None
         #: consistent cuts: the cut of the last version committed whole (None: unknown)
         self._committed_cut: int | None = None
+        #: consistent cuts: the open round's ``StartCommit.floor``
+        self._cut_floor: int | None = None
 
     # -- read-only views -------------------------------------------------------------------
 
@@ -405,12 +407,22 @@ class Coordinator(TableMachine[State, Event]):
 
     # -- inputs ----------------------------------------------------------------------------
 
-    def recover(self, epoch: int, table_offsets: Mapping[str, int], now: float) -> Ready:
-        """The actor claimed ``epoch`` in the table and read its offsets: start round 1."""
+    def recover(
+        self,
+        epoch: int,
+        table_offsets: Mapping[str, int],
+        now: float,
+        committed_cut: int | None = None,
+    ) -> Ready:
+        """The actor claimed ``epoch`` in the table and read its offsets: start round 1.
+        ``committed_cut``: the newest ``rayconnect.cut_lsn`` in the table (consistent cuts:
+        no later cut may be at or below it - a partition that is not in the rounds now, e.g.
+        retired, may hold transactions up to it)."""
         if not self._fire(Event.RECOVER):
             return []
         self._epoch = epoch
         self._offsets = dict(table_offsets)
+        self._committed_cut = committed_cut
         confirmed, self._retire_after_reload = self._retire_after_reload, None
         retired = self._retire(confirmed) if confirmed is not None else []
         return [*retired, *self._start(now)]
@@ -475,9 +487,14 @@ class Coordinator(TableMachine[State, Event]):
         return self._discard(reason)
 
     def table_reloaded(
-        self, table_offsets: Mapping[str, int], now: float, table_epoch: int | None = None
+        self,
+        table_offsets: Mapping[str, int],
+        now: float,
+        table_epoch: int | None = None,
+        committed_cut: int | None = None,
     ) -> Ready:
-        """The table's offsets (and epoch, if the actor read it) after a failed commit.
+        """The table's offsets (and epoch, if the actor read it) after a failed commit;
+        ``committed_cut`` as in ``recover`` (a commit reported failed may have landed).
 
         A ``table_epoch`` newer than ours means we are a zombie: emit ``Fenced`` and stop.
         """
@@ -489,6 +506,8 @@ class Coordinator(TableMachine[State, Event]):
             return [Fenced(epoch=self._epoch, table_epoch=table_epoch or 0)]
         self._offsets = dict(table_offsets)
         self._resets.reloaded(self._offsets)
+        if committed_cut is not None:
+            self._committed_cut = max(committed_cut, self._committed_cut or committed_cut)
         confirmed, self._retire_after_reload = self._retire_after_reload, None
         retired = self._retire(confirmed) if confirmed is not None else []
         return [*retired, *self._start(now)]
@@ -639,7 +658,11 @@ class Coordinator(TableMachine[State, Event]):
         assert rnd is not None
         if self._state is State.STARTED:
             start = StartCommit(
-                epoch=self._epoch, txn_id=rnd.txn_id, offsets=rnd.start_offsets, cut=rnd.cut
+                epoch=self._epoch,
+                txn_id=rnd.txn_id,
+                offsets=rnd.start_offsets,
+                cut=rnd.cut,
+                floor=self._cut_floor,
             )
             return [SendMessage(to=key, message=start)]
         rnd.mark_lost(key)
@@ -675,10 +698,13 @@ class Coordinator(TableMachine[State, Event]):
             self._last_end_to_start = now - interval_from
         self._txn_id += 1
         rnd = self._round
-        cut = None
+        cut = floor = None
         if self.config.consistent_cuts and rnd is not None:
             seen = {k: s.cut_seen for k, s in rnd.statuses.items()}
-            cut = next_cut(self._partitions, seen, self._committed_cut)
+            first = {k: s.cut_first for k, s in rnd.statuses.items() if k in self._partitions}
+            cut = next_cut(self._partitions, seen, self._committed_cut, first)
+            floor = cut_floor(first)
+        self._cut_floor = floor
         rnd = CommitState(
             epoch=self._epoch,
             txn_id=self._txn_id,
@@ -693,7 +719,7 @@ class Coordinator(TableMachine[State, Event]):
         )
         self._round = rnd
         start = StartCommit(
-            epoch=self._epoch, txn_id=self._txn_id, offsets=rnd.start_offsets, cut=cut
+            epoch=self._epoch, txn_id=self._txn_id, offsets=rnd.start_offsets, cut=cut, floor=floor
         )
         # reports that came while the last round was written may end this one at once,
         # whichever way that round ended (committed, empty or discarded)

@@ -32,7 +32,9 @@ CUT_HEADER: Final = "rayconnect.cut"
 class CutMarks:
     """The markers of one partition past its committed offset: each marker's LSN by the
     offset right after it (where a round ending at it ends). Markers arrive in offset
-    order; one read again (after a seek) is kept once."""
+    order; one read again (after a seek) is kept once. They must be every marker past the
+    round's start, with no gap (``end_for`` relies on it): the participant keeps only
+    those of batches it takes in order."""
 
     def __init__(self) -> None:
         self._ends: list[int] = []
@@ -62,6 +64,11 @@ class CutMarks:
             return None
         return self._lsns[-1]
 
+    def lowest(self, after: int | None) -> int | None:
+        """The lowest LSN of a marker ending past ``after`` (None: none known)."""
+        i = 0 if after is None else bisect.bisect_right(self._ends, after)
+        return self._lsns[i] if i < len(self._lsns) else None
+
     def end_for(self, cut: int | None, start: int) -> int | None:
         """Where a round starting at ``start`` ends for ``cut``: right after the last
         marker with LSN <= ``cut`` past ``start``, or ``start`` when there is none. None
@@ -83,12 +90,20 @@ class CutMarks:
 
 
 def next_cut(
-    partitions: Iterable[str], seen: Mapping[str, int | None], committed: int | None
+    partitions: Iterable[str],
+    seen: Mapping[str, int | None],
+    committed: int | None,
+    first: Mapping[str, int | None] | None = None,
 ) -> int | None:
     """The cut of the next round: the lowest LSN among the highest markers each partition
     reported (so every partition has read its marker for it), if every partition reported
     one and it is past the ``committed`` cut; else None (the round takes nothing and
-    reports again - cheap, and it never waits for a marker that may not come)."""
+    reports again - cheap, and it never waits for a marker that may not come).
+
+    Nor below any partition's ``first`` marker past its end (``WriteStatus.cut_first``):
+    a partition may stand past the others (a partial commit moved it on, or a version the
+    coordinator never heard of), and a cut below its first marker would end it where it
+    stands, holding transactions past the cut. At or above it, its end follows a marker."""
     lowest: int | None = None
     for key in partitions:
         lsn = seen.get(key)
@@ -97,4 +112,13 @@ def next_cut(
         lowest = lsn if lowest is None else min(lowest, lsn)
     if lowest is None or (committed is not None and lowest <= committed):
         return None
+    floor = cut_floor(first or {})
+    if floor is not None and lowest < floor:
+        return None
     return lowest
+
+
+def cut_floor(first: Mapping[str, int | None]) -> int | None:
+    """The lowest LSN the next cut may take: the highest of the partitions' first markers
+    past their ends (``next_cut``); None: no bound."""
+    return max((f for f in first.values() if f is not None), default=None)

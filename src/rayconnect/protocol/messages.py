@@ -44,6 +44,9 @@ class StartCommit(_Message, tag="START-COMMIT", frozen=True):
     #: consistent cuts (``commit.consistent_cuts``): each partition takes the records up to
     #: its cut marker of this LSN (``protocol/cut_marks.py``); None: nothing this round
     cut: int | None = None
+    #: consistent cuts: no later cut is below this LSN (``cut_floor``): a partition reads
+    #: on until it has a marker at or past it before its read-ahead bound pauses it
+    floor: int | None = None
 
 
 class EndCommit(_Message, tag="END-COMMIT", frozen=True):
@@ -70,6 +73,9 @@ class WriteStatus(_Message, tag="WRITE-STATUS", frozen=True):
     records: int
     #: consistent cuts: the highest cut marker LSN read past the round's start (None: none)
     cut_seen: int | None = None
+    #: consistent cuts: the lowest marker LSN read past the round's end - no later cut may
+    #: be below it (``next_cut``); None: none read
+    cut_first: int | None = None
 
 
 class AckCommit(_Message, tag="ACK-COMMIT", frozen=True):
@@ -138,6 +144,8 @@ class HostWriteStatus(_Message, tag="HOST-WRITE-STATUS", frozen=True):
     file_indexes: tuple[tuple[int, ...], ...] = ()
     #: each partition's ``WriteStatus.cut_seen`` (empty: None for all)
     cuts_seen: tuple[int | None, ...] = ()
+    #: each partition's ``WriteStatus.cut_first`` (empty: None for all)
+    cuts_first: tuple[int | None, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.partitions)
@@ -146,6 +154,7 @@ class HostWriteStatus(_Message, tag="HOST-WRITE-STATUS", frozen=True):
             lengths != (n, n, n)
             or len(self.file_indexes) not in (0, n)
             or len(self.cuts_seen) not in (0, n)
+            or len(self.cuts_first) not in (0, n)
         ):
             raise ValueError(f"HOST-WRITE-STATUS arrays of unequal length for {n} partitions")
         if len(set(self.partitions)) != n:
@@ -186,6 +195,11 @@ class HostWriteStatus(_Message, tag="HOST-WRITE-STATUS", frozen=True):
                 if any(s.cut_seen is not None for s in statuses)
                 else ()
             ),
+            cuts_first=(
+                tuple(s.cut_first for s in statuses)
+                if any(s.cut_first is not None for s in statuses)
+                else ()
+            ),
         )
 
     def statuses(self) -> list[WriteStatus]:
@@ -197,6 +211,7 @@ class HostWriteStatus(_Message, tag="HOST-WRITE-STATUS", frozen=True):
             if idx not in own:
                 own[idx] = tuple(files[j] for j in idx)
         cuts = self.cuts_seen or (None,) * len(self.partitions)
+        firsts = self.cuts_first or (None,) * len(self.partitions)
         return [
             WriteStatus(
                 self.epoch,
@@ -207,14 +222,16 @@ class HostWriteStatus(_Message, tag="HOST-WRITE-STATUS", frozen=True):
                 next_,
                 records,
                 cut,
+                cut_first,
             )
-            for key, first, next_, records, idx, cut in zip(
+            for key, first, next_, records, idx, cut, cut_first in zip(
                 self.partitions,
                 self.first_offsets,
                 self.next_offsets,
                 self.records,
                 indexes,
                 cuts,
+                firsts,
                 strict=True,
             )
         ]

@@ -275,6 +275,9 @@ class Participant(TableMachine[State, Event]):
         self._cuts = self.config.consistent_cuts
         self._marks = CutMarks()
         self._cut: int | None = None
+        #: rounds in a row that ended holding records with no marker read past them
+        self._unmarked_rounds = 0
+        self._floor: int | None = None  # StartCommit.floor
 
     # -- read-only views -------------------------------------------------------------------
 
@@ -378,10 +381,8 @@ class Participant(TableMachine[State, Event]):
             self._data_end = next_offset
         elif high_watermark is not None:
             self._data_end = max(high_watermark, next_offset)
-        if cut_lsn is not None:  # a fact of the log, whatever becomes of the batch
-            self._marks.seen(next_offset, cut_lsn)
         return self._on_records(
-            Batch(first_offset, next_offset, count, nbytes, handle, now), caught_up
+            Batch(first_offset, next_offset, count, nbytes, handle, now, cut_lsn), caught_up
         )
 
     def flushed(self, flush_id: int, files: Iterable[DataFile], now: float) -> Ready:
@@ -466,6 +467,7 @@ class Participant(TableMachine[State, Event]):
         self._gap_seek = None
         ahead, self._ahead = self._ahead, None
         if self._cuts:
+            self._floor = msg.floor
             return self._start_cut(msg.cut, txn, ahead)
         if ahead is not None and offset == ahead.first_offset and not self._reader_lost:
             txn.adopt(ahead)  # the reader is at ahead.next_offset already: no seek
@@ -535,12 +537,23 @@ class Participant(TableMachine[State, Event]):
         if first != ahead.next_offset:
             return self._drop(first, batch.next_offset)
         self._gap_seek = None
+        effects = self._read_ahead(ahead, batch, caught_up, bounded=False) + self._promote()
+        # Bounded only once all held lies past the cut's end and a marker past that end, at
+        # or past the START's floor, was read: the round needs what comes up to its end, and
+        # the next cut such a marker (``next_cut``) - pausing the reader short of either
+        # stalls the cuts (for good, or a batch a round).
         txn = self._txn
-        unknown_end = txn is not None and self._cut_end(txn) is None
-        # bounded only once the cut's end is known: before, the marker may lie beyond
-        return self._read_ahead(ahead, batch, caught_up, bounded=not unknown_end) + (
-            self._promote()
-        )
+        end = None if txn is None else self._cut_end(txn)
+        seen = None if end is None else self._marks.highest(end)
+        if (
+            end is not None
+            and self._ahead is ahead
+            and ahead.first_offset >= end
+            and seen is not None
+            and (self._floor is None or seen >= self._floor)
+        ):
+            effects += self._bound(ahead)
+        return effects
 
     def _on_end(self, msg: EndCommit, now: float) -> Ready:
         txn = self._current(msg.epoch, msg.txn_id)
@@ -554,6 +567,8 @@ class Participant(TableMachine[State, Event]):
         effects: Ready = []
         self._drain_told = False  # what is read from here on is the next round's
         self._judge_idle(txn, now)
+        if self._cuts:
+            self._judge_unmarked(txn)
         if self._cuts and (self._ahead is not None or txn.first_offset is None):
             pass  # held batches stay held: the round may still need some
         elif txn.next_offset is not None and not self._reader_lost:
@@ -650,6 +665,23 @@ class Participant(TableMachine[State, Event]):
             self._resyncs += 1
             self._resync_at = self._idle_behind + min(2**self._resyncs, MAX_RESYNC_GAP)
 
+    def _judge_unmarked(self, txn: WriteState) -> None:
+        """Consistent cuts: records held round after round with no cut marker read past
+        them never reach the table - the source writes no markers (``cut_markers``).
+        Said in the status (``last_error``) after ``STALL_ROUNDS`` such rounds, never
+        silently."""
+        held = self._ahead.records if self._ahead is not None else 0
+        if not held or self._marks.highest(txn.next_offset) is not None:
+            self._unmarked_rounds = 0
+            return
+        self._unmarked_rounds += 1
+        if self._unmarked_rounds >= STALL_ROUNDS:
+            self._last_error = (
+                f"consistent cuts: {held} records held past offset {txn.next_offset} and no "
+                f"cut marker read after them for {self._unmarked_rounds} rounds - does the "
+                "source write cut markers (the Postgres source's cut_markers: true)?"
+            )
+
     def _read_ahead(
         self, ahead: ReadAhead, batch: Batch, caught_up: bool, bounded: bool = True
     ) -> Ready:
@@ -658,19 +690,26 @@ class Participant(TableMachine[State, Event]):
             self._reader_lost = True  # stale or a gap: the next START seeks
             return self._drop_read_ahead()
         ahead.append(batch)
+        if batch.cut_lsn is not None:
+            # Only from a batch taken in order: the marks must hold EVERY marker from the
+            # round's start on (``CutMarks.end_for``) - one from a batch past a gap would
+            # make a cut end before the markers in the gap.
+            self._marks.seen(batch.next_offset, batch.cut_lsn)
         self._progress_at = batch.received_at
         ends, told = self._reached_end(batch, caught_up)
         ahead.ends_round = ends or ahead.ends_round
         self._reader_at = batch.next_offset
+        return [*told, *self._bound(ahead)] if bounded else told
+
+    def _bound(self, ahead: ReadAhead) -> Ready:
+        """Past the flush bounds the read-ahead pauses the reader: wait for the next START."""
         cfg = self.config
-        if (
-            bounded
-            and not ahead.full
-            and (ahead.records >= cfg.flush_max_records or ahead.nbytes >= cfg.flush_max_bytes)
+        if not ahead.full and (
+            ahead.records >= cfg.flush_max_records or ahead.nbytes >= cfg.flush_max_bytes
         ):
             ahead.full = True
-            return [*told, Pause()]  # bounded: wait for the next START
-        return told
+            return [Pause()]
+        return []
 
     def _drop_read_ahead(self) -> Ready:
         ahead, self._ahead = self._ahead, None
@@ -758,13 +797,15 @@ class Participant(TableMachine[State, Event]):
         txn = self._txn
         if txn is None or not txn.can_report():
             return []
-        cut_seen = None
+        cut_seen = cut_first = None
         if self._cuts:
             if txn.next_offset != self._cut_end(txn):
                 return []  # the cut's end is still to be read
             cut_seen = self._marks.highest(txn.next_offset)
+            cut_first = self._marks.lowest(txn.next_offset)
         self._fire(Event.REPORT)
-        return [SendMessage(to=COORDINATOR, message=txn.write_status(self.key, cut_seen))]
+        status = txn.write_status(self.key, cut_seen, cut_first)
+        return [SendMessage(to=COORDINATOR, message=status)]
 
     def _close(self) -> None:
         """Forget the open round (its flushes' late results will be ignored)."""

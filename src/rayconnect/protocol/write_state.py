@@ -27,6 +27,8 @@ class Batch:
     nbytes: int
     handle: object
     received_at: float
+    #: consistent cuts: the batch ends with a cut marker of this LSN
+    cut_lsn: int | None = None
 
 
 class WriteState:
@@ -115,7 +117,9 @@ class WriteState:
         """Everything accepted is in files and the starting offset is known."""
         return self.first_offset is not None and not self.in_flight and not self._batches
 
-    def write_status(self, key: str, cut_seen: int | None = None) -> WriteStatus:
+    def write_status(
+        self, key: str, cut_seen: int | None = None, cut_first: int | None = None
+    ) -> WriteStatus:
         assert self.first_offset is not None and self.next_offset is not None
         self.reported = WriteStatus(
             epoch=self.epoch,
@@ -126,6 +130,7 @@ class WriteState:
             next_offset=self.next_offset,
             records=self.records,
             cut_seen=cut_seen,
+            cut_first=cut_first,
         )
         return self.reported
 

@@ -221,3 +221,107 @@ def test_a_reader_picks_the_newest_cut_every_table_reached() -> None:
     assert cut.versions == {"orders": 2, "lines": 2, "users": 6}
     with pytest.raises(NoCutError, match="lines"):
         pick_cut({"orders": [(1, 100)], "lines": [(0, None)]})
+
+
+# -- found by the simulation (test_simulation_cuts.py) ---------------------------------------
+
+SMALL = CommitSettings(consistent_cuts=True, flush_max_records=3, flush_max_bytes=10**6)
+
+
+def steering(ready: list[Any]) -> list[str]:
+    return [type(e).__name__ for e in ready if type(e).__name__ in ("Pause", "Resume", "Seek")]
+
+
+def test_the_read_ahead_bound_does_not_pause_the_reader_short_of_the_cut() -> None:
+    """The held batches the cut takes counted towards the read-ahead bound: the reader was
+    paused after 3 of the 6 records up to the cut's marker, the round never reached its
+    end, timed out, and the next round with that cut did the same - nothing was committed."""
+    p = Participant(KEY, SMALL)  # a fresh participant: its marks come as it reads
+    p.step(StartCommit(1, 1, {KEY: 0}, cut=100), 0.0)
+    assert steering(feed(p, 0, 3)) == []  # the cut may take these: no pause
+    ready = feed(p, 3, 3, cut=100)
+    assert steering(ready) == []  # the cut takes them all
+    ready += p.step(EndCommit(1, 1), 0.0)
+    assert [(f.first_offset, f.next_offset) for f in flushes(ready)] == [(0, 3), (3, 6)]
+    assert steering(feed(p, 6, 3, cut=200)) == ["Pause"]  # past the cut: bounded
+
+
+def test_with_no_cut_named_the_reader_reads_on_to_a_marker() -> None:
+    """A round without a cut held 3 records, paused the reader at the bound and reported no
+    marker: no cut could be named, and the next round let one batch in - a batch a round."""
+    p = Participant(KEY, SMALL)
+    p.step(StartCommit(1, 1, {KEY: 0}), 0.0)
+    assert steering(feed(p, 0, 3)) == []  # past the bound, but no marker read yet
+    assert steering(feed(p, 3, 3)) == []
+    assert steering(feed(p, 6, 1, cut=100)) == ["Pause"]  # a marker: the next cut can be named
+    (status,) = statuses(p.step(EndCommit(1, 1), 0.0))
+    assert status.cut_seen == 100 and status.cut_first == 100
+
+
+def test_no_cut_is_named_below_a_partition_s_first_marker() -> None:
+    """After a partial commit ``a`` stands at the end of cut 300, ``b`` still at that of cut
+    100. ``b`` read the marker of 200, ``a`` its next one (400): naming the lowest, 200,
+    ended ``a`` where it stood - a version labelled cut 200 holding transactions up to 300 of
+    ``a`` (and the table's cut went back from 300 to 200). The cut must be at or past every
+    partition's first marker past its end; START tells the partitions that floor, so that
+    ``b`` reads on to it."""
+    assert next_cut(["a", "b"], {"a": 400, "b": 200}, None, {"a": 400, "b": 200}) is None
+    assert next_cut(["a", "b"], {"a": 500, "b": 400}, None, {"a": 400, "b": 200}) == 400
+    c = coordinator()
+    c.tick(100.0)
+    ready = c.step(
+        HostWriteStatus.of(
+            [
+                WriteStatus(1, 1, "a", (), 0, 0, 0, cut_seen=400, cut_first=400),
+                WriteStatus(1, 1, "b", (), 0, 0, 0, cut_seen=200, cut_first=200),
+            ]
+        ),
+        100.0,
+    )
+    (start,) = starts(ready)
+    assert (start.cut, start.floor) == (None, 400)
+    p = Participant(KEY, SMALL)
+    p.step(StartCommit(1, 1, {KEY: 0}, floor=400), 0.0)
+    assert steering(feed(p, 0, 3, cut=200)) == []  # below the floor: read on
+    assert steering(feed(p, 3, 1, cut=400)) == ["Pause"]
+
+
+def test_records_held_for_rounds_without_a_marker_are_said_in_the_status() -> None:
+    p = Participant(KEY, CFG)
+    for txn in range(1, 5):
+        p.step(StartCommit(1, txn, {KEY: 0}), 0.0)
+        if txn == 1:
+            feed(p, 0, 5)  # a source that writes no markers
+        p.step(EndCommit(1, txn), 0.0)
+        p.step(AckCommit(1, txn, 0, {KEY: 0}), 0.0)
+        assert (p.status().last_error is None) == (txn < 3)
+    error = p.status().last_error
+    assert error is not None and "5 records held past offset 0" in error and "cut_markers" in error
+
+
+def test_a_marker_past_a_gap_is_not_kept() -> None:
+    """The marker of a batch that came past a gap (dropped: the reader seeks back) was kept,
+    so the marks lacked those in the gap: the cut of 200 ended after the marker of 100,
+    leaving transactions up to 200 out of a version labelled 200."""
+    p = Participant(KEY, CFG)
+    p.step(StartCommit(1, 1, {KEY: 0}, cut=200), 0.0)
+    feed(p, 4, 2, cut=300)  # offsets 0-3 were lost on the way: seek back
+    feed(p, 0, 2, cut=100)
+    assert p.step(EndCommit(1, 1), 0.0) == []  # the end of cut 200 is not known yet
+    (flush,) = flushes(feed(p, 2, 2, cut=200))
+    assert (flush.first_offset, flush.next_offset) == (0, 4)
+
+
+def test_a_recovered_coordinator_names_no_cut_at_or_below_the_table_s() -> None:
+    """A new coordinator knew no committed cut: with a partition that came back (retired,
+    then added) behind the table's cut of 300, it named 200 - the table's cut went back,
+    and the version labelled 200 held the other partitions' transactions up to 300. The
+    actor passes the newest ``rayconnect.cut_lsn`` (``recover``/``table_reloaded``)."""
+    c = Coordinator("p", ["a", "b"], CommitSettings(consistent_cuts=True))
+    c.recover(1, {"a": 0, "b": 0}, 0.0, committed_cut=300)
+    c.tick(100.0)
+    ready = c.step(
+        HostWriteStatus.of([status("a", 1, 0, 0, 400), status("b", 1, 0, 0, 200)]), 100.0
+    )
+    (start,) = starts(ready)
+    assert start.cut is None
