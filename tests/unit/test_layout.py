@@ -196,3 +196,14 @@ def test_the_core_imports_no_demo_module() -> None:
         if target.startswith("rayconnect.demo")
     )
     assert users == []
+
+
+def test_test_modules_have_unique_names() -> None:
+    """pytest imports test modules by basename (tests/ has no packages): a second
+    ``test_x.py`` anywhere stops the whole run at collection, not just its own tests."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, list[str]] = {}
+    for p in tests.rglob("*.py"):
+        if p.name != "conftest.py" and "__pycache__" not in p.parts:
+            seen.setdefault(p.name, []).append(str(p.relative_to(tests)))
+    assert {n: ps for n, ps in seen.items() if len(ps) > 1} == {}
