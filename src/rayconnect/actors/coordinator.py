@@ -165,8 +165,8 @@ class CoordinatorActor:
         claimed = await self._claim_until_done()
         if claimed is None:  # gave up before the first round
             return
-        epoch, offsets = claimed
-        await self._apply(lambda: self.machine.recover(epoch, offsets, time.monotonic()))
+        epoch, offsets, cut = claimed
+        await self._apply(lambda: self.machine.recover(epoch, offsets, time.monotonic(), cut))
         self._do(self.housekeeping.recovered(time.time()))  # before any round can finish
         self._recovered.set()
         while self.fenced is None:
@@ -185,16 +185,16 @@ class CoordinatorActor:
             outages = self.housekeeping.outages
             self._metrics.outage(max((o.lasted(now) for o in outages), default=0.0))
 
-    async def _claim_until_done(self) -> tuple[int, dict[str, int]] | None:
-        """Claim a new epoch and read the offsets; a table that cannot be reached yet is
-        retried, not fatal, so a restarted coordinator waits out a storage hiccup - until
-        it gives up (None)."""
+    async def _claim_until_done(self) -> tuple[int, dict[str, int], int | None] | None:
+        """Claim a new epoch and read the offsets (and the committed cut); a table that
+        cannot be reached yet is retried, not fatal, so a restarted coordinator waits out a
+        storage hiccup - until it gives up (None)."""
         while self.gave_up is None:
             try:
-                epoch, offsets, self.table_version = await asyncio.to_thread(self._claim)
+                epoch, offsets, self.table_version, cut = await asyncio.to_thread(self._claim)
                 self._error = None
                 self._store(None)
-                return epoch, offsets
+                return epoch, offsets, cut
             except Exception as e:
                 self._error = f"recovery failed: {type(e).__name__}: {e}"
                 self._recovery_failed.set()  # a start() waiting in ready(fail_fast) ends now
@@ -204,7 +204,7 @@ class CoordinatorActor:
         log.error("coordinator %s: %s; no round at all", self.config.name, self.gave_up)
         return None
 
-    def _claim(self) -> tuple[int, dict[str, int], int]:
+    def _claim(self) -> tuple[int, dict[str, int], int, int | None]:
         self.committer.ensure_table()
         changed = self.upkeep.configure_table()
         if changed:
@@ -214,7 +214,12 @@ class CoordinatorActor:
         # back) must start from the table, not from the starting-offset policy.
         offsets = self.committer.committed_offsets(None)
         self._read_dead_letters()
-        return epoch, offsets, self.committer.version()
+        return epoch, offsets, self.committer.version(), self._committed_cut()
+
+    def _committed_cut(self) -> int | None:
+        """Consistent cuts: the newest cut in the table(s), which no later cut may be at or
+        below (``Coordinator.recover``); not read at all without them."""
+        return self.committer.committed_cut() if self.config.commit.consistent_cuts else None
 
     # -- housekeeping: probes, upkeep, give-up (the decisions are protocol.housekeeping's) --
 
@@ -524,7 +529,7 @@ class CoordinatorActor:
     async def _reload(self) -> None:
         while self.gave_up is None:
             try:
-                offsets, epoch, version = await asyncio.to_thread(self._read_table)
+                offsets, epoch, version, cut = await asyncio.to_thread(self._read_table)
                 self.committer.check_reloaded(self.machine.offsets, offsets, self.machine.resetting)
                 break
             except TableBrokenError as e:
@@ -541,7 +546,9 @@ class CoordinatorActor:
         self.table_version = version
         self._tell_failed_commit(offsets, epoch)
         await self._apply(
-            lambda: self.machine.table_reloaded(offsets, time.monotonic(), table_epoch=epoch)
+            lambda: self.machine.table_reloaded(
+                offsets, time.monotonic(), table_epoch=epoch, committed_cut=cut
+            )
         )
 
     def _tell_failed_commit(self, offsets: dict[str, int], epoch: int) -> None:
@@ -560,12 +567,13 @@ class CoordinatorActor:
         a raw table)."""
         self.dead_letters = self.committer.dead_letter_counts()
 
-    def _read_table(self) -> tuple[dict[str, int], int, int]:
+    def _read_table(self) -> tuple[dict[str, int], int, int, int | None]:
         self._read_dead_letters()
         return (
             self.committer.committed_offsets(None),
             self.committer.epoch(),
             self.committer.version(),
+            self._committed_cut(),
         )
 
     async def _stop_broken(self, reason: str) -> None:
@@ -658,6 +666,7 @@ class CoordinatorActor:
             round_s_max=max(durations) if durations else None,
             end_to_start_s_median=_median(self.end_to_starts),
             commit_s_median=_median(self.commit_latencies),
+            committed_cut=machine.committed_cut,
             last_error=machine.last_error,
             error=self._error,
             fenced=self.fenced,

@@ -163,6 +163,7 @@ def mirror_lines(status: MirrorStatus) -> list[str]:
             f"  sink epoch {sink.epoch}: {r.committed} rounds committed, "
             f"{sink.records_committed_since_start or 0:,} changes since its start"
         )
+        lines += [f"  sink {line}" for line in sink.partition_problems()]
     tables = sorted(
         status.sink.tables.items() if status.sink is not None else (),
         key=lambda item: -(item[1].lag or 0),

@@ -254,6 +254,7 @@ def _foreground(handle, args, producer) -> int:
 def _sink_loop(handle, args, producer, stop_requested: list[str]) -> int:
     first: int | None = None
     last_t, last_committed = time.monotonic(), 0
+    problems: set[tuple[str, str]] = set()  # (partition, state) said last
     try:
         while not stop_requested:
             t0 = time.monotonic()
@@ -291,6 +292,13 @@ def _sink_loop(handle, args, producer, stop_requested: list[str]) -> int:
                     f"table v{status.table_version}",
                     flush=True,
                 )
+                # partitions not ok (stalled, no cut markers...): said when they change
+                parts = status.partition_status.items()
+                said = {(k, p.state) for k, p in parts if p.state != "ok"}
+                if said != problems:
+                    for line in status.partition_problems():
+                        print(f"  {line}", flush=True)
+                    problems = said
             time.sleep(max(0.0, args.interval - (time.monotonic() - t0)))
         print(f"{stop_requested[0]}: committing what was read, then stopping...", flush=True)
         result = handle.stop(commit=True)

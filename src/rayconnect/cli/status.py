@@ -84,6 +84,8 @@ def render_status(s: PipelineStatus | SourcePipelineStatus) -> str:
         f"records committed {_n(s.records_committed_since_start)}"
     )
     lines.append(f"lag {total_lag:,}")
+    if s.committed_cut is not None:  # commit.consistent_cuts
+        lines.append(f"committed cut: LSN {s.committed_cut}")
     for label in ("gave_up", "fenced", "error", "last_error"):
         if value := getattr(s, label):
             lines.append(f"{label}: {value}")
@@ -118,9 +120,7 @@ def render_status(s: PipelineStatus | SourcePipelineStatus) -> str:
             f"{key:<{width}}  {_n(p.committed_offset):>12}  {_n(p.high_watermark):>12}  "
             f"{_n(p.lag):>10}  {host}" + ("" if p.state == "ok" else f"  {p.state.upper()}")
         )
-    for key, p in s.partition_status.items():
-        if p.state != "ok":
-            lines.append(f"{key}: {p.state}: {p.reason}")
+    lines += s.partition_problems()
     lines.append("")
     lines += _render_actors([msgspec.to_builtins(a) for a in s.actors or ()])
     return "\n".join(lines)

@@ -363,8 +363,9 @@ class _PartitionState:
 
 def _partition_states(actor_names: list[str], timeout_s: float) -> dict[str, _PartitionState]:
     """Partition -> its state where a participant says it is stalled (the liveness rule,
-    ``protocol.participant``); hosts (among the pipeline's ``actor_names``) that do not
-    answer are left out."""
+    ``protocol.participant``) or, with consistent cuts, holds records that no cut marker
+    follows (``no_cut_markers``: its ``last_error`` says why); hosts (among the pipeline's
+    ``actor_names``) that do not answer are left out."""
     hosts = [get_actor(n) for n in actor_names if "/participants/" in n]
     refs = [h.status.remote() for h in hosts if h is not None]
     states: dict[str, _PartitionState] = {}
@@ -381,6 +382,8 @@ def _partition_states(actor_names: list[str], timeout_s: float) -> dict[str, _Pa
                     f"data to offset {part.data_end} (reader at {part.position}); "
                     f"reader re-synced {part.resyncs} times",
                 )
+            if part.unmarked:  # the cause, where both hold: the rounds take nothing
+                states[key] = _PartitionState("no_cut_markers", part.last_error)
     return states
 
 

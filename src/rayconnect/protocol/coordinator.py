@@ -309,6 +309,9 @@ class CoordinatorStatus(msgspec.Struct, frozen=True):
     #: partitions whose table offset lies outside their log, as a reader reported them
     #: (until a commit moves them on: with a reset policy, they start over)
     out_of_range: dict[str, OffsetsOutOfRange] = {}
+    #: consistent cuts: the cut of the last version committed whole, as last learnt from
+    #: the table or a commit (None: none known)
+    committed_cut: int | None = None
 
 
 class Coordinator(TableMachine[State, Event]):
@@ -403,6 +406,7 @@ class Coordinator(TableMachine[State, Event]):
             retiring=tuple(sorted(self._retiring)),
             rounds_drained=self._drained,
             out_of_range=dict(self._resets.reports),
+            committed_cut=self._committed_cut,
         )
 
     # -- inputs ----------------------------------------------------------------------------

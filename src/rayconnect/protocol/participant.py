@@ -228,11 +228,20 @@ class ParticipantStatus(msgspec.Struct, frozen=True):
     resyncs: int = 0
     #: where the log's data ends, as the reader last said (None: not heard yet)
     data_end: int | None = None
+    #: consistent cuts: rounds in a row that ended holding records with no cut marker read
+    #: past them (the source writes none?)
+    unmarked_rounds: int = 0
 
     @property
     def stalled(self) -> bool:
         """Behind the log with nothing read for ``STALL_ROUNDS`` rounds in a row."""
         return self.idle_rounds_behind >= STALL_ROUNDS
+
+    @property
+    def unmarked(self) -> bool:
+        """Consistent cuts: holding records with no cut marker after them for
+        ``STALL_ROUNDS`` rounds in a row (``last_error`` says so)."""
+        return self.unmarked_rounds >= STALL_ROUNDS
 
 
 class Participant(TableMachine[State, Event]):
@@ -275,8 +284,10 @@ class Participant(TableMachine[State, Event]):
         self._cuts = self.config.consistent_cuts
         self._marks = CutMarks()
         self._cut: int | None = None
-        #: rounds in a row that ended holding records with no marker read past them
+        #: rounds in a row that ended holding records with no marker read past them, and
+        #: what ``last_error`` said of it
         self._unmarked_rounds = 0
+        self._unmarked: str | None = None
         self._floor: int | None = None  # StartCommit.floor
 
     # -- read-only views -------------------------------------------------------------------
@@ -340,6 +351,7 @@ class Participant(TableMachine[State, Event]):
             idle_rounds_behind=self._idle_behind,
             resyncs=self._resyncs,
             data_end=self._data_end,
+            unmarked_rounds=self._unmarked_rounds,
         )
 
     # -- inputs ----------------------------------------------------------------------------
@@ -672,11 +684,13 @@ class Participant(TableMachine[State, Event]):
         silently."""
         held = self._ahead.records if self._ahead is not None else 0
         if not held or self._marks.highest(txn.next_offset) is not None:
+            if self._unmarked_rounds >= STALL_ROUNDS and self._last_error == self._unmarked:
+                self._last_error = None  # markers came after all: no longer true
             self._unmarked_rounds = 0
             return
         self._unmarked_rounds += 1
         if self._unmarked_rounds >= STALL_ROUNDS:
-            self._last_error = (
+            self._last_error = self._unmarked = (
                 f"consistent cuts: {held} records held past offset {txn.next_offset} and no "
                 f"cut marker read after them for {self._unmarked_rounds} rounds - does the "
                 "source write cut markers (the Postgres source's cut_markers: true)?"

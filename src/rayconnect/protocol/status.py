@@ -78,7 +78,9 @@ class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: ``ok``; ``stalled``: behind its log with nothing read for ``STALL_ROUNDS`` rounds in a
     #: row (the participant re-syncs its reader meanwhile: ``reason`` says how often);
     #: ``offsets_ahead`` / ``offsets_before_log_start``: the table's offset lies outside the
-    #: partition's log (``source.offsets_out_of_range`` says what happens; lag is unknown)
+    #: partition's log (``source.offsets_out_of_range`` says what happens; lag is unknown);
+    #: ``no_cut_markers``: consistent cuts, and records held round after round with no cut
+    #: marker after them (the source writes none: nothing of the partition is committed)
     state: str = "ok"
     #: why the state is not ``ok``
     reason: str | None = None
@@ -240,6 +242,10 @@ class PipelineStatus(ByName, msgspec.Struct, frozen=True, kw_only=True):
     end_to_start_s_median: float | None = None
     #: median time of the recent table commits
     commit_s_median: float | None = None
+    #: consistent cuts (``commit.consistent_cuts``): the LSN of the last cut committed
+    #: whole, read from the table at the coordinator's start, then each commit's
+    #: (None: cuts are off, or none committed yet)
+    committed_cut: int | None = None
     #: the last round's failure (a commit that failed, a partition's bad record...)
     last_error: str | None = None
     #: the coordinator's own failure (recovery, reload), cleared when it passes
@@ -286,6 +292,13 @@ class PipelineStatus(ByName, msgspec.Struct, frozen=True, kw_only=True):
     partition_status: dict[str, PartitionStatus] = {}
     #: the actors' processes (``status(actors=True)``; ``rayconnect status`` asks for them)
     actors: tuple[ActorStatus, ...] | None = None
+
+    def partition_problems(self) -> list[str]:
+        """One line per partition whose state is not ``ok``, with why (stalled, offsets
+        outside its log, no cut markers...): ``rayconnect status``, ``run``'s progress and
+        the mirror's live lines show them."""
+        parts = self.partition_status.items()
+        return [f"{key}: {p.state}: {p.reason}" for key, p in parts if p.state != "ok"]
 
 
 def encode(status: PipelineStatus) -> bytes:

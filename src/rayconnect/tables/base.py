@@ -215,6 +215,12 @@ class TableCommitter(abc.ABC):
         ``None``: every partition this pipeline ever committed."""
 
     @abc.abstractmethod
+    def committed_cut(self) -> int | None:
+        """Consistent cuts: the newest cut this pipeline recorded in the table (a version's
+        ``rayconnect.cut_lsn``, ``protocol.effects.CUT_LSN_KEY``); None: none found. Read
+        only when the sink has ``commit.consistent_cuts``."""
+
+    @abc.abstractmethod
     def epoch(self) -> int:
         """The current coordinator epoch (0 = never claimed)."""
 

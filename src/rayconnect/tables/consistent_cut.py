@@ -22,6 +22,11 @@ import msgspec
 from rayconnect.errors import RayconnectError
 from rayconnect.protocol.effects import CUT_LSN_KEY
 
+#: how many versions back from the newest a restarted coordinator looks for its table's
+#: last cut (``RoundCommitter.committed_cut``): a version without one is a partial commit,
+#: an epoch claimed or adopted, upkeep - rare in a row; past it the cut counts as unknown
+CUT_LOOKBACK = 256
+
 
 class Cut(msgspec.Struct, frozen=True):
     """One consistent cut: its LSN and each table's version holding it (a Delta version,
@@ -61,6 +66,15 @@ def iceberg_history(table: Any) -> list[tuple[int, int | None]]:
     """A pyiceberg table's ``(snapshot id, cut)`` history, oldest first."""
     snapshots = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
     return [(s.snapshot_id, _lsn((s.summary or {}).get(CUT_LSN_KEY))) for s in snapshots]
+
+
+def recorded_cut(info: Mapping[str, Any] | None, pipeline: str) -> int | None:
+    """The cut a version of ``pipeline`` records (Delta commit info, Iceberg snapshot
+    summary); None: no cut, or another pipeline's version. What a restarted coordinator
+    reads back (``RoundCommitter.committed_cut``)."""
+    if not info or info.get("rayconnect.pipeline") != pipeline:
+        return None
+    return _lsn(info.get(CUT_LSN_KEY))
 
 
 def _lsn(value: Any) -> int | None:

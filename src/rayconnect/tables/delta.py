@@ -58,6 +58,7 @@ from rayconnect.tables.base import (
     VersionWrite,
     new_columns,
 )
+from rayconnect.tables.consistent_cut import CUT_LOOKBACK, recorded_cut
 from rayconnect.tables.delta_log import NO_LOG_CLEANUP, DeltaLog, LogState
 from rayconnect.tables.delta_metrics import OPERATION_METRICS, operation_metrics
 from rayconnect.tables.delta_txns import TxnVersions
@@ -295,6 +296,17 @@ class DeltaCommitter(TableCommitter):
     def epoch(self) -> int:
         """The current coordinator epoch (0 = never claimed)."""
         return self._log_state().txns.get(self.app_id(COORDINATOR_KEY), 0)
+
+    def committed_cut(self) -> int | None:
+        """The newest cut this pipeline recorded (``rayconnect.cut_lsn`` in a version's
+        commit info), among the latest ``CUT_LOOKBACK`` versions: the commits after the
+        last checkpoint, then older ones newest first (``DeltaLog.newest_commit_info``)."""
+        if not self._ensured:
+            self.ensure_table()
+        info = self.log.newest_commit_info(
+            lambda i: recorded_cut(i, self.pipeline) is not None, CUT_LOOKBACK
+        )
+        return recorded_cut(info, self.pipeline)
 
     def _log_state(self) -> LogState:
         """The table's txn versions and metadata now, from the log; ``TableBrokenError`` if

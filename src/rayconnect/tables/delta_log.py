@@ -56,6 +56,12 @@ def _actions(text: str, kinds: tuple[str, ...] | None) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
+def _commit_info(text: str) -> dict[str, Any] | None:
+    """A commit file's commitInfo (None: it has none)."""
+    infos = _actions(text, ("commitInfo",))
+    return infos[0]["commitInfo"] if infos else None
+
+
 def _replay(
     start: int, txns: dict[str, int], metadata: dict[str, Any], commits: list[tuple[int, str]]
 ) -> LogState:
@@ -162,6 +168,40 @@ class DeltaLog:
             return _replay(state.version, dict(state.txns), state.metadata, commits)
         hint = self._hint()
         return self.state() if hint is not None and hint[0] > state.version else state
+
+    def newest_commit_info(
+        self, wanted: Callable[[dict[str, Any]], bool], lookback: int
+    ) -> dict[str, Any] | None:
+        """The commit info of the newest commit that ``wanted`` takes, among the latest
+        ``lookback + 1`` commits; None if there is none (or the entries before it are gone:
+        log cleanup). The commits after the last checkpoint are found as ``state`` finds
+        them (by version number from the hint, else a listing); older ones are read newest
+        first, ``_PROBE`` at a time. Commit info is not in checkpoints: only the commit
+        entries have it."""
+        segment = self._segment_from_hint(None) or self._segment_from_listing(None)
+        if segment is None:
+            return None
+        start, _, commits = segment
+        floor = max((commits[-1][0] if commits else start) - lookback, 0)
+        for version, text in reversed(commits):
+            if version < floor:
+                return None
+            info = _commit_info(text)
+            if info is not None and wanted(info):
+                return info
+        nxt = commits[0][0] - 1 if commits else start
+        with concurrent.futures.ThreadPoolExecutor(_PROBE) as pool:
+            while nxt >= floor:
+                batch = list(range(nxt, max(nxt - _PROBE, floor - 1), -1))
+                texts = pool.map(lambda v: self._read_text(self.path(f"{v:020d}.json")), batch)
+                for older in texts:
+                    if older is None:
+                        return None
+                    info = _commit_info(older)
+                    if info is not None and wanted(info):
+                        return info
+                nxt = batch[-1] - 1
+        return None
 
     def _read_segment(self, segment: _Segment) -> LogState:
         start, parts, commits = segment

@@ -64,6 +64,7 @@ from rayconnect.tables.base import (
     TableCommitter,
     VersionWrite,
 )
+from rayconnect.tables.consistent_cut import CUT_LOOKBACK, recorded_cut
 from rayconnect.tables.files import STAGING_DIR
 from rayconnect.tables.iceberg_row_delta import row_delta
 from rayconnect.write_modes.changes import Appended, RowDelta, Upserted
@@ -313,6 +314,17 @@ class IcebergCommitter(TableCommitter):
     def epoch(self) -> int:
         """The current coordinator epoch (0 = never claimed)."""
         return self._epoch_of(self._table())
+
+    def committed_cut(self) -> int | None:
+        """The newest cut this pipeline recorded (``rayconnect.cut_lsn`` in a snapshot's
+        summary), among the latest ``CUT_LOOKBACK`` snapshots the table keeps (expired
+        ones are gone: ``keep_snapshots``)."""
+        snapshots = sorted(self._table().metadata.snapshots, key=lambda s: -s.sequence_number)
+        for snapshot in snapshots[: CUT_LOOKBACK + 1]:
+            cut = recorded_cut(snapshot.summary, self.pipeline)
+            if cut is not None:
+                return cut
+        return None
 
     # -- the round commit's hooks (the algorithm: ``TableCommitter.commit``) -------------
 

@@ -49,6 +49,11 @@ class RoundCommitter(Protocol):
 
     def committed_offsets(self, keys: Iterable[str] | None = None) -> dict[str, int]: ...
 
+    def committed_cut(self) -> int | None:
+        """Consistent cuts: the newest cut recorded in the table (a routed sink's: the
+        highest over its tables); None: none found. Read only with ``consistent_cuts``."""
+        ...
+
     def dead_letter_counts(self) -> dict[str, int]: ...
 
     def commit_round(self, commit: CommitTable) -> RoundLanded:

@@ -143,6 +143,15 @@ class TableSet:
         wanted = set(keys)
         return {k: v for k, v in start.items() if k in wanted}
 
+    def committed_cut(self) -> int | None:
+        """The highest cut over the route tables (their commits are one after another: the
+        table committed last holds the newest); the sink's own table holds none."""
+        for name in self._route_tables():
+            self.committer(name)
+        names = sorted(self.tables)
+        cuts = self._each(lambda n: self.tables[n].committed_cut(), names)
+        return max((c for c in cuts if c is not None), default=None)
+
     def table_offsets(self) -> dict[str, dict[str, int]]:
         """Table name -> its offsets, as last read or committed (for status)."""
         # copies of copies (each atomic under the GIL): a commit thread may update them

@@ -3,7 +3,7 @@ Postgres transaction changes together, read the way the guide says (``pick_cut``
 table at its version of the newest cut every table reached), is one database state at
 every read - the same value per key in both tables - while the load runs; and equal to
 ``SELECT *`` at the end. Real Postgres, broker, Ray actors, Delta tables (Iceberg tables in
-the slow group)."""
+the slow group). And a sink with cuts over a topic without markers says so in its status."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from pathlib import Path
 import polars as pl
 import psycopg2
 import pytest
+from sink_checks import CLUSTER, Produced, pipeline
 
 import rayconnect as rc
 from rayconnect.demo.local_postgres import PostgresServer
+from rayconnect.protocol.status import PipelineStatus
 from rayconnect.tables.consistent_cut import (
     Cut,
     NoCutError,
@@ -160,6 +162,41 @@ def test_every_cut_a_reader_picks_is_one_state_of_the_database(
             time.sleep(1)
         status = handle.sink.status()
         assert status.records_committed_since_start >= 2 * counts[0]
+        # the coordinator's last cut (once it heard the round's commit landed): the reader's
+        lsn = cut.lsn if cut is not None else 0
+        handle.sink.wait_for(lambda s: (s.committed_cut or -1) >= lsn, timeout_s=30)
     finally:
         stop.set()
         handle.stop()
+
+
+@pytest.mark.timeout(150)
+def test_a_topic_without_cut_markers_is_said_in_the_status(kafka_broker, tmp_path: Path) -> None:
+    """Consistent cuts over a topic whose producer writes no cut markers: the records are
+    held round after round and never committed - the partition's status says why."""
+    topic = "no-markers"
+    produced = Produced(kafka_broker.bootstrap_servers, topic, 1)
+    produced.more(20)
+    key = f"{CLUSTER}/{topic}/0"
+    sink = pipeline(
+        "no-markers",
+        kafka_broker.bootstrap_servers,
+        topic,
+        tmp_path / "t",
+        commit_interval_s=1.0,
+        consistent_cuts=True,
+    )
+    handle = sink.start()
+
+    def said(status: PipelineStatus) -> bool:
+        part = status.partition_status.get(key)
+        return part is not None and part.state == "no_cut_markers"
+
+    try:
+        status = handle.wait_for(said, timeout_s=90)
+        reason = status.partition_status[key].reason or ""
+        assert "20 records held" in reason and "does the source write cut markers" in reason
+        assert status.offsets.get(key) is None  # nothing of it committed
+        assert status.committed_cut is None
+    finally:
+        handle.stop(commit=False)

@@ -25,6 +25,8 @@ def _formats(routes: rc.Routes) -> RouteFormats:
     """Every route table decoded as ``FMT`` (what ``SinkPipelineConfig.route_formats`` builds
     for rules without settings of their own)."""
     return RouteFormats(routes, FMT, (FMT,) * len(routes.rules))
+
+
 KEY = "c/t/0"
 
 
@@ -72,8 +74,16 @@ def test_a_file_changes_a_schema_with_a_new_column_a_new_type_or_no_table() -> N
     assert changes_schema(pa.schema([pa.field("id", pa.int64())]), None)
 
 
-def _round(sink: rc.DeltaSink, epoch: int, txn: int, starts: dict[str, int], n: int):  # noqa: ANN202
-    """A round of ``n`` records for each table ``t_<i>`` (partition ``c/s.<i>/0``)."""
+def _round(  # noqa: ANN202
+    sink: rc.DeltaSink,
+    epoch: int,
+    txn: int,
+    starts: dict[str, int],
+    n: int,
+    cut: int | None = None,
+):
+    """A round of ``n`` records for each table ``t_<i>`` (partition ``c/s.<i>/0``); ``cut``:
+    the consistent cut its versions record."""
     import msgspec
 
     from rayconnect.protocol.effects import CommitTable, RoundMetadata
@@ -92,7 +102,7 @@ def _round(sink: rc.DeltaSink, epoch: int, txn: int, starts: dict[str, int], n: 
         files=tuple(files),
         expected={k: (v or None) for k, v in starts.items()},
         offsets={k: v + n for k, v in starts.items()},
-        metadata=RoundMetadata("p", epoch, txn, False, n * len(starts)),
+        metadata=RoundMetadata("p", epoch, txn, False, n * len(starts), cut_lsn=cut),
         starts=dict(starts),
     )
 
@@ -139,3 +149,23 @@ def test_twenty_tables_adopted_and_committed_side_by_side_and_a_failure_keeps_th
     # read again: each table's own offsets, the partition of t_07 where the rival left it
     restart = TableSet(sink, "p", _formats(routes)).committed_offsets()
     assert restart == {k: 9 if k == "c/s.07/0" else 10 for k in keys}
+
+
+def test_the_committed_cut_of_a_routed_sink_is_the_highest_of_its_tables(
+    tmp_path: Path,
+) -> None:
+    """The tables of a round commit one after another: a table the last round did not
+    touch holds an older cut, and the sink's last cut is the newest of them."""
+    from rayconnect.tables.table_set import TableSet
+
+    routes = rc.Routes((rc.Route("t_{1}", topic_pattern=r"s\.(.*)"),))
+    sink = rc.DeltaSink(str(tmp_path / "lake"), routes=routes)
+    tables = TableSet(sink, "p", _formats(routes))
+    tables.ensure_table()
+    epoch = tables.claim_epoch()
+    assert tables.committed_cut() is None
+    tables.commit_round(_round(sink, epoch, 1, {"c/s.a/0": 0, "c/s.b/0": 0}, 2, cut=100))
+    tables.commit_round(_round(sink, epoch, 2, {"c/s.a/0": 2}, 2, cut=300))  # t_b untouched
+    restarted = TableSet(sink, "p", _formats(routes))
+    restarted.claim_epoch()
+    assert restarted.committed_cut() == 300

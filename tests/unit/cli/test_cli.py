@@ -375,6 +375,28 @@ def test_sink_status_counts_dead_letters_per_partition():
     )
 
 
+def test_sink_status_shows_the_committed_cut_and_a_partition_without_cut_markers():
+    """Consistent cuts: the last cut committed, and a partition whose records no marker
+    follows (the source writes none) - in ``status``, ``status --watch`` and the mirror's
+    live lines."""
+    from rayconnect.cli.mirror import mirror_lines
+    from rayconnect.cli.status import render_status
+    from rayconnect.pipelines.mirror import MirrorStatus
+
+    why = "consistent cuts: 5 records held past offset 0 and no cut marker read after them"
+    part = {"committed_offset": None, "high_watermark": 5, "lag": None, "host": None}
+    status = pipeline_status(
+        committed_cut=4242,
+        partition_status={"c/t/0": {**part, "state": "no_cut_markers", "reason": why}},
+    )
+    text = render_status(status)
+    assert "committed cut: LSN 4242" in text
+    assert f"c/t/0: no_cut_markers: {why}" in text and "NO_CUT_MARKERS" in text
+    lines = mirror_lines(MirrorStatus(name="m", source=None, sink=status))
+    assert f"  sink c/t/0: no_cut_markers: {why}" in lines
+    assert "committed cut" not in render_status(pipeline_status())  # cuts off
+
+
 def test_a_recovered_source_task_shows_no_error_now_and_the_one_it_recovered_from():
     """Issue 38: an error that ended an earlier incarnation is history once the task
     started again - not its state - and status says so, with the time."""

@@ -325,3 +325,59 @@ def test_a_recovered_coordinator_names_no_cut_at_or_below_the_table_s() -> None:
     )
     (start,) = starts(ready)
     assert start.cut is None
+
+
+def test_the_committed_cut_is_in_the_status_from_the_table_and_from_commits() -> None:
+    """What the actor reads from the table (``RoundCommitter.committed_cut``) at recover and
+    after a failed commit, and each commit's cut: ``status().committed_cut``."""
+
+    def round_of_cut_200(c: Coordinator) -> None:
+        c.tick(100.0)
+        c.step(HostWriteStatus.of([status("a", 1, 0, 0, 300), status("b", 1, 0, 0, 200)]), 100.0)
+        c.tick(200.0)
+        ready = c.step(
+            HostWriteStatus.of([status("a", 2, 0, 7, 300), status("b", 2, 0, 4, None)]), 200.0
+        )
+        (commit,) = [e for e in ready if isinstance(e, CommitTable)]
+        assert commit.metadata.cut_lsn == 200
+
+    c = Coordinator("p", ["a", "b"], CommitSettings(consistent_cuts=True))
+    c.recover(1, {"a": 0, "b": 0}, 0.0, committed_cut=150)
+    assert c.status().committed_cut == 150
+    round_of_cut_200(c)
+    c.commit_succeeded(1, 201.0)
+    assert c.status().committed_cut == 200
+    # a commit reported failed that landed after all: the table's cut, read at the reload
+    c = Coordinator("p", ["a", "b"], CommitSettings(consistent_cuts=True))
+    c.recover(1, {"a": 0, "b": 0}, 0.0, committed_cut=150)
+    round_of_cut_200(c)
+    c.commit_failed("no answer", 201.0)
+    c.table_reloaded({"a": 7, "b": 4}, 202.0, committed_cut=200)
+    assert c.status().committed_cut == 200
+
+
+def test_the_no_markers_error_ends_when_markers_come() -> None:
+    p = Participant(KEY, CFG)
+    for txn in range(1, 4):
+        p.step(StartCommit(1, txn, {KEY: 0}), 0.0)
+        if txn == 1:
+            feed(p, 0, 5)  # no marker
+        p.step(EndCommit(1, txn), 0.0)
+        p.step(AckCommit(1, txn, 0, {KEY: 0}), 0.0)
+    held = p.status()
+    assert held.unmarked and held.unmarked_rounds == 3 and held.last_error is not None
+    p.step(StartCommit(1, 4, {KEY: 0}), 0.0)
+    feed(p, 5, 1, cut=100)  # the source writes markers after all
+    p.step(EndCommit(1, 4), 0.0)
+    now = p.status()
+    assert not now.unmarked and now.unmarked_rounds == 0 and now.last_error is None
+
+
+def test_a_version_s_cut_is_its_pipeline_s() -> None:
+    from rayconnect.tables.consistent_cut import recorded_cut
+
+    info = {"rayconnect.pipeline": "p", "rayconnect.cut_lsn": "42"}
+    assert recorded_cut(info, "p") == 42
+    assert recorded_cut(info, "other") is None  # another pipeline's version
+    assert recorded_cut({"rayconnect.pipeline": "p"}, "p") is None  # a partial commit
+    assert recorded_cut(None, "p") is None
