@@ -92,8 +92,12 @@ async def topic_offsets(bootstrap: str, topic: str, ends: dict[int, int]) -> dic
     answer (seen in the 30-minute soak)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    from rayconnect.kafka import compat
+
+    consumer = compat.own(  # rayconnect's fetch pacing after a broker restart
+        AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        )
     )
     await consumer.start()
     held: dict[int, set[int]] = {p: set() for p in ends}

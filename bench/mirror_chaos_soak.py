@@ -103,8 +103,12 @@ async def snapshot_reads_after(
     redone to its end) or ``timeout_s`` ran out: how many."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    from rayconnect.kafka import compat
+
+    consumer = compat.own(  # read_committed on tansu: rayconnect's fixes
+        AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+        )
     )
     await consumer.start()
     found: set[int] = set()

@@ -263,6 +263,8 @@ async def latency(
 ) -> dict[str, float]:
     from aiokafka import AIOKafkaConsumer
 
+    from rayconnect.kafka import compat
+
     for t in TABLES:
         await create_topic(bootstrap, f"lat.public.{t}", 2, exist_ok=True)
     stop_at = time.time() + seconds + 25
@@ -270,11 +272,11 @@ async def latency(
         target=_latency_task, args=(server.port, str(server.root), bootstrap, stop_at)
     )
     child.start()
-    consumer = AIOKafkaConsumer(
+    consumer = compat.own(AIOKafkaConsumer(  # read_committed on tansu: rayconnect's fixes
         *[f"lat.public.{t}" for t in TABLES], bootstrap_servers=bootstrap,
         isolation_level="read_committed", auto_offset_reset="earliest", enable_auto_commit=False,
         fetch_max_wait_ms=50,  # the reader's own wait (aiokafka: 500 ms) is not the pipeline's
-    )  # fmt: skip
+    ))  # fmt: skip
     await consumer.start()
     deadline = time.monotonic() + 60  # the task's slot, then the load
     while "lat" not in server.psql("SELECT string_agg(slot_name, ',') FROM pg_replication_slots"):

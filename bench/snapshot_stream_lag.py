@@ -104,13 +104,17 @@ class LagReader(threading.Thread):
     async def _run(self) -> None:
         from aiokafka import AIOKafkaConsumer
 
-        consumer = AIOKafkaConsumer(
-            self.topic,
-            bootstrap_servers=self.bootstrap,
-            isolation_level="read_committed",
-            auto_offset_reset="latest",
-            enable_auto_commit=False,
-            fetch_max_wait_ms=50,
+        from rayconnect.kafka import compat
+
+        consumer = compat.own(  # read_committed on tansu: rayconnect's fixes
+            AIOKafkaConsumer(
+                self.topic,
+                bootstrap_servers=self.bootstrap,
+                isolation_level="read_committed",
+                auto_offset_reset="latest",
+                enable_auto_commit=False,
+                fetch_max_wait_ms=50,
+            )
         )
         await consumer.start()
         try:

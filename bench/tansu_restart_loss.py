@@ -93,8 +93,10 @@ async def produce_plain(bootstrap: str, acks: Acks, stop: threading.Event) -> No
 async def produce_transactions(bootstrap: str, acks: Acks, stop: threading.Event) -> None:
     n = 0
     while not stop.is_set():  # one producer per "incarnation", as a restarted task would
-        producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, transactional_id="repro", request_timeout_ms=5000
+        producer = compat.own(  # InitProducerId v3, which tansu needs
+            AIOKafkaProducer(
+                bootstrap_servers=bootstrap, transactional_id="repro", request_timeout_ms=5000
+            )
         )
         try:
             await producer.start()
@@ -117,11 +119,13 @@ async def produce_transactions(bootstrap: str, acks: Acks, stop: threading.Event
 
 
 async def read_back(bootstrap: str) -> dict[tuple[int, int], bytes]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level="read_uncommitted",
-        enable_auto_commit=False,
-        fetch_max_wait_ms=1000,
+    consumer = compat.own(
+        AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            isolation_level="read_uncommitted",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=1000,
+        )
     )
     await consumer.start()
     found: dict[tuple[int, int], bytes] = {}

@@ -323,6 +323,7 @@ async def baseline_iceberg(a: argparse.Namespace) -> dict:
     pyiceberg transaction (the round's DELETE + APPEND and its offsets)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from rayconnect.kafka import compat
     from rayconnect.tables.factory import open_committer
     from rayconnect.write_modes.fold import DELETE_COLUMN
     from rayconnect.write_modes.iceberg_upsert import upsert_round
@@ -330,12 +331,14 @@ async def baseline_iceberg(a: argparse.Namespace) -> dict:
     sink = _iceberg_sink(a.warehouse, a.table)
     catalog = open_committer(sink, "bench").catalog()
     schema = catalog.load_table(sink.table).schema().as_arrow()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=a.bootstrap,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-        fetch_max_bytes=32 * 1024 * 1024,
+    consumer = compat.own(  # the reader's read_committed on tansu: rayconnect's fixes
+        AIOKafkaConsumer(
+            bootstrap_servers=a.bootstrap,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+            fetch_max_bytes=32 * 1024 * 1024,
+        )
     )
     await consumer.start()
     tps = [TopicPartition(a.topic, p) for p in sorted(consumer.partitions_for_topic(a.topic))]

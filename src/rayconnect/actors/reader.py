@@ -188,7 +188,7 @@ class ReaderActor:
     async def _connect(self) -> None:
         from aiokafka import AIOKafkaConsumer
 
-        from rayconnect.kafka import arrow_fetch
+        from rayconnect.kafka import arrow_fetch, compat
 
         arrow_fetch.install()  # with the compat fixes
         consumer = AIOKafkaConsumer(
@@ -211,6 +211,7 @@ class ReaderActor:
             key_deserializer=arrow_fetch.arrow_columns,
             **client_properties(self.cluster.properties),
         )
+        compat.own(consumer)
         await consumer.start()
         self._consumer = consumer
 

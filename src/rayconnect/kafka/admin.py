@@ -18,6 +18,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaTimeoutError, TopicAlreadyExistsError, for_code
 
+from rayconnect.kafka import compat
+
 __all__ = [
     "create_topic",
     "high_watermarks",
@@ -88,13 +90,15 @@ async def high_watermarks(
     ListOffsets by listing every stored batch of the partition (12-13 s for 16 partitions of
     5,000 batches each, measured right after a restart), and a timeout says which one it was.
     """
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        isolation_level="read_uncommitted",
-        fetch_max_wait_ms=10,
-        max_partition_fetch_bytes=1 << 20,
-        **client_kwargs,
+    consumer = compat.own(
+        AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            isolation_level="read_uncommitted",
+            fetch_max_wait_ms=10,
+            max_partition_fetch_bytes=1 << 20,
+            **client_kwargs,
+        )
     )
     await consumer.start()
     try:
@@ -177,8 +181,10 @@ async def produce_demo_records(
     acknowledgements are awaited in windows of 10k so memory stays flat for large ``n``.
     ``start_index`` lets a caller append more records with fresh keys later.
     """
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=64 * 1024, acks="all"
+    producer = compat.own(
+        AIOKafkaProducer(
+            bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=64 * 1024, acks="all"
+        )
     )
     await producer.start()
     try:

@@ -2,8 +2,9 @@
 
 A consumer created with ``key_deserializer=arrow_columns`` gets from ``getmany`` ONE
 ``RecordColumns`` per fetched partition (``kafka.record_batches``) instead of one
-``ConsumerRecord`` per record; every other consumer in the process is untouched. aiokafka
-0.14 (pinned) is hooked at two points of its fetcher, installed by :func:`install`:
+``ConsumerRecord`` per record. aiokafka 0.14 (pinned) is hooked at two points of its fetcher,
+installed by :func:`install`, and used for rayconnect's consumers only (``compat.own``); any
+other consumer in the process gets aiokafka's own classes there:
 
 - ``MemoryRecords`` -> a wrapper that keeps the fetched bytes (aiokafka's C class does not
   expose them), so the batches can be decoded straight from the buffer;
@@ -42,6 +43,20 @@ from rayconnect.kafka.record_batches import (
 def arrow_columns(key: bytes | None) -> bytes | None:
     """The marker a consumer passes as ``key_deserializer`` to get ``RecordColumns``."""
     return key
+
+
+def _memory_records(data: bytes) -> Any:
+    """What aiokafka's fetcher builds as ``MemoryRecords(data)``."""
+    if compat.in_rayconnect_fetch():
+        return _KeptMemoryRecords(data)
+    return aiokafka_hooks.ORIGINAL_MEMORY_RECORDS(data)
+
+
+def _partition_records(*args: Any, **kwargs: Any) -> Any:
+    """What aiokafka's fetcher builds as ``PartitionRecords(...)``."""
+    if compat.in_rayconnect_fetch():
+        return ArrowPartitionRecords(*args, **kwargs)
+    return aiokafka_hooks.ORIGINAL_PARTITION_RECORDS(*args, **kwargs)
 
 
 class _KeptMemoryRecords:
@@ -124,5 +139,5 @@ def install() -> None:
     """Hook aiokafka's fetcher (idempotent); also applies the compat fixes it builds on."""
     compat.apply()
     with _lock:
-        aiokafka_hooks.replace(Hook.MEMORY_RECORDS, _KeptMemoryRecords)
-        aiokafka_hooks.replace(Hook.PARTITION_RECORDS, ArrowPartitionRecords)
+        aiokafka_hooks.replace(Hook.MEMORY_RECORDS, _memory_records)
+        aiokafka_hooks.replace(Hook.PARTITION_RECORDS, _partition_records)

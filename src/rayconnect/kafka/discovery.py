@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rayconnect.errors import DiscoveryError
+from rayconnect.kafka import compat
 from rayconnect.properties import (
     INT_PROPERTIES,
     SSL_CHECK_HOSTNAME,
@@ -55,10 +56,12 @@ async def discover_partitions(
     """Every partition of the cluster's subscribed topics; raises if a topic is missing."""
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=cluster.bootstrap_servers,
-        request_timeout_ms=int(timeout_s * 1000),
-        **client_properties(cluster.properties),
+    consumer = compat.own(
+        AIOKafkaConsumer(
+            bootstrap_servers=cluster.bootstrap_servers,
+            request_timeout_ms=int(timeout_s * 1000),
+            **client_properties(cluster.properties),
+        )
     )
     try:
         await consumer.start()
@@ -93,8 +96,10 @@ async def beginning_offsets(
     tps = {KafkaTP(p.topic, p.partition): p.key for p in partitions}
     if not tps:
         return {}
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=cluster.bootstrap_servers, **client_properties(cluster.properties)
+    consumer = compat.own(
+        AIOKafkaConsumer(
+            bootstrap_servers=cluster.bootstrap_servers, **client_properties(cluster.properties)
+        )
     )
     await consumer.start()
     try:

@@ -21,6 +21,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 
+from rayconnect.kafka import compat
 from rayconnect.kafka.admin import high_watermarks
 
 __all__ = ["read_to_high_watermarks", "read_topic"]
@@ -38,14 +39,16 @@ async def read_to_high_watermarks(
     marks = await high_watermarks(bootstrap, topic, **client)
     if not any(marks.values()):
         return
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level=isolation_level,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=50,
-        max_partition_fetch_bytes=16 << 20,
-        **client,
+    consumer = compat.own(
+        AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            isolation_level=isolation_level,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=50,
+            max_partition_fetch_bytes=16 << 20,
+            **client,
+        )
     )
     await consumer.start()
     try:

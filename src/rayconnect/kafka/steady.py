@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 
+from rayconnect.kafka import compat
 from rayconnect.kafka.admin import demo_value
 
 __all__ = ["SteadyProducer"]
@@ -81,7 +82,9 @@ class SteadyProducer:
     async def _produce(self) -> None:
         from aiokafka import AIOKafkaProducer
 
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5, acks="all")
+        producer = compat.own(
+            AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5, acks="all")
+        )
         await producer.start()
         try:
             started, sent = time.monotonic(), 0

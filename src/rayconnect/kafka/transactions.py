@@ -29,8 +29,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-import rayconnect.kafka  # noqa: F401 - applies the compat fixes in this process
 from rayconnect.errors import RayconnectError
+from rayconnect.kafka import compat
 
 TXN_APIS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 26: "EndTxn"}
 
@@ -61,7 +61,7 @@ def producer(bootstrap: str, transactional_id: str | None, **kwargs: Any) -> AIO
     settings.update(kwargs)
     if transactional_id is not None:
         settings["transactional_id"] = transactional_id
-    return AIOKafkaProducer(bootstrap_servers=bootstrap, **settings)
+    return compat.own(AIOKafkaProducer(bootstrap_servers=bootstrap, **settings))
 
 
 async def stop_quietly(p: AIOKafkaProducer, timeout_s: float = 5.0) -> None:

@@ -1,8 +1,9 @@
-"""The three aiokafka fixes of rayconnect.kafka.compat, against the real embedded broker.
+"""The aiokafka fixes of rayconnect.kafka.compat, against the real embedded broker.
 
 Each fix has a test that the scenario works with it and one that the same scenario fails
 without it (``compat.disabled(<fix>)``), so a fix that stops being needed (or stops
-working) shows up here.
+working) shows up here. The clients are rayconnect's (``compat.own``): the fixes apply to
+no other (tests/integration/kafka/test_plain_aiokafka_clients.py).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, ProducerFenced, UnknownError
+from aiokafka_only import read
 
 from rayconnect.kafka import compat
 from rayconnect.kafka.admin import create_topic, high_watermarks
@@ -31,7 +33,7 @@ async def bootstrap(kafka_broker: EmbeddedBroker) -> str:
 
 @contextlib.asynccontextmanager
 async def _producer(bootstrap: str, **kwargs: object) -> AsyncIterator[AIOKafkaProducer]:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **kwargs)
+    producer = compat.own(AIOKafkaProducer(bootstrap_servers=bootstrap, **kwargs))
     await producer.start()
     try:
         yield producer
@@ -63,33 +65,19 @@ async def _read(
     """Values of TOPIC from the beginning: until each partition's position reaches
     ``until`` (all transactions decided -> the LSO is the high watermark), or for
     ``duration`` seconds when records are expected to be held back."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level=isolation_level,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=50,
+    got = await read(
+        bootstrap,
+        TOPIC,
+        2,
+        isolation_level,
+        until,
+        duration if until is None else timeout,
+        mark=compat.own,
     )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(TOPIC, p) for p in (0, 1)]
-        consumer.assign(tps)
-        values: list[str] = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (duration if until is None else timeout)
-        while loop.time() < deadline:
-            if until is not None:
-                positions = {tp.partition: await consumer.position(tp) for tp in tps}
-                if all(positions[p] >= off for p, off in until.items()):
-                    break
-            batch = await consumer.getmany(timeout_ms=100)
-            values += [r.value.decode() for records in batch.values() for r in records]
-        else:
-            if until is not None:
-                raise AssertionError(f"read did not reach {until} in {timeout}s: {values}")
-        return values
-    finally:
-        await consumer.stop()
+    values = [v for partition in sorted(got["values"]) for v in got["values"][partition]]
+    if until is not None and any(got["positions"][p] < off for p, off in until.items()):
+        raise AssertionError(f"read did not reach {until} in {timeout}s: {values}")
+    return values
 
 
 # --------------------------------------------------------------------------------------
@@ -126,7 +114,9 @@ async def test_idempotent_producer_works(bootstrap: str) -> None:
 @pytest.mark.timeout(60)
 async def test_transactional_producer_fails_without_init_producer_id_fix(bootstrap: str) -> None:
     with compat.disabled("init_producer_id"):
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="t-a0")
+        producer = compat.own(
+            AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="t-a0")
+        )
         try:
             with pytest.raises(KafkaError):  # tansu rejects v0: UnknownError
                 await asyncio.wait_for(producer.start(), 10)
@@ -201,8 +191,10 @@ async def test_open_transaction_holds_back_later_records(bootstrap: str) -> None
 async def _fence(bootstrap: str) -> tuple[BaseException, list[str]]:
     """A zombie writes in a transaction, a new producer with its id takes over; returns
     the error of the zombie's next send and what read_committed shows afterwards."""
-    zombie = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, transactional_id="t-fence", request_timeout_ms=3000
+    zombie = compat.own(
+        AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id="t-fence", request_timeout_ms=3000
+        )
     )
     await zombie.start()
     try:

@@ -11,6 +11,7 @@ import signal
 import pytest
 from aiokafka.errors import KafkaTimeoutError
 
+from rayconnect.kafka import compat
 from rayconnect.kafka.admin import create_topic, high_watermarks, produce_demo_records
 from rayconnect.kafka.embedded import EmbeddedBroker
 from rayconnect.kafka.read_back import read_topic
@@ -69,7 +70,7 @@ def test_read_committed_reads_on_after_a_graceful_restart(durable_broker: Embedd
     asyncio.run(create_topic(bootstrap, "txns", 1))
 
     async def producer() -> AIOKafkaProducer:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="restart-t")
+        p = compat.own(AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="restart-t"))
         await p.start()
         return p
 
@@ -92,11 +93,13 @@ def test_read_committed_reads_on_after_a_graceful_restart(durable_broker: Embedd
         await (await producer()).stop()
 
     async def read_committed() -> list[str]:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=1,
+        consumer = compat.own(
+            AIOKafkaConsumer(
+                bootstrap_servers=bootstrap,
+                isolation_level="read_committed",
+                auto_offset_reset="earliest",
+                fetch_max_wait_ms=1,
+            )
         )
         tp = TopicPartition("txns", 0)
         await consumer.start()

@@ -66,3 +66,14 @@ def records_batch(
         struct.pack_into(">h", buf, attrs_at, attrs | builder.TIMESTAMP_TYPE_MASK)
         struct.pack_into(">q", buf, 35, log_append_time)  # maxTimestamp
     return bytes(buf)
+
+
+# offsets: 0 c (pid 1) | 1 COMMIT pid 1 | 2-3 a (pid 2) | 4 ABORT pid 2 | 5 plain (pid -1)
+DECIDED = (
+    batch(0, 1, [b"c"])
+    + marker(1, 1, COMMIT)
+    + batch(2, 2, [b"a1", b"a2"])
+    + marker(4, 2, ABORT)
+    + batch(5, -1, [b"plain"], txn=False)
+)
+"""A committed and an aborted transaction, then a plain record: every transaction decided."""

@@ -8,12 +8,13 @@ hand-built record batches, like a Kafka fetch response would carry them.
 from __future__ import annotations
 
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.consumer.fetcher import READ_COMMITTED, READ_UNCOMMITTED
 from aiokafka.errors import BrokerResponseError, ProducerFenced, for_code
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.record.memory_records import MemoryRecords
-from kafka_batches import ABORT, COMMIT, batch, marker
+from aiokafka_probes import in_sender
+from kafka_batches import ABORT, COMMIT, DECIDED, batch, marker
 
 from rayconnect.kafka import aiokafka_hooks, compat
 from rayconnect.kafka.compat import (
@@ -32,16 +33,6 @@ TP = TopicPartition("t", 0)
 def _read(cls: type, data: bytes, aborted: list | None, isolation: int) -> tuple[list, int]:
     records = cls(TP, MemoryRecords(data), aborted, 0, None, None, False, isolation)
     return [(r.offset, r.value) for r in records], records.next_fetch_offset
-
-
-# offsets: 0 c (pid 1) | 1 COMMIT pid 1 | 2-3 a (pid 2) | 4 ABORT pid 2 | 5 plain (pid -1)
-DECIDED = (
-    batch(0, 1, [b"c"])
-    + marker(1, 1, COMMIT)
-    + batch(2, 2, [b"a1", b"a2"])
-    + marker(4, 2, ABORT)
-    + batch(5, -1, [b"plain"], txn=False)
-)
 
 
 def test_aborted_transaction_dropped_from_markers() -> None:
@@ -121,14 +112,22 @@ def test_init_producer_id_version_follows_api_versions() -> None:
     assert InitProducerIdRequestCompat(None, 1).prepare({22: (3, 3)}).encode()[:1] == b"\x00"
 
 
-def test_error_code_90_maps_to_a_fenced_error() -> None:
+async def test_error_code_90_maps_to_a_fenced_error() -> None:
+    """For a rayconnect producer (in its sender, where aiokafka maps error codes)."""
+
+    async def code_90() -> type:
+        producer = compat.own(AIOKafkaProducer(bootstrap_servers="127.0.0.1:9"))
+        in_start, in_task = await in_sender(producer, lambda _: for_code(90))
+        assert in_start is in_task
+        return in_start
+
     compat.apply()
-    err = for_code(90)
+    err = await code_90()
     assert issubclass(err, ProducerFenced) and issubclass(err, BrokerResponseError)
     assert str(err()).startswith("[Error 90]")
     with compat.disabled("producer_fenced"):
-        assert not issubclass(for_code(90), ProducerFenced)
-    assert for_code(90) is err
+        assert not issubclass(await code_90(), ProducerFenced)
+    assert await code_90() is err
 
 
 def test_apply_is_idempotent_and_disabled_restores() -> None:
@@ -146,8 +145,8 @@ def test_apply_is_idempotent_and_disabled_restores() -> None:
             pass
         assert compat.applied_fixes() == frozenset()
     assert compat.is_applied()
-    assert fetcher.PartitionRecords is MarkerAwarePartitionRecords
-    assert sender.InitProducerIdRequest is InitProducerIdRequestCompat
+    assert fetcher.PartitionRecords is compat._partition_records
+    assert sender.InitProducerIdRequest is compat._init_producer_id_request
     with pytest.raises(ValueError):
         compat.apply("nope")
 

@@ -180,9 +180,9 @@ def test_install_hooks_the_fetcher_and_is_idempotent() -> None:
     try:
         arrow_fetch.install()
         arrow_fetch.install()
-        assert fetcher.PartitionRecords is ArrowPartitionRecords
-        assert fetcher.MemoryRecords is _KeptMemoryRecords
-        kept = fetcher.MemoryRecords(batch(0, -1, [b"x"], txn=False))
+        assert fetcher.PartitionRecords is arrow_fetch._partition_records
+        assert fetcher.MemoryRecords is arrow_fetch._memory_records
+        kept = _KeptMemoryRecords(batch(0, -1, [b"x"], txn=False))
         assert kept.has_next() and kept.next_batch().base_offset == 0
     finally:
         fetcher.PartitionRecords, fetcher.MemoryRecords = saved
