@@ -857,13 +857,18 @@ def run_long_schedule(
     sim.teardown()
 
 
-PipelineSim.TestCase.settings = settings(
-    max_examples=200,
-    stateful_step_count=100,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+def stateful_settings(max_examples: int) -> settings:
+    """The simulations' hypothesis settings: reproducible (derandomized), no deadline."""
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=100,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+
+PipelineSim.TestCase.settings = stateful_settings(200)
 TestPipelineSimulation = PipelineSim.TestCase
 
 

@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 from test_simulation import (
@@ -29,6 +29,7 @@ from test_simulation import (
     PCFG,
     PipelineSim,
     run_long_schedule,
+    stateful_settings,
 )
 
 MARKER = True
@@ -131,13 +132,7 @@ class CutSim(PipelineSim):
         self.checked = len(self.table.commits)
 
 
-CutSim.TestCase.settings = settings(
-    max_examples=60,
-    stateful_step_count=100,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+CutSim.TestCase.settings = stateful_settings(60)
 TestCutSimulation = CutSim.TestCase
 
 schedules = given(
