@@ -64,7 +64,7 @@ class DemoStage:
         self.timings: dict[str, float] = {}
         print(banner, file=out, flush=True)
         self.view = LiveView(out, started=self.started)
-        self.scratch = Path(tempfile.mkdtemp(prefix="rayconnect-demo-ray-"))
+        self.scratch = ray_scratch()
         os.environ["RAYCONNECT_SPARK_TMP"] = str(self.scratch / "spark")
         self._stack = contextlib.ExitStack()
         self.bootstrap = ""
@@ -152,6 +152,23 @@ class DemoStage:
                 ray.shutdown()
         url = f"http://{context.dashboard_url}" if context.dashboard_url else "(not running)"
         self.view.event(f"ray      dashboard {url}: actors, logs, metrics")
+
+
+#: Ray's longest unix socket path below its temp dir:
+#: ``/ray/session_<date>_<time>_<us>_<pid>/sockets/plasma_store`` (7-digit pid)
+_RAY_SOCKET_TAIL = 68
+_UNIX_PATH_MAX = 107  # bytes; Ray refuses a longer socket path (AF_UNIX)
+
+
+def ray_scratch() -> Path:
+    """A new folder for the demo's Ray and Spark, short enough for Ray's unix sockets: in
+    $TMPDIR, or in /tmp when $TMPDIR is too deep (a test runner's, a CI's) - Ray would
+    refuse to start, and whether it fits depended on the digits of a process id."""
+    prefix = "rc-demo-"
+    base = tempfile.gettempdir()
+    if len(base) + 1 + len(prefix) + 8 + _RAY_SOCKET_TAIL > _UNIX_PATH_MAX:
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 def _free_port() -> int:
